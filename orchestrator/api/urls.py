@@ -1,0 +1,4 @@
+"""JSON API v1 (session or bearer token)."""
+from django.urls import path
+
+urlpatterns: list = []

@@ -1,0 +1,120 @@
+"""The JSON documents of contract §3, built once and served by the CLI and the API alike."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def attempt_document(attempt: TaskAttempt) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "try_number": attempt.try_number,
+        "infrastructure_try_number": attempt.infrastructure_try_number,
+        "kind": attempt.kind,
+        "state": attempt.state,
+        "queued_at": iso(attempt.queued_at),
+        "start_date": iso(attempt.start_date),
+        "end_date": iso(attempt.end_date),
+        "context": attempt.context,
+        "hostname": attempt.hostname,
+        "worker_name": attempt.worker_name,
+        "pid": attempt.pid,
+        "result": attempt.result,
+        "stdout": attempt.stdout,
+        "stderr": attempt.stderr,
+        "output_truncated": attempt.output_truncated,
+    }
+    if attempt.fingerprint:
+        doc["fingerprint"] = attempt.fingerprint
+    return doc
+
+
+def task_instance_document(ti: TaskInstance) -> dict[str, Any]:
+    return {
+        "task_id": ti.task_id,
+        "state": ti.state,
+        "try_number": ti.try_number,
+        "max_tries": ti.max_tries,
+        "infrastructure_try_number": ti.infrastructure_try_number,
+        "infrastructure_retry_limit": ti.infrastructure_retry_limit,
+        "next_retry_at": iso(ti.next_retry_at),
+        "queued_at": iso(ti.queued_at),
+        "start_date": iso(ti.start_date),
+        "end_date": iso(ti.end_date),
+        "queue": ti.queue,
+        "failure_fingerprint": ti.failure_fingerprint,
+        "last_failure_context": ti.last_failure_context,
+        "attempts": [attempt_document(a) for a in ti.attempts.all()],
+    }
+
+
+def deadline_documents(run: DagRun) -> list[dict[str, Any]]:
+    return [
+        {
+            "scope": d.scope,
+            "task_id": d.task_id,
+            "reference": d.reference,
+            "need_by": iso(d.need_by),
+            "state": d.state,
+            "callback_state": d.callback_state,
+        }
+        for d in run.deadlines.all().order_by("need_by", "id")
+    ]
+
+
+def run_document(run: DagRun) -> dict[str, Any]:
+    instances = run.task_instances.order_by("id").prefetch_related("attempts")
+    return {
+        "dag_id": run.dag.dag_id,
+        "run_id": run.run_id,
+        "run_type": run.run_type,
+        "state": run.state,
+        "conf": run.conf,
+        "queued_at": iso(run.queued_at),
+        "start_date": iso(run.start_date),
+        "end_date": iso(run.end_date),
+        "logical_date": iso(run.logical_date),
+        "task_instances": [task_instance_document(ti) for ti in instances],
+        "deadlines": deadline_documents(run),
+    }
+
+
+def run_summary(run: DagRun) -> dict[str, Any]:
+    return {
+        "dag_id": run.dag.dag_id,
+        "run_id": run.run_id,
+        "run_type": run.run_type,
+        "state": run.state,
+        "queued_at": iso(run.queued_at),
+        "start_date": iso(run.start_date),
+        "end_date": iso(run.end_date),
+        "logical_date": iso(run.logical_date),
+    }
+
+
+def dag_document(dag: Dag) -> dict[str, Any]:
+    return {
+        "dag_id": dag.dag_id,
+        "description": dag.description,
+        "schedule": dag.schedule or None,
+        "timezone": dag.timezone,
+        "paused": dag.paused,
+        "catchup": dag.catchup,
+        "max_active_runs": dag.max_active_runs,
+        "next_run_logical_date": iso(dag.next_run_logical_date),
+        "tasks": [
+            {
+                "task_id": t.task_id,
+                "upstream": t.upstream,
+                "trigger_rule": t.trigger_rule,
+                "python_callable": t.python_callable or None,
+                "bash_command": t.bash_command or None,
+            }
+            for t in dag.tasks.all()
+        ],
+    }

@@ -1,0 +1,61 @@
+"""python manage.py run_scheduler [--once]: the scheduler loop."""
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+from django.utils import timezone
+
+from deadlines.check import check_due
+from orchestrator.scheduler import schedule_once
+
+log = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = "Create due runs, dispatch ready tasks, find lost workers and jobs, check deadlines."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="Run one pass and exit.")
+
+    def handle(self, *args, once: bool = False, **options):
+        stopping = False
+
+        def stop(signum, frame):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        last_deadline_check = 0.0
+        while True:
+            close_old_connections()
+            schedule_once()
+            if once or time.monotonic() - last_deadline_check >= float(settings.ORCHESTRATOR_DEADLINE_CHECK_INTERVAL):
+                # Keep going while a batch came back full: a backlog drains at once.
+                while check_due_safely() and not stopping:
+                    pass
+                last_deadline_check = time.monotonic()
+            if once or stopping:
+                return
+            _sleep(float(settings.ORCHESTRATOR_SCHEDULER_INTERVAL), lambda: stopping)
+
+
+def check_due_safely() -> bool:
+    """True when the check found a full batch and should run again at once."""
+    limit = 500
+    try:
+        return check_due(timezone.now(), limit=limit) >= limit
+    except Exception:
+        log.exception("deadline check failed")
+        return False
+
+
+def _sleep(seconds: float, should_stop) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not should_stop():
+        time.sleep(min(0.1, seconds))

@@ -1,0 +1,35 @@
+"""python manage.py run_status DAG_ID RUN_ID [--json]"""
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from orchestrator.documents import run_document
+from orchestrator.models import DagRun
+
+
+class Command(BaseCommand):
+    help = "Print a run's state and its tasks (--json: the API's run document)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("dag_id")
+        parser.add_argument("run_id")
+        parser.add_argument("--json", action="store_true", dest="as_json")
+
+    def handle(self, *args, dag_id: str, run_id: str, as_json: bool, **options):
+        run = DagRun.objects.select_related("dag").filter(dag__dag_id=dag_id, run_id=run_id).first()
+        if run is None:
+            raise CommandError(f"no run '{run_id}' of DAG '{dag_id}'")
+        doc = run_document(run)
+        if as_json:
+            self.stdout.write(json.dumps(doc, indent=2))
+            return
+        self.stdout.write(f"{doc['dag_id']} {doc['run_id']}: {doc['state']}")
+        for ti in doc["task_instances"]:
+            context = ti["last_failure_context"] or {}
+            why = f" ({context.get('category')}/{context.get('reason')})" if context else ""
+            self.stdout.write(
+                f"  {ti['task_id']:<30} {ti['state']:<16} try {ti['try_number']}/{ti['max_tries']}"
+                f" platform {ti['infrastructure_try_number']}/{ti['infrastructure_retry_limit']}{why}"
+            )

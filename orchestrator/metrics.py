@@ -1,0 +1,43 @@
+"""Counters kept in Redis, so that every process (workers, schedulers, web) adds to the same total.
+
+/metrics renders them in the Prometheus text format (see orchestrator.api.metrics).
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+from orchestrator.redis_conn import get_redis
+
+log = logging.getLogger(__name__)
+
+TASK_FAILURES = "orchestrator_task_failures_total"
+INFRASTRUCTURE_RETRIES = "orchestrator_infrastructure_retries_total"
+DEADLINE_MISSES = "orchestrator_deadline_misses_total"
+
+METRICS = {
+    TASK_FAILURES: ("Failed task attempts by category and reason.", ("dag_id", "task_id", "category", "reason")),
+    INFRASTRUCTURE_RETRIES: ("Retries charged to the platform budget.", ("dag_id", "task_id", "reason")),
+    DEADLINE_MISSES: ("Deadlines missed.", ("dag_id",)),
+}
+
+
+def _key(name: str) -> str:
+    return f"orchestrator:metrics:{name}"
+
+
+def increment(name: str, amount: int = 1, **labels: str) -> None:
+    """Add to a counter; a metrics outage is logged, never raised into the caller."""
+    label_names = METRICS[name][1]
+    field = json.dumps([str(labels[label]) for label in label_names])
+    try:
+        get_redis().hincrby(_key(name), field, amount)
+    except Exception:
+        log.warning("could not record metric %s", name, exc_info=True)
+
+
+def read(name: str) -> list[tuple[dict[str, str], int]]:
+    """Every labelled value of a counter."""
+    label_names = METRICS[name][1]
+    raw = get_redis().hgetall(_key(name))
+    return [(dict(zip(label_names, json.loads(field))), int(value)) for field, value in raw.items()]

@@ -1,0 +1,230 @@
+"""The metadata database: DAG definitions, runs, task instances, their attempts and the audit log.
+
+Task instance state changes go through `orchestrator.transitions.transition()` only.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+
+from retries.states import AttemptKind, RunState, TaskState, TriggerRule, choices
+
+IDENTIFIER = RegexValidator(r"^[A-Za-z0-9_.\-]{1,250}$", "Use 1-250 letters, digits, '_', '.' or '-'.")
+
+
+class Dag(models.Model):
+    dag_id = models.CharField(max_length=250, unique=True, validators=[IDENTIFIER])
+    description = models.TextField(blank=True, default="")
+    schedule = models.CharField(
+        max_length=120, blank=True, null=True, help_text="Cron expression, @hourly/@daily/@weekly/@monthly, or empty for manual only."
+    )
+    timezone = models.CharField(max_length=64, default="UTC")
+    start_date = models.DateTimeField(blank=True, null=True)
+    catchup = models.BooleanField(default=False)
+    paused = models.BooleanField(default=False)
+    max_active_runs = models.PositiveIntegerField(default=16)
+    default_args = models.JSONField(default=dict, blank=True)
+    # Scheduler bookkeeping: the logical date of the next scheduled run.
+    next_run_logical_date = models.DateTimeField(blank=True, null=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["dag_id"]
+        verbose_name = "DAG"
+        indexes = [
+            # run_scheduler: DAGs whose next scheduled run is due.
+            models.Index(fields=["next_run_logical_date"], name="dag_next_run_due", condition=Q(paused=False)),
+        ]
+
+    def __str__(self) -> str:
+        return self.dag_id
+
+
+class Task(models.Model):
+    dag = models.ForeignKey(Dag, on_delete=models.CASCADE, related_name="tasks")
+    task_id = models.CharField(max_length=250, validators=[IDENTIFIER])
+    python_callable = models.CharField(max_length=500, blank=True, default="")
+    bash_command = models.TextField(blank=True, default="")
+    op_kwargs = models.JSONField(default=dict, blank=True)
+    upstream = models.JSONField(default=list, blank=True, help_text="task_ids of this DAG")
+    trigger_rule = models.CharField(max_length=20, choices=choices(TriggerRule), default=TriggerRule.ALL_SUCCESS)
+    # Any default_args key set on this task alone (contract §2); merged over the DAG's.
+    args = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["dag", "position", "id"]
+        constraints = [models.UniqueConstraint(fields=["dag", "task_id"], name="task_unique_per_dag")]
+
+    def __str__(self) -> str:
+        return f"{self.dag.dag_id}.{self.task_id}"
+
+
+class DagRun(models.Model):
+    class RunType(models.TextChoices):
+        MANUAL = "manual"
+        SCHEDULED = "scheduled"
+
+    dag = models.ForeignKey(Dag, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=250)
+    run_type = models.CharField(max_length=16, choices=RunType.choices, default=RunType.MANUAL)
+    state = models.CharField(max_length=16, choices=choices(RunState), default=RunState.QUEUED)
+    conf = models.JSONField(default=dict, blank=True)
+    logical_date = models.DateTimeField()
+    queued_at = models.DateTimeField()
+    start_date = models.DateTimeField(blank=True, null=True)
+    end_date = models.DateTimeField(blank=True, null=True)
+    triggered_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        ordering = ["-queued_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["dag", "run_id"], name="dagrun_unique_run_id"),
+            # Two schedulers creating the same scheduled run: the second insert fails.
+            models.UniqueConstraint(
+                fields=["dag", "logical_date"], condition=Q(run_type="scheduled"), name="dagrun_unique_scheduled_date"
+            ),
+        ]
+        indexes = [
+            # run_scheduler: the unfinished runs it advances every pass.
+            models.Index(fields=["state"], name="dagrun_unfinished", condition=Q(state__in=["queued", "running"])),
+        ]
+        permissions = [("trigger_dagrun", "Can trigger DAG runs")]
+
+    def __str__(self) -> str:
+        return f"{self.dag.dag_id} {self.run_id}"
+
+
+class TaskInstance(models.Model):
+    dag_run = models.ForeignKey(DagRun, on_delete=models.CASCADE, related_name="task_instances")
+    # The definition it was created from; null once the task is removed from the DAG.
+    definition = models.ForeignKey(Task, on_delete=models.SET_NULL, null=True, blank=True, related_name="instances")
+    task_id = models.CharField(max_length=250)
+    state = models.CharField(max_length=20, choices=choices(TaskState), default=TaskState.NONE)
+    try_number = models.PositiveIntegerField(default=0)
+    max_tries = models.PositiveIntegerField(default=1)
+    infrastructure_try_number = models.PositiveIntegerField(default=0)
+    infrastructure_retry_limit = models.PositiveIntegerField(default=5)
+    # Platform requeues of pre-execution failures within the current user try.
+    pre_execution_tries = models.PositiveIntegerField(default=0)
+    # True when the next dispatch repeats the current user try (a platform retry).
+    retry_is_platform = models.BooleanField(default=False)
+    # Fencing token: grows by one on every dispatch; every report must carry the current one.
+    attempt_token = models.PositiveIntegerField(default=0)
+    queue = models.CharField(max_length=100, default="default")
+    next_retry_at = models.DateTimeField(blank=True, null=True)
+    queued_at = models.DateTimeField(blank=True, null=True)
+    start_date = models.DateTimeField(blank=True, null=True)
+    end_date = models.DateTimeField(blank=True, null=True)
+    heartbeat_at = models.DateTimeField(blank=True, null=True)
+    failure_fingerprint = models.CharField(max_length=12, blank=True, null=True)
+    fingerprint_streak = models.PositiveIntegerField(default=0)
+    last_failure_context = models.JSONField(blank=True, null=True)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    worker_name = models.CharField(max_length=255, blank=True, default="")
+    pid = models.IntegerField(blank=True, null=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["dag_run", "id"]
+        constraints = [models.UniqueConstraint(fields=["dag_run", "task_id"], name="ti_unique_per_run")]
+        indexes = [
+            # run_scheduler: tasks waiting to be dispatched or watched for lost workers/jobs.
+            models.Index(
+                fields=["state", "next_retry_at"],
+                name="ti_schedulable",
+                condition=Q(state__in=["none", "scheduled", "up_for_retry", "queued", "running"]),
+            ),
+            # /api/v1/failures and the failures page.
+            models.Index(fields=["state", "dag_run"], name="ti_state_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} ({self.state})"
+
+    @property
+    def job_id(self) -> str:
+        return job_id_for(self.pk, self.attempt_token)
+
+
+def job_id_for(task_instance_id: int, attempt_token: int) -> str:
+    """The RQ job id of one dispatch: derived from the task instance and its attempt token."""
+    return f"ti-{task_instance_id}-{attempt_token}"
+
+
+class TaskAttempt(models.Model):
+    """One dispatch of a task instance to a worker, whether or not its process ever started."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCESS = "success"
+        FAILED = "failed"
+
+    task_instance = models.ForeignKey(TaskInstance, on_delete=models.CASCADE, related_name="attempts")
+    attempt_token = models.PositiveIntegerField()
+    try_number = models.PositiveIntegerField()
+    infrastructure_try_number = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=choices(AttemptKind), default=AttemptKind.USER)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    queued_at = models.DateTimeField()
+    start_date = models.DateTimeField(blank=True, null=True)
+    end_date = models.DateTimeField(blank=True, null=True)
+    context = models.JSONField(blank=True, null=True)
+    fingerprint = models.CharField(max_length=12, blank=True, null=True)
+    result = models.JSONField(blank=True, null=True)
+    stdout = models.TextField(blank=True, default="")
+    stderr = models.TextField(blank=True, default="")
+    output_truncated = models.BooleanField(default=False)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    worker_name = models.CharField(max_length=255, blank=True, default="")
+    pid = models.IntegerField(blank=True, null=True)
+
+    class Meta:
+        ordering = ["task_instance", "attempt_token"]
+        constraints = [
+            models.UniqueConstraint(fields=["task_instance", "attempt_token"], name="attempt_unique_token")
+        ]
+        indexes = [
+            # /api/v1/failures?since=: failed attempts by time.
+            models.Index(fields=["end_date"], name="attempt_failed_end", condition=Q(state="failed")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_instance_id}#{self.attempt_token} {self.state}"
+
+
+class AuditLog(models.Model):
+    """Who did what to which task or run, and what it was before."""
+
+    at = models.DateTimeField(auto_now_add=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    username = models.CharField(max_length=150, blank=True, default="")
+    action = models.CharField(max_length=40)
+    dag_id = models.CharField(max_length=250)
+    run_id = models.CharField(max_length=250, blank=True, default="")
+    task_id = models.CharField(max_length=250, blank=True, default="")
+    prior_state = models.CharField(max_length=20, blank=True, default="")
+    new_state = models.CharField(max_length=20, blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.username} {self.action} {self.dag_id}/{self.run_id}/{self.task_id}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for API clients; only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(blank=True, null=True)
+
+    def __str__(self) -> str:
+        return f"token of {self.user} ({self.created_at:%Y-%m-%d})"

@@ -1,0 +1,267 @@
+"""What a worker (or the scheduler, for what no worker can report) tells the database.
+
+Every function takes the attempt token it was dispatched with; a report for an attempt
+that is no longer current changes nothing and returns False/None.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from deadlines import lifecycle
+from orchestrator import metrics
+from orchestrator.clock import Now
+from orchestrator.listeners import notify
+from orchestrator.models import TaskAttempt, TaskInstance
+from orchestrator.taskconfig import merge_args, platform_settings, retry_args
+from orchestrator.transitions import transition
+from retries.context import ExecutionContext
+from retries.policy import Budget, Decision, decide
+from retries.states import AttemptKind, Category, TaskState
+
+log = logging.getLogger(__name__)
+
+_rng = random.SystemRandom()
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    hostname: str
+    worker_name: str
+    pid: int | None = None
+
+
+def load(task_instance_id: int) -> TaskInstance | None:
+    return (
+        TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition")
+        .filter(pk=task_instance_id)
+        .first()
+    )
+
+
+def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> TaskInstance | None:
+    """A worker took the job: record who holds it if the dispatch is still current, else None."""
+    won = transition(
+        task_instance_id,
+        expected=[TaskState.QUEUED],
+        token=token,
+        hostname=worker.hostname,
+        worker_name=worker.worker_name,
+        pid=worker.pid,
+        heartbeat_at=Now(),
+    )
+    if not won:
+        return None
+    TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token).update(
+        hostname=worker.hostname, worker_name=worker.worker_name, pid=worker.pid
+    )
+    return load(task_instance_id)
+
+
+def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, now: datetime | None = None) -> bool:
+    """The task process's "running" handshake: from here on it is no pre-execution failure."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        won = transition(
+            task_instance_id,
+            expected=[TaskState.QUEUED],
+            token=token,
+            state=TaskState.RUNNING,
+            start_date=now,
+            end_date=None,
+            heartbeat_at=Now(),
+            pid=pid,
+        )
+        if not won:
+            return False
+        TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token).update(
+            state=TaskAttempt.State.RUNNING, start_date=now, pid=pid
+        )
+        ti = load(task_instance_id)
+        lifecycle.task_started(ti, now)
+    notify("on_task_instance_running", task_instance=ti)
+    return True
+
+
+def heartbeat(task_instance_id: int, token: int) -> bool:
+    """False means the attempt was superseded: the supervisor must kill its task at once."""
+    return transition(
+        task_instance_id,
+        expected=[TaskState.QUEUED, TaskState.RUNNING],
+        token=token,
+        heartbeat_at=Now(),
+    )
+
+
+def report_success(
+    task_instance_id: int,
+    token: int,
+    *,
+    result: Any = None,
+    stdout: str = "",
+    stderr: str = "",
+    output_truncated: bool = False,
+    now: datetime | None = None,
+) -> bool:
+    now = now or timezone.now()
+    with transaction.atomic():
+        won = transition(
+            task_instance_id,
+            expected=[TaskState.RUNNING],
+            token=token,
+            state=TaskState.SUCCESS,
+            end_date=now,
+            next_retry_at=None,
+            heartbeat_at=None,
+        )
+        if not won:
+            return False
+        TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token).update(
+            state=TaskAttempt.State.SUCCESS,
+            end_date=now,
+            result=result,
+            stdout=stdout,
+            stderr=stderr,
+            output_truncated=output_truncated,
+        )
+        ti = load(task_instance_id)
+        lifecycle.task_finished(ti, now)
+    notify("on_task_instance_success", task_instance=ti)
+    _advance(ti.dag_run_id)
+    return True
+
+
+def report_failure(
+    task_instance_id: int,
+    token: int,
+    context: ExecutionContext,
+    *,
+    fingerprint: str | None = None,
+    retry_after: float | None = None,
+    error: BaseException | str | None = None,
+    stdout: str = "",
+    stderr: str = "",
+    output_truncated: bool = False,
+    expected: tuple[TaskState, ...] = (TaskState.QUEUED, TaskState.RUNNING),
+    now: datetime | None = None,
+) -> Decision | None:
+    """Charge a failed attempt to the right budget and move the task on; None if the report is stale."""
+    now = now or timezone.now()
+    ti = load(task_instance_id)
+    if ti is None or ti.attempt_token != token or ti.state not in expected:
+        return None
+    decision = decide_for(ti, context, fingerprint=fingerprint, retry_after=retry_after, now=now)
+    previous_state = ti.state
+    final = decision.next_state in (TaskState.FAILED,)
+    with transaction.atomic():
+        won = transition(
+            ti.pk,
+            expected=[previous_state],
+            token=token,
+            state=decision.next_state,
+            next_retry_at=decision.next_retry_at,
+            infrastructure_try_number=decision.infrastructure_try_number,
+            pre_execution_tries=decision.pre_execution_tries,
+            retry_is_platform=decision.is_platform_retry,
+            failure_fingerprint=decision.fingerprint,
+            fingerprint_streak=decision.fingerprint_streak,
+            last_failure_context={**decision.task_context.to_dict(), "at": now.isoformat()},
+            end_date=now,
+            heartbeat_at=None,
+        )
+        if not won:
+            return None
+        attempt_fingerprint = fingerprint if decision.attempt_context.category is Category.APPLICATION else None
+        TaskAttempt.objects.filter(task_instance_id=ti.pk, attempt_token=token).update(
+            state=TaskAttempt.State.FAILED,
+            end_date=now,
+            kind=decision.kind,
+            context=decision.attempt_context.to_dict(),
+            fingerprint=attempt_fingerprint,
+            stdout=stdout,
+            stderr=stderr,
+            output_truncated=output_truncated,
+        )
+        ti = load(ti.pk)
+        if final:
+            lifecycle.task_finished(ti, now)
+    _after_failure(ti, previous_state, decision, error)
+    return decision
+
+
+def decide_for(
+    ti: TaskInstance,
+    context: ExecutionContext,
+    *,
+    fingerprint: str | None,
+    retry_after: float | None,
+    now: datetime,
+) -> Decision:
+    task = ti.definition
+    dag = ti.dag_run.dag
+    args = merge_args(dag.default_args, task.args if task else {})
+    args["infrastructure_retry_limit"] = ti.infrastructure_retry_limit
+    budget = Budget(
+        try_number=ti.try_number,
+        max_tries=ti.max_tries,
+        infrastructure_try_number=ti.infrastructure_try_number,
+        pre_execution_tries=ti.pre_execution_tries,
+        last_fingerprint=ti.failure_fingerprint,
+        fingerprint_streak=ti.fingerprint_streak,
+    )
+    return decide(
+        context,
+        budget,
+        retry_args(args),
+        platform_settings(),
+        now=now,
+        rng=_rng,
+        fingerprint=fingerprint,
+        retry_after=retry_after,
+    )
+
+
+def _after_failure(ti: TaskInstance, previous_state: str, decision: Decision, error: BaseException | str | None) -> None:
+    dag_id = ti.dag_run.dag.dag_id
+    attempt_context = decision.attempt_context
+    metrics.increment(
+        metrics.TASK_FAILURES,
+        dag_id=dag_id,
+        task_id=ti.task_id,
+        category=attempt_context.category.value,
+        reason=attempt_context.reason.value,
+    )
+    if decision.kind is AttemptKind.PLATFORM:
+        metrics.increment(metrics.INFRASTRUCTURE_RETRIES, dag_id=dag_id, task_id=ti.task_id, reason=attempt_context.reason.value)
+    log.info(
+        "task %s.%s run %s attempt failed: %s/%s (%s budget) -> %s",
+        dag_id, ti.task_id, ti.dag_run.run_id, attempt_context.category, attempt_context.reason, decision.kind, decision.next_state,
+    )
+    notify(
+        "on_task_instance_failed",
+        previous_state=previous_state,
+        task_instance=ti,
+        error=error,
+        execution_context=attempt_context,
+    )
+    if decision.next_state is TaskState.DEAD_LETTER:
+        notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
+    if decision.next_state is TaskState.FAILED:
+        _advance(ti.dag_run_id)
+
+
+def _advance(dag_run_id: int) -> None:
+    """Move the run on at once (downstream tasks, run end) instead of at the next scheduler pass."""
+    from orchestrator.scheduler import advance_run
+
+    try:
+        advance_run(dag_run_id)
+    except Exception:
+        # The scheduler's next pass does the same work; never fail a report for it.
+        log.exception("could not advance run %s after a report", dag_run_id)

@@ -1,0 +1,59 @@
+"""Trigger rules (contract §2): whether a task may run given its upstream tasks' states. Pure."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+from retries.states import TaskState, TriggerRule
+
+DONE = frozenset({TaskState.SUCCESS, TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.REMOVED})
+FAILED_LIKE = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED})
+
+
+class Readiness(StrEnum):
+    WAIT = "wait"
+    RUN = "run"
+    UPSTREAM_FAILED = "upstream_failed"
+    SKIPPED = "skipped"
+
+
+def readiness(rule: str, upstream_states: Iterable[str]) -> Readiness:
+    """A dead-lettered upstream is not done: its downstream waits until an operator acts."""
+    states = [TaskState(s) for s in upstream_states]
+    if not states:
+        return Readiness.RUN
+    all_done = all(s in DONE for s in states)
+    any_failed = any(s in FAILED_LIKE for s in states)
+    any_success = any(s is TaskState.SUCCESS for s in states)
+    match TriggerRule(rule):
+        case TriggerRule.ALL_SUCCESS:
+            if any_failed:
+                return Readiness.UPSTREAM_FAILED
+            if not all_done:
+                return Readiness.WAIT
+            if all(s in (TaskState.SUCCESS, TaskState.REMOVED) for s in states):
+                return Readiness.RUN
+            return Readiness.SKIPPED
+        case TriggerRule.ALL_DONE:
+            return Readiness.RUN if all_done else Readiness.WAIT
+        case TriggerRule.ONE_SUCCESS:
+            if any_success:
+                return Readiness.RUN
+            return Readiness.UPSTREAM_FAILED if all_done else Readiness.WAIT
+        case TriggerRule.ONE_FAILED:
+            if any_failed:
+                return Readiness.RUN
+            return Readiness.SKIPPED if all_done else Readiness.WAIT
+        case TriggerRule.NONE_FAILED:
+            if any_failed:
+                return Readiness.UPSTREAM_FAILED
+            return Readiness.RUN if all_done else Readiness.WAIT
+    raise ValueError(f"unknown trigger rule {rule!r}")
+
+
+def run_outcome(task_states: Iterable[str]) -> str | None:
+    """The run's final state once every task is done, else None (still running)."""
+    states = [TaskState(s) for s in task_states]
+    if not all(s in DONE for s in states):
+        return None
+    return "failed" if any(s in FAILED_LIKE for s in states) else "success"

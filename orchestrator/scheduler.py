@@ -1,0 +1,262 @@
+"""The scheduler pass: create due runs, move runs on, find what no worker can report.
+
+`schedule_once(now)` is one pass; the run_scheduler command is a small loop around it.
+Several schedulers may run at once: every change is a conditional update, and on PostgreSQL
+runs are claimed with SELECT ... FOR UPDATE SKIP LOCKED so two schedulers split the work.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from deadlines import lifecycle
+from orchestrator import schedules
+from orchestrator.clock import db_now
+from orchestrator.dispatch import dispatch
+from orchestrator.listeners import notify
+from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
+from orchestrator.redis_conn import get_redis
+from orchestrator.reporting import report_failure
+from orchestrator.rules import Readiness, readiness, run_outcome
+from orchestrator.runs import create_run
+from orchestrator.transitions import transition
+from retries.context import ExecutionContext
+from retries.states import PreExecutionReason, Reason, RunState, Source, TaskState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassReport:
+    runs_created: int = 0
+    tasks_dispatched: int = 0
+    runs_finished: int = 0
+    lost: list[str] = field(default_factory=list)
+
+
+def schedule_once(now: datetime | None = None) -> PassReport:
+    """One scheduler pass. Each step handles its own items and never stops the others."""
+    now = now or timezone.now()
+    report = PassReport()
+    for step in (_create_due_runs, _advance_unfinished_runs, _find_lost_tasks):
+        try:
+            step(now, report)
+        except Exception:
+            log.exception("scheduler step %s failed; continuing", step.__name__)
+    return report
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+def _create_due_runs(now: datetime, report: PassReport) -> None:
+    dags = Dag.objects.filter(paused=False).exclude(schedule__isnull=True).exclude(schedule="")
+    for dag in dags:
+        if create_due_run(dag, now):
+            report.runs_created += 1
+
+
+def create_due_run(dag: Dag, now: datetime) -> DagRun | None:
+    """Create the DAG's next scheduled run if its time has come."""
+    if dag.next_run_logical_date is None:
+        first = schedules.first_run_date(dag.schedule, dag.timezone, dag.start_date, dag.catchup, now)
+        Dag.objects.filter(pk=dag.pk, next_run_logical_date__isnull=True).update(next_run_logical_date=first)
+        dag.refresh_from_db(fields=["next_run_logical_date"])
+    due = dag.next_run_logical_date
+    if due is None or due > now:
+        return None
+    if not dag.catchup:
+        due = schedules.latest_due(dag.schedule, dag.timezone, due, now)
+    active = DagRun.objects.filter(dag=dag, state__in=[RunState.QUEUED, RunState.RUNNING]).count()
+    if active >= dag.max_active_runs:
+        return None
+    following = schedules.next_after(dag.schedule, dag.timezone, due)
+    # Only the scheduler that moves the bookmark creates the run.
+    with transaction.atomic():
+        moved = Dag.objects.filter(pk=dag.pk, next_run_logical_date=dag.next_run_logical_date).update(
+            next_run_logical_date=following
+        )
+        if not moved:
+            return None
+        try:
+            with transaction.atomic():
+                return create_run(dag, run_type=DagRun.RunType.SCHEDULED, logical_date=due, now=now)
+        except IntegrityError:
+            return None
+
+
+def _advance_unfinished_runs(now: datetime, report: PassReport) -> None:
+    run_ids = list(
+        DagRun.objects.filter(state__in=[RunState.QUEUED, RunState.RUNNING]).order_by("queued_at").values_list("pk", flat=True)
+    )
+    for run_id in run_ids:
+        try:
+            dispatched, finished = advance_run(run_id, now, skip_locked=True)
+        except Exception:
+            log.exception("could not advance run %s", run_id)
+            continue
+        report.tasks_dispatched += dispatched
+        report.runs_finished += int(finished)
+
+
+def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bool = False) -> tuple[int, bool]:
+    """Start the run, settle tasks whose upstreams are done, dispatch ready ones, end the run.
+
+    Returns (tasks dispatched, whether the run finished). Safe to call from any process at
+    any time: each change is conditional, so concurrent callers cannot double-dispatch. On
+    PostgreSQL the run row is locked for the pass; schedulers skip a run another process
+    holds (`skip_locked`), while a worker that just finished a task waits for it, so its
+    downstream tasks are dispatched at once.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        rows = DagRun.objects.select_related("dag").filter(pk=dag_run_id)
+        if connection.vendor == "postgresql":
+            rows = rows.select_for_update(skip_locked=skip_locked, of=("self",))
+        run = rows.first()
+        if run is None or run.state not in (RunState.QUEUED, RunState.RUNNING):
+            return 0, False
+        if run.state == RunState.QUEUED and not _start_run(run, now):
+            return 0, False
+        if run.dag.paused:
+            return 0, False
+        dispatched = 0
+        # Settling one task can make its downstream ready: repeat until nothing changes.
+        changed = True
+        while changed:
+            instances = list(run.task_instances.select_related("definition"))
+            states = {ti.task_id: ti.state for ti in instances}
+            changed = False
+            for ti in instances:
+                if ti.state == TaskState.NONE:
+                    changed |= _settle(ti, states, now)
+                elif _due(ti, now) and dispatch(ti, now):
+                    dispatched += 1
+        return dispatched, _finish_if_done(run, now)
+
+
+def _due(ti: TaskInstance, now: datetime) -> bool:
+    return ti.state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (
+        ti.next_retry_at is None or ti.next_retry_at <= now
+    )
+
+
+def _start_run(run: DagRun, now: datetime) -> bool:
+    running = DagRun.objects.filter(dag_id=run.dag_id, state=RunState.RUNNING).count()
+    if running >= run.dag.max_active_runs:
+        return False
+    started = DagRun.objects.filter(pk=run.pk, state=RunState.QUEUED).update(state=RunState.RUNNING, start_date=now)
+    run.refresh_from_db()
+    return bool(started) or run.state == RunState.RUNNING
+
+
+def _settle(ti: TaskInstance, states: dict[str, str], now: datetime) -> bool:
+    """Decide a waiting task: ready (scheduled), upstream_failed, skipped or removed."""
+    if ti.definition is None:
+        won = transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, state=TaskState.REMOVED, end_date=now)
+        return _record(ti, states, TaskState.REMOVED, won)
+    upstream_states = [states.get(u, TaskState.REMOVED) for u in ti.definition.upstream]
+    verdict = readiness(ti.definition.trigger_rule, upstream_states)
+    if verdict is Readiness.WAIT:
+        return False
+    target = {
+        Readiness.RUN: TaskState.SCHEDULED,
+        Readiness.UPSTREAM_FAILED: TaskState.UPSTREAM_FAILED,
+        Readiness.SKIPPED: TaskState.SKIPPED,
+    }[verdict]
+    changes = {"state": target}
+    if target != TaskState.SCHEDULED:
+        changes["end_date"] = now
+    won = transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, **changes)
+    if won and target != TaskState.SCHEDULED:
+        ti.state = target
+        lifecycle.task_finished(ti, now)
+    return _record(ti, states, target, won)
+
+
+def _record(ti: TaskInstance, states: dict[str, str], target: TaskState, won: bool) -> bool:
+    if won:
+        states[ti.task_id] = target
+        ti.state = target
+    return won
+
+
+def _finish_if_done(run: DagRun, now: datetime) -> bool:
+    outcome = run_outcome(run.task_instances.values_list("state", flat=True))
+    if outcome is None:
+        return False
+    with transaction.atomic():
+        ended = DagRun.objects.filter(pk=run.pk, state=RunState.RUNNING).update(state=outcome, end_date=now)
+        if not ended:
+            return False
+        run.refresh_from_db()
+        lifecycle.run_finished(run, now)
+        hook = "on_dag_run_success" if outcome == RunState.SUCCESS else "on_dag_run_failed"
+        transaction.on_commit(lambda: notify(hook, dag_run=run))
+    return True
+
+
+# --- what no worker can report ------------------------------------------------------------------
+
+
+def _find_lost_tasks(now: datetime, report: PassReport) -> None:
+    db_time = db_now()
+    heartbeat_cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT))
+    # Running with a stale heartbeat: the worker or its machine died.
+    for ti in TaskInstance.objects.filter(state=TaskState.RUNNING, heartbeat_at__lt=heartbeat_cutoff):
+        context = ExecutionContext.of(
+            Reason.WORKER_LOST,
+            Source.SCHEDULER,
+            worker_name=ti.worker_name,
+            hostname=ti.hostname,
+            pid=ti.pid,
+            last_heartbeat=ti.heartbeat_at.isoformat() if ti.heartbeat_at else None,
+        )
+        if report_failure(ti.pk, ti.attempt_token, context, expected=(TaskState.RUNNING,), now=now):
+            report.lost.append(f"{ti.pk}:worker_lost")
+    # Queued, taken by a worker that stopped heartbeating before the task reported running.
+    for ti in TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__lt=heartbeat_cutoff):
+        context = ExecutionContext.of(
+            Reason.PRE_EXECUTION_FAILURE,
+            Source.SCHEDULER,
+            pre_execution_reason=PreExecutionReason.WORKER_DIED.value,
+            worker_name=ti.worker_name,
+            hostname=ti.hostname,
+        )
+        if report_failure(ti.pk, ti.attempt_token, context, expected=(TaskState.QUEUED,), now=now):
+            report.lost.append(f"{ti.pk}:pre_execution_failure")
+    _find_lost_jobs(now, db_time, report)
+
+
+def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> None:
+    """Queued and never taken, but its RQ job is gone (Redis restarted empty) or failed."""
+    cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
+    waiting = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True, queued_at__lt=cutoff))
+    if not waiting:
+        return
+    redis = get_redis()
+    pipe = redis.pipeline(transaction=False)
+    for ti in waiting:
+        pipe.hget(f"rq:job:{job_id_for(ti.pk, ti.attempt_token)}", "status")
+    statuses = pipe.execute()
+    for ti, status in zip(waiting, statuses):
+        status = status.decode() if isinstance(status, bytes) else status
+        if status in ("queued", "started", "deferred", "scheduled"):
+            continue  # still on its way to a worker
+        if status is None:
+            context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=job_id_for(ti.pk, ti.attempt_token))
+        else:
+            # RQ gave up on it (e.g. abandoned after its worker died) before our code ran.
+            context = ExecutionContext.of(
+                Reason.PRE_EXECUTION_FAILURE,
+                Source.SCHEDULER,
+                pre_execution_reason=PreExecutionReason.WORKER_DIED.value,
+                job_status=status,
+            )
+        if report_failure(ti.pk, ti.attempt_token, context, expected=(TaskState.QUEUED,), now=now):
+            report.lost.append(f"{ti.pk}:{context.reason}")

@@ -1,0 +1,66 @@
+"""A task's effective settings: system defaults, then the DAG's default_args, then the task's own."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from retries.policy import PlatformSettings, RetryArgs
+
+ARG_KEYS = (
+    "retries",
+    "retry_delay",
+    "retry_backoff",
+    "retry_max_delay",
+    "retry_jitter",
+    "execution_timeout",
+    "kill_grace",
+    "infrastructure_retry_limit",
+    "poison_threshold",
+    "queue",
+)
+
+
+def system_defaults() -> dict[str, Any]:
+    """Defaults when neither the DAG nor the task sets a key (read at call time)."""
+    return {
+        "retries": 0,
+        "retry_delay": 2.0,
+        "retry_backoff": "exponential",
+        "retry_max_delay": 600.0,
+        "retry_jitter": "full",
+        "execution_timeout": None,
+        "kill_grace": settings.ORCHESTRATOR_KILL_GRACE,
+        "infrastructure_retry_limit": settings.ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET,
+        # 0 = never dead-letter: poison detection is opt-in per DAG or task.
+        "poison_threshold": 0,
+        "queue": "default",
+    }
+
+
+def merge_args(dag_default_args: dict[str, Any] | None, task_args: dict[str, Any] | None) -> dict[str, Any]:
+    return {**system_defaults(), **(dag_default_args or {}), **(task_args or {})}
+
+
+def effective_args(task) -> dict[str, Any]:
+    """`task` is an orchestrator.models.Task (with its dag loaded or loadable)."""
+    return merge_args(task.dag.default_args, task.args)
+
+
+def retry_args(args: dict[str, Any]) -> RetryArgs:
+    return RetryArgs(
+        retry_delay=float(args["retry_delay"]),
+        retry_backoff=str(args["retry_backoff"]),
+        retry_max_delay=float(args["retry_max_delay"]),
+        retry_jitter=str(args["retry_jitter"]),
+        infrastructure_retry_limit=int(args["infrastructure_retry_limit"]),
+        poison_threshold=int(args["poison_threshold"]),
+    )
+
+
+def platform_settings() -> PlatformSettings:
+    return PlatformSettings(
+        infrastructure_retry_delay=float(settings.ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY),
+        pre_execution_retries=int(settings.ORCHESTRATOR_PRE_EXECUTION_RETRIES),
+        pre_execution_excluded_reasons=frozenset(settings.ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS),
+    )

@@ -1,0 +1,4 @@
+"""Operator pages (login required)."""
+from django.urls import path
+
+urlpatterns: list = []

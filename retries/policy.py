@@ -1,0 +1,187 @@
+"""The decision table of contract §4: what a failed attempt charges and where the task goes next.
+
+`decide()` is the only place that turns a failure into a next state. The worker, the scheduler
+and the API call it; they never pick a retry state themselves.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from retries.backoff import retry_delay_seconds
+from retries.context import ExecutionContext
+from retries.states import AttemptKind, Category, Reason, TaskState
+
+# Infrastructure reasons that the platform budget retries.
+PLATFORM_RETRYABLE = frozenset(
+    {
+        Reason.WORKER_TERMINATION,
+        Reason.WORKER_LOST,
+        Reason.RESOURCE_EXHAUSTION,
+        Reason.DB_CONNECTION_ERROR,
+        Reason.PRE_EXECUTION_FAILURE,
+        Reason.QUEUE_LOST,
+        Reason.OPERATOR_RECLASSIFIED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class RetryArgs:
+    """The task's effective retry settings (default_args merged with its own)."""
+
+    retry_delay: float = 2.0
+    retry_backoff: str = "exponential"
+    retry_max_delay: float = 600.0
+    retry_jitter: str = "full"
+    infrastructure_retry_limit: int = 5
+    poison_threshold: int = 2
+
+
+@dataclass(frozen=True)
+class PlatformSettings:
+    infrastructure_retry_delay: float = 10.0
+    pre_execution_retries: int = 1
+    pre_execution_excluded_reasons: frozenset[str] = frozenset({"error"})
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The counters of a task instance that the decision reads."""
+
+    try_number: int
+    max_tries: int
+    infrastructure_try_number: int
+    pre_execution_tries: int = 0  # platform requeues of pre-execution failures in this user try
+    last_fingerprint: str | None = None
+    fingerprint_streak: int = 0  # consecutive user failures with last_fingerprint
+
+
+@dataclass(frozen=True)
+class Decision:
+    next_state: TaskState
+    kind: AttemptKind  # which budget the failed attempt was charged to
+    attempt_context: ExecutionContext  # the context recorded on the attempt
+    task_context: ExecutionContext  # the task's last_failure_context
+    next_retry_at: datetime | None
+    infrastructure_try_number: int
+    pre_execution_tries: int
+    fingerprint: str | None
+    fingerprint_streak: int
+
+    @property
+    def is_platform_retry(self) -> bool:
+        return self.kind is AttemptKind.PLATFORM
+
+
+def decide(
+    context: ExecutionContext,
+    budget: Budget,
+    args: RetryArgs,
+    platform: PlatformSettings,
+    *,
+    now: datetime,
+    rng: random.Random,
+    fingerprint: str | None = None,
+    retry_after: float | None = None,
+) -> Decision:
+    """Charge one failed attempt to the right budget and choose the task's next state."""
+    if context.category is Category.INFRASTRUCTURE and context.reason in PLATFORM_RETRYABLE:
+        platform_decision = _platform_retry(context, budget, args, platform, now)
+        if platform_decision is not None:
+            return platform_decision
+        if context.reason is Reason.PRE_EXECUTION_FAILURE:
+            # Excluded kind or spent per-try allowance: the user sees it as a startup error.
+            context = context.with_reason(Reason.STARTUP_ERROR)
+    return _user_charge(context, budget, args, now=now, rng=rng, fingerprint=fingerprint, retry_after=retry_after)
+
+
+def _platform_retry(
+    context: ExecutionContext,
+    budget: Budget,
+    args: RetryArgs,
+    platform: PlatformSettings,
+    now: datetime,
+) -> Decision | None:
+    """A retry on the platform budget, or None when it does not apply and the user pays."""
+    if budget.infrastructure_try_number >= args.infrastructure_retry_limit:
+        return None
+    pre_execution_tries = budget.pre_execution_tries
+    if context.reason is Reason.PRE_EXECUTION_FAILURE:
+        kind = str(context.metadata.get("pre_execution_reason", "")).lower()
+        if kind in platform.pre_execution_excluded_reasons:
+            return None
+        if pre_execution_tries >= platform.pre_execution_retries:
+            return None
+        pre_execution_tries += 1
+    return Decision(
+        next_state=TaskState.SCHEDULED,
+        kind=AttemptKind.PLATFORM,
+        attempt_context=context,
+        task_context=context,
+        next_retry_at=now + timedelta(seconds=platform.infrastructure_retry_delay),
+        infrastructure_try_number=budget.infrastructure_try_number + 1,
+        pre_execution_tries=pre_execution_tries,
+        # Platform attempts are not user attempts: they neither break nor extend a poison streak.
+        fingerprint=budget.last_fingerprint,
+        fingerprint_streak=budget.fingerprint_streak,
+    )
+
+
+def _user_charge(
+    context: ExecutionContext,
+    budget: Budget,
+    args: RetryArgs,
+    *,
+    now: datetime,
+    rng: random.Random,
+    fingerprint: str | None,
+    retry_after: float | None,
+) -> Decision:
+    if context.category is not Category.APPLICATION:
+        # Only application failures have a fingerprint (contract §3): a timeout, or an
+        # infrastructure failure that fell through to the user budget, breaks a poison streak.
+        fingerprint = None
+    if fingerprint is not None and fingerprint == budget.last_fingerprint:
+        streak = budget.fingerprint_streak + 1
+    else:
+        streak = 1 if fingerprint is not None else 0
+    common = dict(
+        kind=AttemptKind.USER,
+        attempt_context=context,
+        infrastructure_try_number=budget.infrastructure_try_number,
+        # This user try is over: the next one gets its own pre-execution allowance.
+        pre_execution_tries=0,
+        fingerprint=fingerprint if fingerprint is not None else budget.last_fingerprint,
+        fingerprint_streak=streak,
+    )
+    if context.reason is Reason.NON_RETRYABLE:
+        return Decision(next_state=TaskState.FAILED, task_context=context, next_retry_at=None, **common)
+    if fingerprint is not None and args.poison_threshold > 0 and streak >= args.poison_threshold:
+        poisoned = context.with_reason(
+            Reason.POISONED,
+            original_reason=context.reason.value,
+            fingerprint=fingerprint,
+            consecutive_failures=streak,
+        )
+        return Decision(next_state=TaskState.DEAD_LETTER, task_context=poisoned, next_retry_at=None, **common)
+    if budget.try_number >= budget.max_tries:
+        return Decision(next_state=TaskState.FAILED, task_context=context, next_retry_at=None, **common)
+    if retry_after is not None:
+        delay = max(0.0, float(retry_after))
+    else:
+        delay = retry_delay_seconds(
+            max(1, budget.try_number),
+            retry_delay=args.retry_delay,
+            backoff=args.retry_backoff,
+            max_delay=args.retry_max_delay,
+            jitter=args.retry_jitter,
+            rng=rng,
+        )
+    return Decision(
+        next_state=TaskState.UP_FOR_RETRY,
+        task_context=context,
+        next_retry_at=now + timedelta(seconds=delay),
+        **common,
+    )

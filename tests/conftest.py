@@ -1,0 +1,78 @@
+"""Shared fixtures: personas, and helpers to run real workers and schedulers against the test database."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def process_env(transactional_db) -> dict[str, str]:
+    """Environment for a child process that talks to this test's database and Redis."""
+    env = dict(os.environ)
+    settings_dict = connection.settings_dict
+    if settings_dict["ENGINE"].endswith("postgresql"):
+        user = settings_dict.get("USER") or "postgres"
+        host = settings_dict.get("HOST") or "127.0.0.1"
+        port = settings_dict.get("PORT") or 5432
+        env["DATABASE_URL"] = f"postgres://{user}@{host}:{port}/{settings_dict['NAME']}"
+    else:  # SQLite: the test database must be a file for other processes to see it
+        env["DATABASE_URL"] = f"sqlite:///{settings_dict['NAME']}"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("ORCHESTRATOR_HEARTBEAT_INTERVAL", "0.5")
+    env.setdefault("ORCHESTRATOR_HEARTBEAT_TIMEOUT", "5")
+    env.setdefault("ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY", "0")
+    env.setdefault("ORCHESTRATOR_KILL_GRACE", "1")
+    env.setdefault("ORCHESTRATOR_WORKER_SHUTDOWN_GRACE", "2")
+    return env
+
+
+@pytest.fixture
+def spawn(process_env) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start `manage.py <args>` as a real process; every process is killed at teardown."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            env={**process_env, **(env or {})},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.05, message: str = "") -> object:
+    """Poll `predicate` until it returns a truthy value, or fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
+        time.sleep(interval)
