@@ -1,0 +1,129 @@
+"""Dispatch, attempt tokens and the conditional state changes that make late reports harmless."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rq import Queue
+
+from orchestrator import reporting
+from orchestrator.models import TaskInstance, job_id_for
+from orchestrator.redis_conn import get_redis
+from orchestrator.runs import create_manual_run
+from orchestrator.scheduler import advance_run, schedule_once
+from retries.context import ExecutionContext
+from retries.states import Reason, Source, TaskState
+from tests.engine.factories import DagFactory, TaskFactory, diamond
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
+
+
+@pytest.fixture(autouse=True)
+def empty_queue():
+    Queue("default", connection=get_redis()).empty()
+    yield
+    Queue("default", connection=get_redis()).empty()
+
+
+def _ti(run, task_id: str) -> TaskInstance:
+    return TaskInstance.objects.get(dag_run=run, task_id=task_id)
+
+
+def _run_to_success(ti: TaskInstance) -> None:
+    assert reporting.claim(ti.pk, ti.attempt_token, WORKER)
+    assert reporting.mark_running(ti.pk, ti.attempt_token, pid=1)
+    assert reporting.report_success(ti.pk, ti.attempt_token, result={"ok": True})
+
+
+def test_it_dispatches_roots_with_a_job_per_attempt():
+    """Triggering queues only the root task, with RQ job id ti-<id>-<token>."""
+    run = create_manual_run(diamond())
+    a = _ti(run, "a")
+    assert a.state == TaskState.QUEUED and a.attempt_token == 1 and a.try_number == 1
+    assert _ti(run, "b").state == TaskState.NONE
+    job_ids = Queue("default", connection=get_redis()).job_ids
+    assert job_ids == [job_id_for(a.pk, 1)]
+    attempt = a.attempts.get()
+    assert (attempt.try_number, attempt.infrastructure_try_number, attempt.state) == (1, 0, "queued")
+
+
+def test_it_dispatches_downstream_tasks_as_soon_as_upstream_succeeds():
+    """A success enqueues ready downstream tasks at once, without a scheduler pass."""
+    run = create_manual_run(diamond())
+    _run_to_success(_ti(run, "a"))
+    assert _ti(run, "b").state == TaskState.QUEUED and _ti(run, "c").state == TaskState.QUEUED
+    assert _ti(run, "d").state == TaskState.NONE
+    _run_to_success(_ti(run, "b"))
+    assert _ti(run, "d").state == TaskState.NONE
+    _run_to_success(_ti(run, "c"))
+    _run_to_success(_ti(run, "d"))
+    run.refresh_from_db()
+    assert run.state == "success" and run.end_date is not None
+
+
+def test_it_ignores_a_report_from_an_older_attempt():
+    """After a platform retry re-dispatched the task, the old worker's reports change nothing."""
+    dag = DagFactory(default_args={"retries": 2})
+    TaskFactory(dag=dag, task_id="only")
+    run = create_manual_run(dag)
+    ti = _ti(run, "only")
+    old_token = ti.attempt_token
+    assert reporting.claim(ti.pk, old_token, WORKER)
+    assert reporting.mark_running(ti.pk, old_token)
+    lost = ExecutionContext.of(Reason.WORKER_LOST, Source.SCHEDULER)
+    decision = reporting.report_failure(ti.pk, old_token, lost, now=timezone.now() - timedelta(seconds=60))
+    assert decision.next_state is TaskState.SCHEDULED
+    advance_run(run.pk)
+    ti.refresh_from_db()
+    assert ti.state == TaskState.QUEUED and ti.attempt_token == old_token + 1 and ti.try_number == 1
+    # The presumed-lost worker comes back and reports.
+    assert not reporting.heartbeat(ti.pk, old_token)
+    assert not reporting.report_success(ti.pk, old_token)
+    assert reporting.report_failure(ti.pk, old_token, ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER)) is None
+    assert reporting.claim(ti.pk, old_token, WORKER) is None
+    ti.refresh_from_db()
+    assert ti.state == TaskState.QUEUED and ti.infrastructure_try_number == 1
+    kinds = list(ti.attempts.order_by("attempt_token").values_list("kind", "state"))
+    assert kinds == [("platform", "failed"), ("user", "queued")]
+
+
+def test_it_charges_user_retries_and_waits_for_the_backoff():
+    """An application failure goes up_for_retry; the next dispatch adds one to try_number."""
+    dag = DagFactory(default_args={"retries": 1, "retry_delay": 30, "retry_jitter": "none"})
+    TaskFactory(dag=dag, task_id="only")
+    run = create_manual_run(dag)
+    ti = _ti(run, "only")
+    reporting.claim(ti.pk, ti.attempt_token, WORKER)
+    reporting.mark_running(ti.pk, ti.attempt_token)
+    now = timezone.now()
+    boom = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, exception_type="ValueError")
+    decision = reporting.report_failure(ti.pk, ti.attempt_token, boom, fingerprint="abcdefabcdef", now=now)
+    assert decision.next_state is TaskState.UP_FOR_RETRY
+    assert decision.next_retry_at == now + timedelta(seconds=30)
+    schedule_once(now + timedelta(seconds=29))
+    assert _ti(run, "only").state == TaskState.UP_FOR_RETRY
+    schedule_once(now + timedelta(seconds=31))
+    ti = _ti(run, "only")
+    assert ti.state == TaskState.QUEUED and ti.try_number == 2
+    reporting.claim(ti.pk, ti.attempt_token, WORKER)
+    reporting.mark_running(ti.pk, ti.attempt_token)
+    assert reporting.report_failure(ti.pk, ti.attempt_token, boom, now=now).next_state is TaskState.FAILED
+    run.refresh_from_db()
+    assert run.state == "failed"
+    assert _ti(run, "only").last_failure_context["reason"] == "task_exception"
+
+
+def test_it_marks_downstream_upstream_failed_and_fails_the_run():
+    """When a task fails for good its downstream tasks become upstream_failed and the run fails."""
+    run = create_manual_run(diamond())
+    a = _ti(run, "a")
+    reporting.claim(a.pk, a.attempt_token, WORKER)
+    reporting.mark_running(a.pk, a.attempt_token)
+    reporting.report_failure(a.pk, a.attempt_token, ExecutionContext.of(Reason.NON_RETRYABLE, Source.WORKER))
+    states = dict(TaskInstance.objects.filter(dag_run=run).values_list("task_id", "state"))
+    assert states == {"a": "failed", "b": "upstream_failed", "c": "upstream_failed", "d": "upstream_failed"}
+    run.refresh_from_db()
+    assert run.state == "failed"
