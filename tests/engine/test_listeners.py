@@ -1,0 +1,51 @@
+"""Listener hooks receive every failure's context; a raising listener breaks nothing."""
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from orchestrator import reporting
+from orchestrator.models import TaskInstance
+from orchestrator.runs import create_manual_run
+from orchestrator.scheduler import advance_run
+from retries.context import ExecutionContext
+from retries.states import Category, Reason, Source
+from tests.engine import recording_listener
+from tests.engine.factories import DagFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORKER = reporting.WorkerInfo(hostname="h", worker_name="w", pid=1)
+
+
+@override_settings(
+    ORCHESTRATOR_LISTENERS=["tests.engine.recording_listener.broken", "tests.engine.recording_listener"],
+    ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY=0,
+)
+def test_it_calls_listeners_with_every_context_even_past_a_broken_one():
+    """Platform and user failures both reach on_task_instance_failed with their context; poison reaches dead_lettered."""
+    recording_listener.calls.clear()
+    dag = DagFactory(default_args={"retries": 3, "retry_delay": 0, "poison_threshold": 2})
+    TaskFactory(dag=dag, task_id="t")
+    run = create_manual_run(dag)
+    contexts = [
+        (ExecutionContext.of(Reason.WORKER_TERMINATION, Source.WORKER, signal=15), None),
+        (ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, exception_type="KeyError"), "aaaaaaaaaaaa"),
+        (ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, exception_type="KeyError"), "aaaaaaaaaaaa"),
+    ]
+    for context, fingerprint in contexts:
+        ti = TaskInstance.objects.get(dag_run=run)
+        assert reporting.claim(ti.pk, ti.attempt_token, WORKER)
+        assert reporting.mark_running(ti.pk, ti.attempt_token)
+        assert reporting.report_failure(ti.pk, ti.attempt_token, context, fingerprint=fingerprint)
+        advance_run(run.pk)
+    failed = [c for name, c in recording_listener.calls if name == "failed"]
+    assert [c["context"].reason for c in failed] == [Reason.WORKER_TERMINATION, Reason.TASK_EXCEPTION, Reason.TASK_EXCEPTION]
+    assert failed[0]["context"].category is Category.INFRASTRUCTURE and failed[0]["previous_state"] == "running"
+    assert [name for name, _ in recording_listener.calls].count("running") == 3
+    (dead,) = [c for name, c in recording_listener.calls if name == "dead_lettered"]
+    assert dead["context"].reason is Reason.POISONED and dead["context"].metadata["consecutive_failures"] == 2
+    ti = TaskInstance.objects.get(dag_run=run)
+    assert ti.state == "dead_letter" and ti.try_number == 2 and ti.infrastructure_try_number == 1
+    run.refresh_from_db()
+    assert run.state == "running"
