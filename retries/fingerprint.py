@@ -34,7 +34,8 @@ def fingerprint_of(exc: BaseException) -> str:
 
 def bash_fingerprint(exit_code: int, stderr_last_line: str) -> str:
     """Exit code plus the last stderr line with digits removed (timestamps, ids, counts)."""
-    return _digest("bash", str(exit_code), _DIGITS.sub("", stderr_last_line.strip()))
+    # Digits first, then whitespace: "exit status 3" and "exit status" leave the same text.
+    return _digest("bash", str(exit_code), _DIGITS.sub("", stderr_last_line).strip())
 
 
 def last_line(text: str) -> str:

@@ -13,6 +13,9 @@ from retries.backoff import retry_delay_seconds
 from retries.context import ExecutionContext
 from retries.states import AttemptKind, Category, Reason, TaskState
 
+# A RetryAfter of "forever" (inf, 1e300) would overflow a datetime: a year is the same answer.
+MAX_RETRY_AFTER_SECONDS = 365 * 24 * 3600.0
+
 # Infrastructure reasons that the platform budget retries.
 PLATFORM_RETRYABLE = frozenset(
     {
@@ -169,7 +172,8 @@ def _user_charge(
     if budget.try_number >= budget.max_tries:
         return Decision(next_state=TaskState.FAILED, task_context=context, next_retry_at=None, **common)
     if retry_after is not None:
-        delay = max(0.0, float(retry_after))
+        # Exactly what the task asked for, kept within what a datetime can hold.
+        delay = min(max(0.0, float(retry_after)), MAX_RETRY_AFTER_SECONDS)
     else:
         delay = retry_delay_seconds(
             max(1, budget.try_number),
