@@ -1,0 +1,1 @@
+"""Callables used by the example DAGs in `dags/`."""

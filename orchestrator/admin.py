@@ -1,0 +1,326 @@
+"""The Django admin: DAGs and tasks are edited here under the same rules as `import_dags`;
+runs, task instances, attempts and the audit log can be browsed but not changed."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Count, QuerySet
+from django.forms.models import BaseInlineFormSet
+from django.http import HttpRequest
+
+from deadlines.models import DeadlineDefinition
+from orchestrator.models import ApiToken, AuditLog, Dag, DagRun, Task, TaskAttempt, TaskInstance
+from orchestrator.runs import TriggerError, create_manual_run
+from orchestrator.specs.forms import (
+    DagForm,
+    DeadlineForm,
+    DeadlineInlineFormSet,
+    StandaloneTaskForm,
+    TaskDeadlineForm,
+    TaskDeadlineInlineFormSet,
+    TaskForm,
+    TaskInlineFormSet,
+)
+from orchestrator.specs.importer import SCHEDULE_FIELDS, refresh_fixed_datetimes
+
+DEADLINE_FIELDS = (
+    "reference",
+    "interval",
+    "datetime_text",
+    "callback",
+    "callback_kwargs",
+    "warn",
+    "days",
+    "skip_dates",
+)
+
+
+def save_in_order(formset: BaseInlineFormSet, **extra: Any) -> None:
+    """Save an inline formset with `position` = row order; `extra` attributes are set on every row."""
+    formset.save(commit=False)  # fills deleted_objects; nothing written yet
+    for obj in formset.deleted_objects:
+        obj.delete()  # first, so a new row may reuse a deleted row's task_id
+    for position, form in enumerate(formset.kept_forms()):
+        obj = form.instance
+        stale = {name: value for name, value in extra.items() if getattr(obj, name) != value}
+        for name, value in stale.items():
+            setattr(obj, name, value)
+        if obj.pk is None or form.has_changed() or obj.position != position or stale:
+            obj.position = position
+            obj.save()
+
+
+# --- DAGs and tasks -----------------------------------------------------------------------
+
+
+class TaskInline(admin.TabularInline):
+    model = Task
+    form = TaskForm
+    formset = TaskInlineFormSet
+    fields = (
+        "task_id",
+        "python_callable",
+        "bash_command",
+        "op_kwargs",
+        "upstream",
+        "trigger_rule",
+        "retries",
+        "execution_timeout",
+        "queue",
+        "args",
+    )
+    extra = 1
+    show_change_link = True
+
+
+class DagDeadlineInline(admin.StackedInline):
+    model = DeadlineDefinition
+    form = DeadlineForm
+    formset = DeadlineInlineFormSet
+    fields = DEADLINE_FIELDS
+    extra = 0
+    verbose_name = "DAG deadline"
+    verbose_name_plural = "DAG deadlines"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        # Task-level definitions share the DAG foreign key; they are edited on their task's page.
+        return super().get_queryset(request).filter(task__isnull=True)
+
+
+@admin.register(Dag)
+class DagAdmin(admin.ModelAdmin):
+    form = DagForm
+    inlines = [TaskInline, DagDeadlineInline]
+    list_display = ("dag_id", "schedule", "timezone", "paused", "task_count", "next_run_logical_date", "updated_at")
+    list_filter = ("paused", "catchup", "timezone")
+    search_fields = ("dag_id", "description")
+    readonly_fields = ("next_run_logical_date", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("dag_id", "description", "paused")}),
+        ("Schedule", {"fields": ("schedule", "timezone", "start_date", "catchup", "max_active_runs")}),
+        ("Task defaults", {"fields": ("default_args",)}),
+        ("Bookkeeping", {"fields": ("next_run_logical_date", "created_at", "updated_at"), "classes": ("collapse",)}),
+    )
+    actions = ["trigger_run", "pause", "unpause"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).annotate(task_total=Count("tasks"))
+
+    @admin.display(description="tasks", ordering="task_total")
+    def task_count(self, dag: Dag) -> int:
+        return dag.task_total
+
+    def save_model(self, request: HttpRequest, obj: Dag, form: DagForm, change: bool) -> None:
+        if change and SCHEDULE_FIELDS & set(form.changed_data):
+            obj.next_run_logical_date = None  # the scheduler recomputes it
+        super().save_model(request, obj, form, change)
+
+    def save_formset(self, request: HttpRequest, form: DagForm, formset: BaseInlineFormSet, change: bool) -> None:
+        if formset.model is DeadlineDefinition:
+            save_in_order(formset, task_id=None)
+        else:
+            save_in_order(formset)
+
+    def save_related(self, request: HttpRequest, form: DagForm, formsets: list, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        refresh_fixed_datetimes(form.instance)
+
+    @admin.action(description="Trigger a run of the selected DAGs", permissions=["trigger"])
+    def trigger_run(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for dag in queryset:
+            try:
+                run = create_manual_run(dag, conf={}, triggered_by=request.user.get_username())
+            except TriggerError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+                continue
+            audit(request, "trigger", dag.dag_id, run_id=run.run_id, new_state=run.state)
+            self.message_user(request, f"Triggered {dag.dag_id}: {run.run_id}", messages.SUCCESS)
+
+    def has_trigger_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("orchestrator.trigger_dagrun")
+
+    @admin.action(description="Pause the selected DAGs", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_paused(request, queryset, paused=True)
+
+    @admin.action(description="Unpause the selected DAGs", permissions=["change"])
+    def unpause(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_paused(request, queryset, paused=False)
+
+    def _set_paused(self, request: HttpRequest, queryset: QuerySet, *, paused: bool) -> None:
+        verb = "pause" if paused else "unpause"
+        dags = list(queryset.filter(paused=not paused))
+        Dag.objects.filter(pk__in=[dag.pk for dag in dags]).update(paused=paused)
+        for dag in dags:
+            audit(request, verb, dag.dag_id, prior_state=verb_state(not paused), new_state=verb_state(paused))
+        self.message_user(request, f"{verb.capitalize()}d {len(dags)} DAG{'s' if len(dags) != 1 else ''}.")
+
+
+def verb_state(paused: bool) -> str:
+    return "paused" if paused else "active"
+
+
+def audit(request: HttpRequest, action: str, dag_id: str, **fields: Any) -> None:
+    AuditLog.objects.create(
+        user=request.user, username=request.user.get_username(), action=action, dag_id=dag_id, **fields
+    )
+
+
+class TaskDeadlineInline(admin.StackedInline):
+    model = DeadlineDefinition
+    fk_name = "task"
+    form = TaskDeadlineForm
+    formset = TaskDeadlineInlineFormSet
+    fields = DEADLINE_FIELDS
+    extra = 0
+    verbose_name = "task deadline"
+    verbose_name_plural = "task deadlines"
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    form = StandaloneTaskForm
+    inlines = [TaskDeadlineInline]
+    list_display = ("task_id", "dag", "kind", "trigger_rule", "position")
+    list_filter = ("trigger_rule", "dag")
+    search_fields = ("task_id", "dag__dag_id", "python_callable", "bash_command")
+    list_select_related = ("dag",)
+    fields = (
+        "dag",
+        "task_id",
+        "python_callable",
+        "bash_command",
+        "op_kwargs",
+        "upstream",
+        "trigger_rule",
+        "retries",
+        "execution_timeout",
+        "queue",
+        "args",
+        "position",
+    )
+
+    @admin.display(description="kind")
+    def kind(self, task: Task) -> str:
+        return "python" if task.python_callable else "bash"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> tuple[str, ...]:
+        # Moving a task to another DAG would break the upstreams of both.
+        return ("dag",) if obj is not None else ()
+
+    def save_formset(
+        self, request: HttpRequest, form: StandaloneTaskForm, formset: BaseInlineFormSet, change: bool
+    ) -> None:
+        save_in_order(formset, dag_id=form.instance.dag_id)
+
+
+# --- browsing only -------------------------------------------------------------------------
+
+
+class ReadOnlyMixin:
+    """Runs and their history change through the scheduler, workers and API, never by hand."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class TaskInstanceInline(ReadOnlyMixin, admin.TabularInline):
+    model = TaskInstance
+    fields = ("task_id", "state", "try_number", "max_tries", "infrastructure_try_number", "next_retry_at", "end_date")
+    readonly_fields = fields
+    show_change_link = True
+    extra = 0
+
+
+@admin.register(DagRun)
+class DagRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("run_id", "dag", "run_type", "state", "logical_date", "queued_at", "start_date", "end_date")
+    list_filter = ("state", "run_type")
+    search_fields = ("run_id", "dag__dag_id", "triggered_by")
+    list_select_related = ("dag",)
+    date_hierarchy = "queued_at"
+    inlines = [TaskInstanceInline]
+
+
+class TaskAttemptInline(ReadOnlyMixin, admin.TabularInline):
+    model = TaskAttempt
+    fields = (
+        "attempt_token",
+        "try_number",
+        "infrastructure_try_number",
+        "kind",
+        "state",
+        "start_date",
+        "end_date",
+        "context",
+        "fingerprint",
+    )
+    readonly_fields = fields
+    show_change_link = True
+    extra = 0
+
+
+@admin.register(TaskInstance)
+class TaskInstanceAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = (
+        "task_id",
+        "dag_run",
+        "state",
+        "try_number",
+        "max_tries",
+        "infrastructure_try_number",
+        "failure_fingerprint",
+        "updated_at",
+    )
+    list_filter = ("state", "queue")
+    search_fields = ("task_id", "dag_run__run_id", "dag_run__dag__dag_id", "failure_fingerprint")
+    list_select_related = ("dag_run__dag",)
+    inlines = [TaskAttemptInline]
+
+
+@admin.register(TaskAttempt)
+class TaskAttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = (
+        "task_instance",
+        "attempt_token",
+        "try_number",
+        "infrastructure_try_number",
+        "kind",
+        "state",
+        "start_date",
+        "end_date",
+        "fingerprint",
+    )
+    list_filter = ("kind", "state")
+    search_fields = ("task_instance__task_id", "task_instance__dag_run__run_id", "fingerprint")
+    list_select_related = ("task_instance",)
+
+
+@admin.register(AuditLog)
+class AuditLogAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("at", "username", "action", "dag_id", "run_id", "task_id", "prior_state", "new_state")
+    list_filter = ("action",)
+    search_fields = ("username", "dag_id", "run_id", "task_id")
+    date_hierarchy = "at"
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are created with `manage.py create_api_token` (only then is the token shown); revoke here."""
+
+    list_display = ("user", "created_at", "last_used_at")
+    fields = ("user", "created_at", "last_used_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

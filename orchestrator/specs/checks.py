@@ -1,0 +1,195 @@
+"""Checks of single values in a DAG spec, shared by the DAG, task and deadline validators.
+
+Each `check_*` returns the problem as a message, or None when the value is fine.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from orchestrator.schedules import PRESETS
+from orchestrator.specs.errors import Problem
+from orchestrator.specs.imports import import_object
+
+IDENTIFIER = re.compile(r"^[A-Za-z0-9_.\-]{1,250}$")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+SCHEDULE_PRESETS = tuple(PRESETS)  # the presets the scheduler understands
+RETRY_BACKOFFS = ("exponential", "fixed")
+RETRY_JITTERS = ("full", "equal", "none")
+
+
+def show(value: object, limit: int = 80) -> str:
+    """A value as it appears in a message: its repr, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Problems:
+    """The problems found in one spec, in the order found."""
+
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append(Problem(path, message))
+
+
+def join(prefix: str, key: str) -> str:
+    """`tasks[1]` + `upstream` -> `tasks[1].upstream`."""
+    return f"{prefix}.{key}" if prefix else key
+
+
+def unknown_keys(raw: Mapping, allowed: tuple[str, ...], prefix: str, problems: Problems) -> None:
+    """Reject keys nobody reads: a typo would otherwise silently change nothing."""
+    for key in raw:
+        if key in allowed:
+            continue
+        if not isinstance(key, str):
+            problems.add(prefix, f"unknown key {show(key)}")
+            continue
+        close = difflib.get_close_matches(key, allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+        problems.add(join(prefix, key), f"unknown key{hint}")
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_jsonable(value: object) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def check_timezone(value: object) -> str | None:
+    """The problem with a timezone name, or None when it is a known IANA name."""
+    if not isinstance(value, str) or not value:
+        return f"must be an IANA timezone name like 'Europe/Amsterdam', not {show(value)}"
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown timezone {show(value)}"
+    return None
+
+
+def check_schedule(value: object) -> str | None:
+    """The problem with a schedule, or None when it is a 5-field cron, a preset or null."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        return f"must be a cron expression, one of {', '.join(SCHEDULE_PRESETS)}, or null; not {show(value)}"
+    if value.startswith("@"):
+        if value not in SCHEDULE_PRESETS:
+            return f"unknown preset {show(value)} (use one of {', '.join(SCHEDULE_PRESETS)})"
+        return None
+    # Five fields only: croniter also takes seconds and years, which the scheduler does not mean.
+    if len(value.split()) != 5 or not croniter.is_valid(value):
+        return f"invalid cron expression {show(value)} (expected 5 fields like '0 2 * * *')"
+    return None
+
+
+def parse_datetime(value: object, tz: ZoneInfo) -> tuple[datetime, str]:
+    """An ISO 8601 date-time (naive = `tz`) as an aware datetime and the text it was written as.
+
+    Raises ValueError with a message naming the value.
+    """
+    if isinstance(value, datetime):
+        parsed, text = value, value.isoformat()
+    elif isinstance(value, date):
+        parsed, text = datetime(value.year, value.month, value.day), value.isoformat()
+    elif isinstance(value, str) and value.strip():
+        text = value
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"invalid ISO 8601 date-time {show(value)}") from None
+    else:
+        raise ValueError(f"must be an ISO 8601 date-time like '2026-01-01T00:00:00', not {show(value)}")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=tz)
+    return parsed, text
+
+
+def check_callable(path: object) -> str | None:
+    """The problem with a task's python_callable, or None when it imports to something runnable."""
+    if not isinstance(path, str) or not path:
+        return f"must be a dotted path like 'package.module.function', not {show(path)}"
+    try:
+        obj = import_object(path)
+    except ImportError as exc:
+        return f"cannot import {path!r}: {exc}"
+    if inspect.isclass(obj):
+        if not callable(getattr(obj, "execute", None)):
+            return f"class {path!r} has no execute() method"
+        return None
+    if not callable(obj):
+        return f"{path!r} is not callable"
+    return None
+
+
+def check_arg(key: str, value: object) -> str | None:
+    """The problem with one default_args value, or None."""
+    if key in ("retries", "infrastructure_retry_limit", "poison_threshold"):
+        if not is_int(value) or value < 0:
+            return f"must be a whole number >= 0, not {show(value)}"
+    elif key in ("retry_delay", "retry_max_delay", "kill_grace"):
+        if not is_number(value) or value < 0:
+            return f"must be a number of seconds >= 0, not {show(value)}"
+    elif key == "execution_timeout":
+        if value is not None and (not is_number(value) or value <= 0):
+            return f"must be a number of seconds > 0, or null for none; not {show(value)}"
+    elif key == "retry_backoff":
+        if value not in RETRY_BACKOFFS:
+            return f"must be one of {', '.join(RETRY_BACKOFFS)}; not {show(value)}"
+    elif key == "retry_jitter":
+        if value not in RETRY_JITTERS:
+            return f"must be one of {', '.join(RETRY_JITTERS)}; not {show(value)}"
+    elif key == "queue":
+        if not isinstance(value, str) or not QUEUE_NAME.match(value):
+            return f"must be a queue name of 1-100 letters, digits, '_', '.', ':' or '-'; not {show(value)}"
+    return None
+
+
+def check_args(raw: Mapping, keys: tuple[str, ...], prefix: str, problems: Problems) -> dict[str, Any]:
+    """The default_args keys present in `raw`, each checked."""
+    args: dict[str, Any] = {}
+    for key in keys:
+        if key in raw:
+            problem = check_arg(key, raw[key])
+            if problem:
+                problems.add(join(prefix, key), problem)
+            args[key] = raw[key]
+    return args
+
+
+def check_mapping(value: object, path: str, problems: Problems, *, reserved: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A JSON-able mapping with string keys (op_kwargs, callback_kwargs)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.add(path, f"must be a mapping, not {show(value)}")
+        return {}
+    for key in value:
+        if not isinstance(key, str):
+            problems.add(path, f"keys must be strings, not {show(key)}")
+        elif key in reserved:
+            problems.add(join(path, key), "is reserved (the task gets it from the orchestrator)")
+    if not is_jsonable(value):
+        problems.add(path, "must hold only JSON values (strings, numbers, booleans, null, lists, mappings)")
+    return dict(value)

@@ -1,0 +1,271 @@
+"""Validation of one DAG spec (contract §2) into a normalised dict.
+
+Pure apart from importing the callables the spec names and reading
+`settings.ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS`: no database. The file importer and the
+admin forms both call `validate_dag`, so a DAG is held to the same rules wherever it is
+written.
+
+The normalised form (`DagSpec`, a plain dict):
+
+    dag_id, description, schedule (str | None), timezone, start_date (aware | None),
+    catchup, paused (bool | None: None = not given, keep what is stored), max_active_runs,
+    default_args (only the keys given), deadlines: [DeadlineSpec],
+    tasks: [{task_id, python_callable, bash_command, op_kwargs, upstream, trigger_rule,
+             args (default_args keys set on the task), deadlines: [DeadlineSpec]}]
+
+    DeadlineSpec: reference, interval (float), datetime (aware | None), datetime_text,
+    callback, callback_kwargs, warn, days, skip_dates (ISO date strings)
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from orchestrator.specs.checks import (
+    check_args,
+    IDENTIFIER,
+    Problems,
+    check_arg,
+    check_callable,
+    check_mapping,
+    check_schedule,
+    check_timezone,
+    is_int,
+    join,
+    parse_datetime,
+    show,
+    unknown_keys,
+)
+from orchestrator.specs.deadline_schema import DeadlineSpec, validate_deadlines
+from orchestrator.specs.errors import Problem
+from orchestrator.taskconfig import ARG_KEYS  # also the order the exporter writes them in
+from retries.states import TriggerRule
+
+DagSpec = dict[str, Any]
+
+DAG_KEYS = (
+    "dag_id",
+    "description",
+    "schedule",
+    "timezone",
+    "start_date",
+    "catchup",
+    "paused",
+    "max_active_runs",
+    "default_args",
+    "deadlines",
+    "tasks",
+)
+TASK_KEYS = (
+    "task_id",
+    "python_callable",
+    "bash_command",
+    "op_kwargs",
+    "upstream",
+    "trigger_rule",
+    "deadlines",
+    *ARG_KEYS,
+)
+
+DAG_DEFAULTS: dict[str, Any] = {
+    "description": "",
+    "schedule": None,
+    "timezone": "UTC",
+    "catchup": False,
+    "max_active_runs": 16,
+}
+
+
+def _validate_task(raw: object, prefix: str, tz: ZoneInfo, problems: Problems) -> dict[str, Any]:
+    """One entry of `tasks:`; the graph as a whole is checked by `_check_graph`."""
+    if not isinstance(raw, Mapping):
+        problems.add(prefix, f"must be a mapping, not {show(raw)}")
+        return {}
+    unknown_keys(raw, TASK_KEYS, prefix, problems)
+    task_id = raw.get("task_id")
+    if not isinstance(task_id, str) or not IDENTIFIER.match(task_id):
+        problems.add(join(prefix, "task_id"), f"must be 1-250 letters, digits, '_', '.' or '-'; not {show(task_id)}")
+
+    python_callable = raw.get("python_callable") or ""
+    bash_command = raw.get("bash_command") or ""
+    if python_callable and bash_command:
+        problems.add(prefix, "set exactly one of python_callable or bash_command, not both")
+    elif not python_callable and not bash_command:
+        problems.add(prefix, "set one of python_callable or bash_command")
+    elif python_callable:
+        problem = check_callable(python_callable)
+        if problem:
+            problems.add(join(prefix, "python_callable"), problem)
+    elif not isinstance(bash_command, str):
+        problems.add(join(prefix, "bash_command"), f"must be a string, not {show(bash_command)}")
+
+    upstream = raw.get("upstream") or []
+    if not isinstance(upstream, list) or not all(isinstance(u, str) for u in upstream):
+        problems.add(join(prefix, "upstream"), f"must be a list of task ids, not {show(upstream)}")
+        upstream = []
+    for name in {u for u in upstream if upstream.count(u) > 1}:
+        problems.add(join(prefix, "upstream"), f"lists {name!r} more than once")
+
+    trigger_rule = raw.get("trigger_rule", TriggerRule.ALL_SUCCESS.value)
+    if trigger_rule not in {rule.value for rule in TriggerRule}:
+        rules = ", ".join(rule.value for rule in TriggerRule)
+        problems.add(join(prefix, "trigger_rule"), f"must be one of {rules}; not {show(trigger_rule)}")
+
+    return {
+        "task_id": task_id,
+        "python_callable": python_callable if isinstance(python_callable, str) else "",
+        "bash_command": bash_command if isinstance(bash_command, str) else "",
+        "op_kwargs": check_mapping(raw.get("op_kwargs"), join(prefix, "op_kwargs"), problems, reserved=("context",)),
+        "upstream": list(upstream),
+        "trigger_rule": trigger_rule,
+        "args": check_args(raw, ARG_KEYS, prefix, problems),
+        "deadlines": validate_deadlines(
+            raw.get("deadlines"), join(prefix, "deadlines"), task_level=True, tz=tz, problems=problems
+        ),
+    }
+
+
+def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
+    """Duplicate task ids, unknown upstreams and cycles."""
+    index_of: dict[str, int] = {}
+    for i, task in enumerate(tasks):
+        task_id = task.get("task_id")
+        if not isinstance(task_id, str):
+            continue
+        if task_id in index_of:
+            problems.add(f"tasks[{i}].task_id", f"duplicate task id {task_id!r} (also tasks[{index_of[task_id]}])")
+        else:
+            index_of[task_id] = i
+    for i, task in enumerate(tasks):
+        for name in task.get("upstream", []):
+            if name not in index_of:
+                problems.add(f"tasks[{i}].upstream", f"unknown task {name!r}")
+            elif name == task.get("task_id"):
+                problems.add(f"tasks[{i}].upstream", f"task {name!r} cannot be its own upstream")
+
+    # Depth-first search along upstream links; a link back into the current path is a cycle.
+    upstream_of = {
+        tid: [u for u in tasks[i].get("upstream", []) if u in index_of and u != tid] for tid, i in index_of.items()
+    }
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    reported: set[frozenset[str]] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        path.append(node)
+        for parent in upstream_of[node]:
+            if state.get(parent) == 1:
+                loop = path[path.index(parent) :]
+                if frozenset(loop) not in reported:
+                    reported.add(frozenset(loop))
+                    # In running order: parent runs first, then the path back from `node`.
+                    order = [parent, *reversed(loop[1:]), parent]
+                    problems.add(f"tasks[{index_of[node]}].upstream", f"cycle: {' -> '.join(order)}")
+            elif parent not in state:
+                visit(parent, path)
+        path.pop()
+        state[node] = 2
+
+    for task_id in index_of:
+        if task_id not in state:
+            visit(task_id, [])
+
+
+def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
+    """Check one DAG spec; return its normalised form and every problem found.
+
+    The normalised form is meaningful only when the list of problems is empty.
+    """
+    problems = Problems()
+    if not isinstance(raw, Mapping):
+        problems.add("", f"a DAG must be a mapping, not {show(raw)}")
+        return {}, problems.items
+    unknown_keys(raw, DAG_KEYS, "", problems)
+
+    dag_id = raw.get("dag_id")
+    if not isinstance(dag_id, str) or not IDENTIFIER.match(dag_id):
+        problems.add("dag_id", f"must be 1-250 letters, digits, '_', '.' or '-'; not {show(dag_id)}")
+
+    description = raw.get("description", "")
+    if description is None:
+        description = ""
+    if not isinstance(description, str):
+        problems.add("description", f"must be a string, not {show(description)}")
+
+    schedule = raw.get("schedule")
+    problem = check_schedule(schedule)
+    if problem:
+        problems.add("schedule", problem)
+
+    timezone_name = raw.get("timezone", DAG_DEFAULTS["timezone"])
+    problem = check_timezone(timezone_name)
+    if problem:
+        problems.add("timezone", problem)
+    # With a bad timezone, keep checking the rest against UTC so every problem is reported.
+    tz = ZoneInfo("UTC") if problem else ZoneInfo(timezone_name)
+
+    start_date = None
+    if raw.get("start_date") is not None:
+        try:
+            start_date, _ = parse_datetime(raw["start_date"], tz)
+        except ValueError as exc:
+            problems.add("start_date", str(exc))
+
+    catchup = raw.get("catchup", DAG_DEFAULTS["catchup"])
+    if not isinstance(catchup, bool):
+        problems.add("catchup", f"must be true or false, not {show(catchup)}")
+    # Not given (or null): an import keeps whatever an operator set.
+    paused = raw.get("paused")
+    if paused is not None and not isinstance(paused, bool):
+        problems.add("paused", f"must be true or false, not {show(paused)}")
+
+    max_active_runs = raw.get("max_active_runs", DAG_DEFAULTS["max_active_runs"])
+    if not is_int(max_active_runs) or max_active_runs < 1:
+        problems.add("max_active_runs", f"must be a whole number >= 1, not {show(max_active_runs)}")
+
+    default_args: dict[str, Any] = {}
+    raw_args = raw.get("default_args")
+    if raw_args is not None and not isinstance(raw_args, Mapping):
+        problems.add("default_args", f"must be a mapping, not {show(raw_args)}")
+    elif raw_args:
+        unknown_keys(raw_args, ARG_KEYS, "default_args", problems)
+        default_args = check_args(raw_args, ARG_KEYS, "default_args", problems)
+
+    deadlines = validate_deadlines(raw.get("deadlines"), "deadlines", task_level=False, tz=tz, problems=problems)
+
+    tasks: list[dict[str, Any]] = []
+    raw_tasks = raw.get("tasks")
+    if raw_tasks is None:
+        raw_tasks = []
+    if not isinstance(raw_tasks, list):
+        problems.add("tasks", f"must be a list, not {show(raw_tasks)}")
+    else:
+        tasks = [_validate_task(item, f"tasks[{i}]", tz, problems) for i, item in enumerate(raw_tasks)]
+        _check_graph(tasks, problems)
+
+    spec: DagSpec = {
+        "dag_id": dag_id,
+        "description": description,
+        "schedule": schedule,
+        "timezone": timezone_name,
+        "start_date": start_date,
+        "catchup": catchup,
+        "paused": paused,
+        "max_active_runs": max_active_runs,
+        "default_args": default_args,
+        "deadlines": deadlines,
+        "tasks": tasks,
+    }
+    return spec, problems.items
+
+
+def validate_deadline_list(raw: object, *, task_level: bool, timezone: str) -> tuple[list[DeadlineSpec], list[Problem]]:
+    """Check a `deadlines:` list on its own (the admin's deadline inlines); paths are `deadlines[i].field`.
+
+    `timezone` is the DAG's; a bad one is reported by the DAG's own validation, so UTC stands in.
+    """
+    problems = Problems()
+    tz = ZoneInfo("UTC") if check_timezone(timezone) else ZoneInfo(timezone)
+    specs = validate_deadlines(raw, "deadlines", task_level=task_level, tz=tz, problems=problems)
+    return specs, problems.items
