@@ -1,4 +1,23 @@
 """JSON API v1 (session or bearer token)."""
 from django.urls import path
 
-urlpatterns: list = []
+from orchestrator.actions import TASK_ACTIONS
+from orchestrator.api import views
+
+app_name = "api"
+
+# run_id holds ':' and '+' (e.g. manual__2026-01-01T00:00:00+00:00); <str:...> takes any path
+# segment and Django decodes %2B without turning a '+' into a space.
+RUN = "dags/<str:dag_id>/runs/<str:run_id>"
+
+urlpatterns = [
+    path("dags", views.dag_list, name="dag_list"),
+    path("dags/<str:dag_id>", views.dag_detail, name="dag_detail"),
+    path("dags/<str:dag_id>/runs", views.dag_runs, name="dag_runs"),
+    path(RUN, views.run_detail, name="run_detail"),
+    *[
+        path(f"{RUN}/tasks/<str:task_id>/{action}", views.task_action, {"action": action}, name=f"task_{action}")
+        for action in TASK_ACTIONS
+    ],
+    path("failures", views.failures, name="failures"),
+]

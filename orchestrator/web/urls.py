@@ -1,4 +1,25 @@
 """Operator pages (login required)."""
-from django.urls import path
+from django.urls import path, re_path
 
-urlpatterns: list = []
+from orchestrator.actions import TASK_ACTIONS
+from orchestrator.api import views as api_views
+from orchestrator.web import views
+
+app_name = "web"
+
+RUN = "dags/<str:dag_id>/runs/<str:run_id>"
+
+urlpatterns = [
+    path("", views.dag_list, name="dag_list"),
+    path("dags/<str:dag_id>/", views.dag_detail, name="dag_detail"),
+    path("dags/<str:dag_id>/trigger", views.dag_trigger, name="dag_trigger"),
+    path(f"{RUN}/", views.run_detail, name="run_detail"),
+    *[
+        path(f"{RUN}/tasks/<str:task_id>/{action}", views.task_action, {"action": action}, name=f"task_{action}")
+        for action in TASK_ACTIONS
+    ],
+    path("failures/", views.failures, name="failures"),
+    path("audit/", views.audit_log, name="audit_log"),
+    # Any other /api/ path answers like the API does (401 JSON when anonymous), not with a page.
+    re_path(r"^api/", api_views.not_found, name="api_not_found"),
+]

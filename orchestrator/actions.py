@@ -1,0 +1,448 @@
+"""Operator actions (contract §6): trigger, clear, mark success, mark failed, reclassify.
+
+The JSON API and the web pages both call these functions; they hold every rule of what an
+operator may do to a run or task. Each action:
+
+- changes task states only through `orchestrator.transitions.transition()`, with the state it
+  read and the attempt token as the condition, so an action never overwrites a change a worker
+  or scheduler made meanwhile (it fails with `Conflict` instead and changes nothing);
+- sets the task's `last_failure_context` to a `user_action` context (source `api`, metadata
+  `user`, `note`, `prior_state`, plus `at`);
+- writes one `AuditLog` row (who, what, the prior and new state, and what else it touched);
+- reopens a finished run when the change means the run is no longer finished, then calls
+  `advance_run()`, which settles downstream tasks, dispatches ready ones and ends the run.
+
+Tasks that a worker may hold (`queued`, `running`) are never acted on: `Conflict` (409).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from deadlines import lifecycle
+from orchestrator import metrics
+from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.rules import run_outcome
+from orchestrator.runs import TriggerError, create_manual_run
+from orchestrator.taskconfig import merge_args
+from orchestrator.transitions import transition
+from retries.context import ExecutionContext
+from retries.states import (
+    ACTIVE_TASK_STATES,
+    FINISHED_TASK_STATES,
+    AttemptKind,
+    Reason,
+    RunState,
+    Source,
+    TaskState,
+)
+
+log = logging.getLogger(__name__)
+
+CLEARABLE = FINISHED_TASK_STATES | {TaskState.DEAD_LETTER, TaskState.UP_FOR_RETRY}
+MARK_SUCCESS_FROM = frozenset(
+    {
+        TaskState.FAILED,
+        TaskState.UP_FOR_RETRY,
+        TaskState.DEAD_LETTER,
+        TaskState.UPSTREAM_FAILED,
+        TaskState.NONE,
+        TaskState.SCHEDULED,
+        TaskState.SKIPPED,
+    }
+)
+MARK_FAILED_FROM = (MARK_SUCCESS_FROM - {TaskState.FAILED}) | {TaskState.SUCCESS}
+# A failed attempt that is given back puts these tasks back on the schedule.
+RESCHEDULED_BY_RECLASSIFY = frozenset({TaskState.FAILED, TaskState.DEAD_LETTER})
+FINISHED_RUN_STATES = (RunState.SUCCESS, RunState.FAILED)
+
+# Django permissions (contract §6): triggering runs, and acting on task instances.
+TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
+ACT_PERMISSION = "orchestrator.change_taskinstance"
+
+User = AbstractBaseUser | AnonymousUser | None
+
+
+class ActionError(Exception):
+    """An action or lookup that cannot be done; `status` is the HTTP status it maps to."""
+
+    status = 409
+
+
+class BadRequest(ActionError):
+    status = 400
+
+
+class NotFound(ActionError):
+    status = 404
+
+
+class Conflict(ActionError):
+    status = 409
+
+
+# --- lookups ------------------------------------------------------------------------------------
+
+
+def find_dag(dag_id: str) -> Dag:
+    dag = Dag.objects.filter(dag_id=dag_id).first()
+    if dag is None:
+        raise NotFound(f"unknown DAG '{dag_id}'")
+    return dag
+
+
+def find_run(dag_id: str, run_id: str) -> DagRun:
+    dag = find_dag(dag_id)
+    run = DagRun.objects.select_related("dag").filter(dag=dag, run_id=run_id).first()
+    if run is None:
+        raise NotFound(f"DAG '{dag_id}' has no run '{run_id}'")
+    return run
+
+
+def find_task_instance(dag_id: str, run_id: str, task_id: str) -> TaskInstance:
+    run = find_run(dag_id, run_id)
+    ti = (
+        TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition")
+        .filter(dag_run=run, task_id=task_id)
+        .first()
+    )
+    if ti is None:
+        raise NotFound(f"run '{run_id}' of DAG '{dag_id}' has no task '{task_id}'")
+    return ti
+
+
+# --- actions ------------------------------------------------------------------------------------
+
+
+def trigger(dag: Dag, user: User, *, conf: Any = None) -> DagRun:
+    """Create a manual run with `conf` (a JSON object). Paused DAG: Conflict; other conf: BadRequest."""
+    if conf is not None and not isinstance(conf, dict):
+        raise BadRequest(f"conf must be a JSON object, got {type(conf).__name__}: {conf!r}")
+    if dag.paused:
+        raise Conflict(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
+    try:
+        run = create_manual_run(dag, conf=conf, triggered_by=_username(user))
+    except TriggerError as exc:
+        raise Conflict(str(exc)) from exc
+    _audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, {"conf": conf or {}})
+    return run
+
+
+def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, note: str = "") -> AuditLog:
+    """Run a finished (or waiting-to-retry, or dead-lettered) task again.
+
+    Allowed from success, failed, upstream_failed, skipped, removed, dead_letter and
+    up_for_retry. The task goes to `none` with `max_tries = try_number + retries` (the
+    task's effective `retries`; never lower than before), no pending retry, its poison
+    streak, platform-retry flag and pre-execution allowance reset. Its downstream tasks that are `upstream_failed`
+    (transitively) go back to `none` too, since their upstream is no longer failed; with
+    `include_downstream`, every transitive downstream task that is finished, dead-lettered,
+    waiting to retry or scheduled gets the same treatment as the task itself (one that a
+    worker holds makes the whole action a Conflict). A finished run is reopened.
+    """
+    _refuse_unless(ti, CLEARABLE, "clear")
+    now = timezone.now()
+    context = _user_context(Reason.MANUAL_CLEAR, user, note, ti.state, now)
+    to_clear: list[TaskInstance] = []
+    if include_downstream:
+        downstream = _downstream(ti, _run_instances(ti))
+        busy = [d.task_id for d in downstream if d.state in ACTIVE_TASK_STATES]
+        if busy:
+            raise Conflict(f"cannot clear downstream tasks a worker holds: {', '.join(busy)}")
+        to_clear = [d for d in downstream if d.state in CLEARABLE | {TaskState.SCHEDULED}]
+    with transaction.atomic():
+        _clear_one(ti, context)
+        touched = []
+        for other in to_clear:
+            downstream_context = _user_context(Reason.MANUAL_CLEAR, user, note, other.state, now, cleared_with=ti.task_id)
+            _clear_one(other, downstream_context)
+            touched.append({"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value})
+        touched += _reset_upstream_failed(ti)
+        _reopen_if_unfinished(ti.dag_run)
+        entry = _audit(
+            user, "clear", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.NONE,
+            {"note": note, "include_downstream": include_downstream, "downstream": touched},
+        )
+    _advance(ti.dag_run_id)
+    return entry
+
+
+def mark_success(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
+    """Set the task to `success` as if it had succeeded.
+
+    Allowed from failed, up_for_retry, dead_letter, upstream_failed, none, scheduled and
+    skipped. Its downstream tasks that are `upstream_failed` (transitively) go back to `none`
+    so that they run, and a failed run is reopened.
+    """
+    _refuse_unless(ti, MARK_SUCCESS_FROM, "mark success")
+    now = timezone.now()
+    context = _user_context(Reason.MANUAL_MARK_SUCCESS, user, note, ti.state, now)
+    with transaction.atomic():
+        _finish_one(ti, TaskState.SUCCESS, context, now)
+        touched = _reset_upstream_failed(ti)
+        _reopen_if_unfinished(ti.dag_run)
+        entry = _audit(
+            user, "mark_success", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.SUCCESS,
+            {"note": note, "downstream": touched},
+        )
+    _advance(ti.dag_run_id)
+    return entry
+
+
+def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
+    """Set the task to `failed` without retrying it.
+
+    Allowed from success, up_for_retry, dead_letter, upstream_failed, none, scheduled and
+    skipped. Downstream tasks still waiting get `upstream_failed` from the run's next
+    settling (`advance_run`), per their trigger rules; a succeeded run is reopened so that
+    it ends `failed`.
+    """
+    _refuse_unless(ti, MARK_FAILED_FROM, "mark failed")
+    now = timezone.now()
+    context = _user_context(Reason.MANUAL_MARK_FAILED, user, note, ti.state, now)
+    with transaction.atomic():
+        _finish_one(ti, TaskState.FAILED, context, now)
+        _reopen_if_unfinished(ti.dag_run)
+        entry = _audit(
+            user, "mark_failed", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.FAILED,
+            {"note": note},
+        )
+    _advance(ti.dag_run_id)
+    return entry
+
+
+def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
+    """Say that the task's last user-charged failure was really the platform's.
+
+    The latest attempt of kind `user` in state `failed` becomes kind `platform` with context
+    `infrastructure/operator_reclassified` (source `api`); its original context, its
+    fingerprint, the note and the user are kept in that context's metadata, and the attempt
+    loses its fingerprint (only application failures have one). The task gets its retry
+    back (`max_tries + 1`), the platform budget is charged instead
+    (`infrastructure_try_number + 1`), and when the attempt's fingerprint is the task's
+    current one the poison streak shrinks by one. A task that is `failed` or `dead_letter`
+    goes to `scheduled`; its next dispatch is a new user try, which the `max_tries + 1` pays
+    for, so exactly the one try the platform took is given back; its `upstream_failed` downstream tasks go back to `none` and a finished run is
+    reopened. The task's `last_failure_context` becomes `user_action/manual_reclassify`.
+    No user-charged failed attempt, or a task a worker holds: Conflict.
+    """
+    if ti.state in ACTIVE_TASK_STATES:
+        raise Conflict(f"cannot reclassify task '{ti.task_id}' while it is {ti.state}; wait for it to finish")
+    attempt = (
+        TaskAttempt.objects.filter(task_instance=ti, kind=AttemptKind.USER, state=TaskAttempt.State.FAILED)
+        .order_by("-attempt_token")
+        .first()
+    )
+    if attempt is None:
+        raise Conflict(f"task '{ti.task_id}' has no user-charged failed attempt to reclassify")
+    now = timezone.now()
+    username = _username(user)
+    attempt_context = ExecutionContext.of(
+        Reason.OPERATOR_RECLASSIFIED,
+        Source.API,
+        original_context=attempt.context,
+        original_fingerprint=attempt.fingerprint,
+        note=note,
+        user=username,
+    )
+    changes: dict[str, Any] = {
+        "max_tries": F("max_tries") + 1,
+        "infrastructure_try_number": F("infrastructure_try_number") + 1,
+        "last_failure_context": _user_context(Reason.MANUAL_RECLASSIFY, user, note, ti.state, now, attempt_try_number=attempt.try_number),
+    }
+    if attempt.fingerprint and attempt.fingerprint == ti.failure_fingerprint:
+        changes["fingerprint_streak"] = max(0, ti.fingerprint_streak - 1)
+    new_state = TaskState(ti.state)
+    if ti.state in RESCHEDULED_BY_RECLASSIFY:
+        new_state = TaskState.SCHEDULED
+        changes.update(state=TaskState.SCHEDULED, retry_is_platform=False, next_retry_at=None, end_date=None)
+    with transaction.atomic():
+        if not transition(ti.pk, expected=[ti.state], token=ti.attempt_token, **changes):
+            raise _changed_meanwhile(ti)
+        moved = TaskAttempt.objects.filter(pk=attempt.pk, kind=AttemptKind.USER, state=TaskAttempt.State.FAILED).update(
+            kind=AttemptKind.PLATFORM, context=attempt_context.to_dict(), fingerprint=None
+        )
+        if not moved:
+            raise Conflict(f"the failed attempt of task '{ti.task_id}' changed meanwhile; reload and try again")
+        touched = _reset_upstream_failed(ti) if new_state == TaskState.SCHEDULED else []
+        _reopen_if_unfinished(ti.dag_run)
+        entry = _audit(
+            user, "reclassify", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, new_state,
+            {
+                "note": note,
+                "attempt_try_number": attempt.try_number,
+                "attempt_infrastructure_try_number": attempt.infrastructure_try_number,
+                "original_context": attempt.context,
+                "downstream": touched,
+            },
+        )
+    metrics.increment(
+        metrics.INFRASTRUCTURE_RETRIES,
+        dag_id=ti.dag_run.dag.dag_id,
+        task_id=ti.task_id,
+        reason=Reason.OPERATOR_RECLASSIFIED.value,
+    )
+    _advance(ti.dag_run_id)
+    return entry
+
+
+TASK_ACTIONS = {
+    "clear": clear,
+    "mark_success": mark_success,
+    "mark_failed": mark_failed,
+    "reclassify": reclassify,
+}
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _refuse_unless(ti: TaskInstance, allowed: Iterable[str], verb: str) -> None:
+    if ti.state not in allowed:
+        if ti.state in ACTIVE_TASK_STATES:
+            raise Conflict(f"cannot {verb} task '{ti.task_id}' while it is {ti.state}; wait for it to finish")
+        raise Conflict(f"cannot {verb} task '{ti.task_id}': it is {ti.state}")
+
+
+def _changed_meanwhile(ti: TaskInstance) -> Conflict:
+    return Conflict(f"task '{ti.task_id}' changed meanwhile (it was {ti.state}); reload and try again")
+
+
+def _clear_one(ti: TaskInstance, context: dict[str, Any]) -> None:
+    task_args = ti.definition.args if ti.definition else {}
+    retries = int(merge_args(ti.dag_run.dag.default_args, task_args)["retries"])
+    won = transition(
+        ti.pk,
+        expected=[ti.state],
+        token=ti.attempt_token,
+        state=TaskState.NONE,
+        # Contract §6: try_number + retries; never below what the task already had (a task
+        # that never ran has try_number 0 and still deserves retries + 1 tries).
+        max_tries=max(ti.max_tries, ti.try_number + retries),
+        next_retry_at=None,
+        end_date=None,
+        fingerprint_streak=0,
+        retry_is_platform=False,
+        pre_execution_tries=0,
+        last_failure_context=context,
+    )
+    if not won:
+        raise _changed_meanwhile(ti)
+
+
+def _finish_one(ti: TaskInstance, state: TaskState, context: dict[str, Any], now: datetime) -> None:
+    won = transition(
+        ti.pk,
+        expected=[ti.state],
+        token=ti.attempt_token,
+        state=state,
+        end_date=now,
+        next_retry_at=None,
+        retry_is_platform=False,
+        last_failure_context=context,
+    )
+    if not won:
+        raise _changed_meanwhile(ti)
+    finished = TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").get(pk=ti.pk)
+    lifecycle.task_finished(finished, now)
+
+
+def _reset_upstream_failed(ti: TaskInstance) -> list[dict[str, str]]:
+    """Put transitive downstream tasks that are upstream_failed back to none, to be settled again."""
+    touched = []
+    for other in _downstream(ti, _run_instances(ti)):
+        if other.state != TaskState.UPSTREAM_FAILED:
+            continue
+        if not transition(other.pk, expected=[TaskState.UPSTREAM_FAILED], token=other.attempt_token, state=TaskState.NONE, end_date=None):
+            raise _changed_meanwhile(other)
+        touched.append({"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value})
+    return touched
+
+
+def _run_instances(ti: TaskInstance) -> list[TaskInstance]:
+    return list(
+        TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").filter(dag_run_id=ti.dag_run_id)
+    )
+
+
+def _downstream(ti: TaskInstance, instances: list[TaskInstance]) -> list[TaskInstance]:
+    """Every task of the run downstream of `ti`, directly or not, in run order."""
+    children: dict[str, set[str]] = {}
+    for other in instances:
+        for parent in other.definition.upstream if other.definition else []:
+            children.setdefault(parent, set()).add(other.task_id)
+    seen: set[str] = set()
+    stack = [ti.task_id]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in seen and child != ti.task_id:
+                seen.add(child)
+                stack.append(child)
+    return [other for other in instances if other.task_id in seen]
+
+
+def _reopen_if_unfinished(run: DagRun) -> None:
+    """A finished run whose tasks now call for another outcome goes back to running.
+
+    The condition on the run's state makes this safe against a scheduler finishing it at the
+    same time; `advance_run()` then ends it again with the right state when that is due.
+    """
+    states = TaskInstance.objects.filter(dag_run_id=run.pk).values_list("state", flat=True)
+    outcome = run_outcome(states)
+    DagRun.objects.filter(pk=run.pk, state__in=FINISHED_RUN_STATES).exclude(state=outcome or "").update(
+        state=RunState.RUNNING, end_date=None
+    )
+
+
+def _advance(dag_run_id: int) -> None:
+    from orchestrator.scheduler import advance_run
+
+    try:
+        advance_run(dag_run_id)
+    except Exception:
+        # The action is saved; the scheduler's next pass moves the run on instead.
+        log.exception("could not advance run %s after an operator action", dag_run_id)
+
+
+def _username(user: User) -> str:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return ""
+    return user.get_username()
+
+
+def _user_context(
+    reason: Reason, user: User, note: str, prior_state: str, now: datetime, **extra: Any
+) -> dict[str, Any]:
+    context = ExecutionContext.of(reason, Source.API, user=_username(user), note=note, prior_state=str(prior_state), **extra)
+    return {**context.to_dict(), "at": now.isoformat()}
+
+
+def _audit(
+    user: User,
+    action: str,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    prior_state: str,
+    new_state: str,
+    details: dict[str, Any],
+) -> AuditLog:
+    account = user if user is not None and getattr(user, "is_authenticated", False) else None
+    return AuditLog.objects.create(
+        user=account,
+        username=_username(user),
+        action=action,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        prior_state=str(prior_state),
+        new_state=str(new_state),
+        details=details,
+    )

@@ -1,0 +1,113 @@
+"""How every API endpoint (and /metrics) authenticates, checks methods and reports errors.
+
+A request is authenticated by an `Authorization: Bearer TOKEN` header or, without one, by
+the Django session. Bearer requests are not subject to CSRF (a browser never adds that
+header on its own); session requests that change something must pass Django's CSRF check.
+Errors are JSON: `{"error": "..."}` with the matching status.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
+
+from orchestrator.actions import ActionError, BadRequest
+from orchestrator.auth import InvalidToken, bearer_key, user_for_key
+
+View = Callable[..., HttpResponse]
+
+
+class PermissionDeniedError(ActionError):
+    status = 403
+
+
+def json_error(status: int, message: str) -> JsonResponse:
+    response = JsonResponse({"error": message}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="orchestrator"'
+    return response
+
+
+class _CsrfCheck(CsrfViewMiddleware):
+    """Django's own CSRF check, returning the failure reason instead of a response."""
+
+    def _reject(self, request: HttpRequest, reason: str) -> str:  # type: ignore[override]
+        return reason
+
+
+def _csrf_failure(request: HttpRequest) -> str | None:
+    check = _CsrfCheck(lambda req: HttpResponse())
+    check.process_request(request)
+    return check.process_view(request, None, (), {})  # type: ignore[arg-type]
+
+
+def _authenticate(request: HttpRequest) -> JsonResponse | None:
+    """Set request.user from a bearer token or keep the session's; an error response if neither."""
+    try:
+        key = bearer_key(request)
+        if key is not None:
+            request.user = user_for_key(key)
+            request.auth_via_token = True  # type: ignore[attr-defined]
+            return None
+    except InvalidToken as exc:
+        return json_error(401, str(exc))
+    request.auth_via_token = False  # type: ignore[attr-defined]
+    if not request.user.is_authenticated:
+        return json_error(401, "authentication required: log in or send 'Authorization: Bearer TOKEN'")
+    if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE"):
+        reason = _csrf_failure(request)
+        if reason:
+            return json_error(403, f"CSRF check failed: {reason}")
+    return None
+
+
+def api_view(methods: Iterable[str]) -> Callable[[View], View]:
+    """Authenticate, allow only `methods`, and turn ActionError into its JSON error."""
+    allowed = tuple(m.upper() for m in methods)
+
+    def decorate(view: View) -> View:
+        @csrf_exempt  # CSRF is checked in _authenticate, for session users only
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            denied = _authenticate(request)
+            if denied is not None:
+                return denied
+            if request.method not in allowed:
+                response = json_error(405, f"method {request.method} not allowed; use {', '.join(allowed)}")
+                response["Allow"] = ", ".join(allowed)
+                return response
+            try:
+                return view(request, *args, **kwargs)
+            except ActionError as exc:
+                return json_error(exc.status, str(exc))
+
+        return wrapper
+
+    return decorate
+
+
+def require_perm(request: HttpRequest, perm: str) -> None:
+    if not request.user.has_perm(perm):
+        raise PermissionDeniedError(f"permission '{perm}' required")
+
+
+def json_body(request: HttpRequest) -> dict[str, Any]:
+    """The request's JSON object body; an empty body (or an empty form) is `{}`."""
+    if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        if request.POST or request.FILES:
+            raise BadRequest("send the fields as a JSON object with Content-Type: application/json")
+        return {}
+    if not request.body.strip():
+        return {}
+    try:
+        body = json.loads(request.body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
+    return body

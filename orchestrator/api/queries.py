@@ -1,0 +1,142 @@
+"""Query parameters of the read endpoints, and the failures query the API and the web page share.
+
+A bad parameter is a BadRequest naming the parameter and the value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, time, timezone as dt_timezone
+from typing import Any
+
+from django.db.models import Count, QuerySet
+from django.db.models.fields.json import KT
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from orchestrator.actions import BadRequest
+from orchestrator.documents import iso
+from orchestrator.models import TaskAttempt
+from retries.states import Category, Reason, RunState
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class FailureFilter:
+    category: str = ""
+    reason: str = ""
+    dag_id: str = ""
+    since: datetime | None = None
+    limit: int = DEFAULT_LIMIT
+
+    def as_params(self) -> dict[str, str]:
+        """The filter as query parameters (for links that keep it)."""
+        params = {"category": self.category, "reason": self.reason, "dag_id": self.dag_id}
+        if self.since is not None:
+            params["since"] = self.since.isoformat()
+        return {k: v for k, v in params.items() if v}
+
+
+def parse_limit(params: QueryDict, default: int = DEFAULT_LIMIT) -> int:
+    raw = params.get("limit", "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_LIMIT:
+        raise BadRequest(f"invalid limit '{raw}': expected a whole number from 1 to {MAX_LIMIT}")
+    return value
+
+
+def parse_choice(params: QueryDict, name: str, allowed: type[Any]) -> str:
+    raw = params.get(name, "").strip()
+    if raw and raw not in {m.value for m in allowed}:
+        raise BadRequest(f"invalid {name} '{raw}': expected one of {', '.join(m.value for m in allowed)}")
+    return raw
+
+
+def parse_since(raw: str) -> datetime | None:
+    """An ISO 8601 date or date-time; naive means UTC.
+
+    A '+' of an offset that arrived unescaped in a query string was decoded as a space:
+    it is put back before giving up.
+    """
+    raw = raw.strip()
+    if not raw:
+        return None
+    candidates = [raw]
+    if " " in raw:
+        head, _, tail = raw.rpartition(" ")
+        candidates.append(f"{head}+{tail}")
+    for candidate in candidates:
+        try:
+            value = parse_datetime(candidate)
+            if value is None:
+                day = parse_date(candidate)
+                value = datetime.combine(day, time.min) if day else None
+        except ValueError:
+            value = None
+        if value is not None:
+            return value if timezone.is_aware(value) else value.replace(tzinfo=dt_timezone.utc)
+    raise BadRequest(f"invalid since '{raw}': expected an ISO 8601 date or date-time, e.g. 2026-01-31T00:00:00Z")
+
+
+def parse_run_state(params: QueryDict) -> str:
+    return parse_choice(params, "state", RunState)
+
+
+def parse_failure_filter(params: QueryDict) -> FailureFilter:
+    return FailureFilter(
+        category=parse_choice(params, "category", Category),
+        reason=parse_choice(params, "reason", Reason),
+        dag_id=params.get("dag_id", "").strip(),
+        since=parse_since(params.get("since", "")),
+        limit=parse_limit(params),
+    )
+
+
+def failed_attempts(failure_filter: FailureFilter) -> QuerySet[TaskAttempt]:
+    """Failed attempts matching the filter, newest first (not yet limited)."""
+    rows = TaskAttempt.objects.filter(state=TaskAttempt.State.FAILED).select_related(
+        "task_instance", "task_instance__dag_run", "task_instance__dag_run__dag"
+    )
+    if failure_filter.category:
+        rows = rows.filter(context__category=failure_filter.category)
+    if failure_filter.reason:
+        rows = rows.filter(context__reason=failure_filter.reason)
+    if failure_filter.dag_id:
+        rows = rows.filter(task_instance__dag_run__dag__dag_id=failure_filter.dag_id)
+    if failure_filter.since is not None:
+        rows = rows.filter(end_date__gte=failure_filter.since)
+    return rows.order_by("-end_date", "-id")
+
+
+def failure_counts(rows: QuerySet[TaskAttempt]) -> dict[str, dict[str, int]]:
+    """How many of `rows` there are for each category and for each reason."""
+    unordered = rows.order_by()
+    by_category = unordered.annotate(key=KT("context__category")).values("key").annotate(n=Count("id"))
+    by_reason = unordered.annotate(key=KT("context__reason")).values("key").annotate(n=Count("id"))
+    return {
+        "by_category": {row["key"] or "unknown": row["n"] for row in by_category.order_by("-n", "key")},
+        "by_reason": {row["key"] or "unknown": row["n"] for row in by_reason.order_by("-n", "key")},
+    }
+
+
+def failure_document(attempt: TaskAttempt) -> dict[str, Any]:
+    ti = attempt.task_instance
+    return {
+        "dag_id": ti.dag_run.dag.dag_id,
+        "run_id": ti.dag_run.run_id,
+        "task_id": ti.task_id,
+        "try_number": attempt.try_number,
+        "infrastructure_try_number": attempt.infrastructure_try_number,
+        "kind": attempt.kind,
+        "context": attempt.context,
+        "fingerprint": attempt.fingerprint,
+        "start_date": iso(attempt.start_date),
+        "end_date": iso(attempt.end_date),
+    }

@@ -1,0 +1,50 @@
+"""Bearer tokens for API clients: only the SHA-256 of a key is stored, the key is shown once."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest
+from django.utils import timezone
+
+from orchestrator.models import ApiToken
+
+BEARER_PREFIX = "bearer "
+
+
+class InvalidToken(Exception):
+    """The request carried an Authorization header that names no active user."""
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_token(user: AbstractBaseUser) -> str:
+    """Store a new token for `user` and return its key; the key cannot be recovered later."""
+    key = secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, key_hash=hash_key(key))
+    return key
+
+
+def bearer_key(request: HttpRequest) -> str | None:
+    """The key of an `Authorization: Bearer KEY` header, or None when there is no such header."""
+    header = request.headers.get("Authorization", "")
+    if not header:
+        return None
+    if not header.lower().startswith(BEARER_PREFIX):
+        raise InvalidToken("the Authorization header must be 'Bearer TOKEN'")
+    key = header[len(BEARER_PREFIX):].strip()
+    if not key:
+        raise InvalidToken("the Authorization header has an empty token")
+    return key
+
+
+def user_for_key(key: str) -> AbstractBaseUser:
+    """The active user owning `key`; records when the token was last used."""
+    token = ApiToken.objects.select_related("user").filter(key_hash=hash_key(key)).first()
+    if token is None or not token.user.is_active:
+        raise InvalidToken("invalid or revoked API token")
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token.user

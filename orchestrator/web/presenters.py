@@ -1,0 +1,217 @@
+"""What the pages show, computed here so that templates hold no rules."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
+from django.urls import reverse
+
+from orchestrator.actions import ACT_PERMISSION, CLEARABLE, MARK_FAILED_FROM, MARK_SUCCESS_FROM, TRIGGER_PERMISSION
+from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.taskconfig import merge_args
+from retries.states import ACTIVE_TASK_STATES, AttemptKind, RunState
+
+RECENT_RUNS_PER_DAG = 5
+FINISHED_RUN_STATES = frozenset({RunState.SUCCESS, RunState.FAILED})
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON for a <pre> block; templates escape it."""
+    if value in (None, {}, []):
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+@dataclass
+class DagRow:
+    dag: Dag
+    recent_runs: list[DagRun] = field(default_factory=list)
+
+
+def dag_rows() -> list[DagRow]:
+    """Every DAG with its last few runs (newest first), in two queries."""
+    dags = list(Dag.objects.order_by("dag_id"))
+    rows = {dag.pk: DagRow(dag) for dag in dags}
+    recent = (
+        DagRun.objects.annotate(
+            position=Window(RowNumber(), partition_by=F("dag_id"), order_by=[F("queued_at").desc(), F("id").desc()])
+        )
+        .filter(position__lte=RECENT_RUNS_PER_DAG)
+        .order_by("dag_id", "position")
+    )
+    for run in recent:
+        run.dag = rows[run.dag_id].dag
+        rows[run.dag_id].recent_runs.append(run)
+    return list(rows.values())
+
+
+@dataclass
+class TaskRow:
+    task_id: str
+    upstream: list[str]
+    trigger_rule: str
+    command: str
+    retries: int
+    infrastructure_retry_limit: int
+    queue: str
+
+
+def task_rows(dag: Dag) -> list[TaskRow]:
+    rows = []
+    for task in dag.tasks.all():
+        args = merge_args(dag.default_args, task.args)
+        rows.append(
+            TaskRow(
+                task_id=task.task_id,
+                upstream=list(task.upstream),
+                trigger_rule=task.trigger_rule,
+                command=task.python_callable or task.bash_command,
+                retries=int(args["retries"]),
+                infrastructure_retry_limit=int(args["infrastructure_retry_limit"]),
+                queue=str(args["queue"]),
+            )
+        )
+    return rows
+
+
+@dataclass
+class AttemptView:
+    attempt: TaskAttempt
+    category: str
+    reason: str
+    source: str
+    metadata: str
+
+    @classmethod
+    def of(cls, attempt: TaskAttempt) -> AttemptView:
+        context = attempt.context or {}
+        return cls(
+            attempt=attempt,
+            category=context.get("category", ""),
+            reason=context.get("reason", ""),
+            source=context.get("source", ""),
+            metadata=pretty_json(context.get("metadata")),
+        )
+
+
+ACTION_LABELS = {
+    "clear": "Clear",
+    "mark_success": "Mark success",
+    "mark_failed": "Mark failed",
+    "reclassify": "Reclassify as platform failure",
+}
+
+
+@dataclass(frozen=True)
+class ActionButton:
+    name: str
+    label: str
+    url: str
+
+
+@dataclass
+class TaskInstanceView:
+    ti: TaskInstance
+    attempts: list[AttemptView]
+    last_category: str
+    last_reason: str
+    last_context: str
+    buttons: list[ActionButton]
+
+    def button(self, name: str) -> ActionButton | None:
+        return next((b for b in self.buttons if b.name == name), None)
+
+    @property
+    def clear(self) -> ActionButton | None:
+        return self.button("clear")
+
+    @property
+    def mark_success(self) -> ActionButton | None:
+        return self.button("mark_success")
+
+    @property
+    def mark_failed(self) -> ActionButton | None:
+        return self.button("mark_failed")
+
+    @property
+    def reclassify(self) -> ActionButton | None:
+        return self.button("reclassify")
+
+
+def allowed_actions(ti: TaskInstance, attempts: list[TaskAttempt]) -> list[str]:
+    """The operator actions that apply to `ti` in its current state (orchestrator.actions rules)."""
+    allowed = []
+    if ti.state in CLEARABLE:
+        allowed.append("clear")
+    if ti.state in MARK_SUCCESS_FROM:
+        allowed.append("mark_success")
+    if ti.state in MARK_FAILED_FROM:
+        allowed.append("mark_failed")
+    user_failure = any(a.kind == AttemptKind.USER and a.state == TaskAttempt.State.FAILED for a in attempts)
+    if ti.state not in ACTIVE_TASK_STATES and user_failure:
+        allowed.append("reclassify")
+    return allowed
+
+
+def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> list[TaskInstanceView]:
+    may_act = user.has_perm(ACT_PERMISSION)
+    views = []
+    for ti in run.task_instances.order_by("id").prefetch_related("attempts"):
+        attempts = list(ti.attempts.all())
+        context = ti.last_failure_context or {}
+        views.append(
+            TaskInstanceView(
+                ti=ti,
+                attempts=[AttemptView.of(a) for a in attempts],
+                last_category=context.get("category", ""),
+                last_reason=context.get("reason", ""),
+                last_context=pretty_json(context),
+                buttons=[_button(run, ti, name) for name in allowed_actions(ti, attempts)] if may_act else [],
+            )
+        )
+    return views
+
+
+def _button(run: DagRun, ti: TaskInstance, name: str) -> ActionButton:
+    url = reverse(f"web:task_{name}", args=[run.dag.dag_id, run.run_id, ti.task_id])
+    return ActionButton(name=name, label=ACTION_LABELS[name], url=url)
+
+
+def run_context(run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "") -> dict[str, Any]:
+    """The context of the run page and of its #run-body partial."""
+    return {
+        "dag": run.dag,
+        "run": run,
+        "finished": run.state in FINISHED_RUN_STATES,
+        "task_instances": task_instance_views(run, user),
+        "deadlines": list(run.deadlines.all().order_by("need_by", "id")),
+        "conf": pretty_json(run.conf),
+        "action_error": action_error,
+    }
+
+
+def may_trigger(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return user.has_perm(TRIGGER_PERMISSION)
+
+
+def dag_deadline_history(dag: Dag) -> Any:
+    """Deadline hit-rate history from the deadlines app, when it provides one.
+
+    Expected: `deadlines.history.dag_deadline_history(dag)` returning a list of rows, each a
+    dict with `label`, `met`, `missed` and `hit_rate` (0..1 or None).
+    """
+    if importlib.util.find_spec("deadlines.history") is None:
+        return None
+    history = getattr(importlib.import_module("deadlines.history"), "dag_deadline_history", None)
+    return history(dag) if history is not None else None
+
+
+def since_value(value: datetime | None) -> str:
+    return value.isoformat() if value else ""

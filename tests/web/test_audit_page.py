@@ -1,0 +1,34 @@
+"""The audit log page."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import actions
+from tests.api.factories import chain_dag, fail_until_failed, instance, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_lists_operator_actions_newest_first(alice, bob_client):
+    """Who did what to which task, with the prior and new state; notes are escaped."""
+    run = make_run(chain_dag("etl", retries=0))
+    fail_until_failed(run, "extract")
+    actions.mark_success(instance(run, "extract"), alice, note="<i>checked</i>")
+    actions.mark_failed(instance(run, "load"), alice)
+
+    html = bob_client.get("/audit/").content.decode()
+
+    assert html.index("mark_failed") < html.index("mark_success")
+    assert "<td>alice</td>" in html
+    assert 'class="state state-failed">failed</span>' in html
+    assert "&lt;i&gt;checked&lt;/i&gt;" in html and "<i>checked</i>" not in html
+    assert f'href="/dags/etl/runs/{run.run_id}/"' in html
+
+
+def test_it_filters_by_user_and_action(alice, bob_client):
+    """?action= and ?username= narrow the log."""
+    run = make_run(chain_dag("etl", retries=0))
+    fail_until_failed(run, "extract")
+    actions.mark_success(instance(run, "extract"), alice)
+    assert "mark_success" not in bob_client.get("/audit/?action=clear").content.decode().split("<tbody>")[1]
+    assert "mark_success" in bob_client.get("/audit/?username=alice").content.decode().split("<tbody>")[1]

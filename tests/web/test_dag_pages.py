@@ -1,0 +1,84 @@
+"""The DAG list and the DAG page (with its trigger form and deadline history partial)."""
+from __future__ import annotations
+
+import pytest
+from django.template.loader import render_to_string
+
+from orchestrator.models import AuditLog, Dag, DagRun
+from tests.api.factories import DagFactory, chain_dag, fail_until_failed, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_lists_dags_with_schedule_pause_and_last_runs(bob_client):
+    """The list shows each DAG's schedule, paused flag, next run and last run states."""
+    etl = chain_dag("etl", retries=0)
+    Dag.objects.filter(pk=etl.pk).update(schedule="0 2 * * *")
+    DagFactory(dag_id="nightly", paused=True, description="<b>bold</b> claims")
+    failed = make_run(etl)
+    fail_until_failed(failed, "extract")
+
+    html = bob_client.get("/").content.decode()
+
+    assert "0 2 * * *" in html
+    assert 'class="badge paused">paused' in html
+    assert f'class="state state-failed" href="/dags/etl/runs/{failed.run_id}/"' in html
+    assert "&lt;b&gt;bold&lt;/b&gt; claims" in html and "<b>bold</b>" not in html
+
+
+def test_it_shows_a_dag_with_its_tasks_and_runs(bob_client):
+    """The DAG page lists tasks (with effective retries) and recent runs."""
+    etl = chain_dag("etl", retries=4)
+    run = make_run(etl)
+    html = bob_client.get("/dags/etl/").content.decode()
+    assert "extract" in html and "transform" in html
+    assert "<td>4</td>" in html
+    assert run.run_id in html
+
+
+def test_it_answers_404_for_an_unknown_dag(bob_client):
+    """An unknown DAG is a 404 page."""
+    assert bob_client.get("/dags/nope/").status_code == 404
+
+
+def test_it_shows_the_trigger_form_only_to_those_who_may_trigger(alice_client, bob_client):
+    """alice sees the trigger form; bob does not, and his POST is 403."""
+    chain_dag("etl")
+    assert b'action="/dags/etl/trigger"' in alice_client.get("/dags/etl/").content
+    assert b'action="/dags/etl/trigger"' not in bob_client.get("/dags/etl/").content
+    assert bob_client.post("/dags/etl/trigger", {"conf": "{}"}).status_code == 403
+    assert not DagRun.objects.exists()
+
+
+def test_it_triggers_a_run_from_the_form(alice_client):
+    """A valid conf creates the run and redirects to its page."""
+    chain_dag("etl")
+    response = alice_client.post("/dags/etl/trigger", {"conf": '{"day": "2026-11-21"}'})
+    run = DagRun.objects.get()
+    assert response.status_code == 303
+    assert response["Location"] == f"/dags/etl/runs/{run.run_id}/"
+    assert run.conf == {"day": "2026-11-21"} and run.triggered_by == "alice"
+    assert AuditLog.objects.get().action == "trigger"
+
+
+@pytest.mark.parametrize(
+    "conf, status, message",
+    [("[1]", 400, "conf must be a JSON object"), ("{oops", 400, "conf is not valid JSON"), ("{}", 409, "is paused")],
+)
+def test_it_shows_why_a_trigger_was_refused(alice_client, conf, status, message):
+    """Bad conf or a paused DAG: the page again, with the reason and the conf as typed."""
+    chain_dag("etl")
+    if status == 409:
+        Dag.objects.filter(dag_id="etl").update(paused=True)
+    response = alice_client.post("/dags/etl/trigger", {"conf": conf})
+    assert response.status_code == status
+    assert message in response.content.decode()
+    assert not DagRun.objects.exists()
+
+
+def test_it_renders_the_deadline_history_partial():
+    """The deadline_history partial shows rows of met, missed and hit rate when given, and nothing otherwise."""
+    rows = [{"label": "DAG", "met": 3, "missed": 1, "hit_rate": 0.75}, {"label": "task <x>", "met": 0, "missed": 0, "hit_rate": None}]
+    html = render_to_string("web/dag_detail.html#deadline_history", {"dag_deadline_history": rows})
+    assert "Deadline hit rate" in html and "75%" in html and "task &lt;x&gt;" in html
+    assert "Deadline hit rate" not in render_to_string("web/dag_detail.html#deadline_history", {})
