@@ -1,0 +1,31 @@
+"""python manage.py run_worker [QUEUE ...]: an RQ worker for the project's queues."""
+from __future__ import annotations
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from orchestrator.worker import failpoints
+from orchestrator.worker.procs import become_subreaper
+from orchestrator.worker.rqworker import OrchestratorWorker, default_worker_name
+
+
+class Command(BaseCommand):
+    help = "Run task instances from the given RQ queues (default: 'default')."
+
+    def add_arguments(self, parser):
+        parser.add_argument("queues", nargs="*", metavar="QUEUE", help="Queues to take jobs from, in priority order.")
+        parser.add_argument("--burst", action="store_true", help="Exit when the queues are empty.")
+        parser.add_argument("--name", default=None, help="Worker name (default: HOSTNAME.PID).")
+
+    def handle(self, *args, queues: list[str], burst: bool, name: str | None, **options):
+        try:
+            failpoints.configured()
+        except failpoints.FailpointError as exc:
+            raise CommandError(str(exc)) from exc
+        # Orphans of a task's process group come back to us, so none is left as a zombie.
+        become_subreaper()
+        # A connection of its own: RQ lengthens its socket timeout for blocking dequeues.
+        connection = redis.Redis.from_url(settings.REDIS_URL)
+        worker = OrchestratorWorker(queues or ["default"], connection=connection, name=name or default_worker_name())
+        worker.work(burst=burst, logging_level=None)

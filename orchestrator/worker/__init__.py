@@ -1,0 +1,1 @@
+"""The worker side: the RQ job that supervises a task process, and everything it needs."""

@@ -1,0 +1,292 @@
+"""Classification at the source: what the supervisor saw, turned into an ExecutionContext.
+
+Pure functions, no database and no processes: `exception_facts()` runs in the task process on
+the exception it caught; `classify()` runs in the supervisor on everything it observed about
+one attempt (`Outcome`) and returns what to report (`Verdict`).
+"""
+from __future__ import annotations
+
+import re
+import signal
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from retries.context import ExecutionContext
+from retries.fingerprint import bash_fingerprint, exception_fingerprint, fingerprint_of, last_line
+from retries.states import PreExecutionReason, Reason, Source, TaskState
+
+# Bounds on what an exception may put in the attempt's context.
+MAX_MESSAGE_CHARS = 2000
+MAX_TRACEBACK_CHARS = 8000
+
+# A connection failure reported by the client itself carries no SQLSTATE; recognise its text.
+_CONNECTION_FAILURE = re.compile(
+    r"connection refused|could not connect|connection to server .* failed|server closed the connection"
+    r"|connection (?:is )?(?:closed|lost|reset|timed out)|could not translate host name|no route to host"
+    r"|terminating connection|the connection is lost",
+    re.IGNORECASE,
+)
+# The task process's messages that carry the task's own outcome.
+OUTCOME_MESSAGES = frozenset({"success", "failure", "bash_exit"})
+# Signals that stop a process on request (a shutdown, an operator), not a crash.
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+# --- in the task process ----------------------------------------------------------------------
+
+
+def exception_facts(exc: BaseException) -> dict[str, Any]:
+    """Everything the supervisor needs to classify a raised exception, as JSON-ready data."""
+    from orchestrator.exceptions import NonRetryableError, RetryAfter
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    is_db_error, sqlstate = db_connection_failure(exc)
+    return {
+        "exception_type": type(exc).__name__,
+        "exception_module": type(exc).__module__,
+        "message": _clip(str(exc), MAX_MESSAGE_CHARS),
+        "traceback": _clip_tail(text, MAX_TRACEBACK_CHARS),
+        "fingerprint": fingerprint_of(exc),
+        "non_retryable": isinstance(exc, NonRetryableError),
+        "retry_after": exc.seconds if isinstance(exc, RetryAfter) else None,
+        "db_connection_error": is_db_error,
+        "sqlstate": sqlstate,
+    }
+
+
+def db_connection_failure(exc: BaseException) -> tuple[bool, str | None]:
+    """Whether `exc` (or what caused it) is a database connection failure: an OperationalError
+    (Django's, psycopg's or psycopg2's) with SQLSTATE class 08, or one with no SQLSTATE whose
+    message says the connection was refused or lost."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(klass.__name__ == "OperationalError" for klass in type(current).__mro__):
+            sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+            if sqlstate:
+                if str(sqlstate).startswith("08"):
+                    return True, str(sqlstate)
+            elif _CONNECTION_FAILURE.search(str(current)):
+                return True, None
+        current = current.__cause__ or current.__context__
+    return False, None
+
+
+# --- in the supervisor ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The supervisor stopped the task itself, and why."""
+
+    # EXECUTION_TIMEOUT, WORKER_TERMINATION, DB_CONNECTION_ERROR (handshake not recorded), or
+    # PRE_EXECUTION_FAILURE (no handshake in time)
+    reason: Reason
+    sigkill_sent: bool = False
+    timeout: float | None = None  # the execution_timeout or startup timeout that ran out
+    kill_grace: float | None = None
+    shutdown_signal: str | None = None  # the signal the worker got, for worker_termination
+
+
+@dataclass
+class Outcome:
+    """What the supervisor observed about one attempt."""
+
+    is_bash: bool = False
+    started: bool = True
+    start_error: str | None = None
+    handshake: bool = False
+    returncode: int | None = None  # Popen convention: negative = killed by that signal
+    final: dict[str, Any] | None = None  # the task process's last message (success/failure/bash_exit/...)
+    final_before_stop: bool = True
+    stop: Stop | None = None
+    stderr_tail: str = ""
+    oom_kills_before: int | None = None
+    oom_kills_after: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # worker_name, hostname, pid
+
+
+@dataclass(frozen=True)
+class Verdict:
+    success: bool
+    result: Any = None
+    context: ExecutionContext | None = None
+    fingerprint: str | None = None
+    retry_after: float | None = None
+    error: str | None = None
+    expected: tuple[TaskState, ...] = (TaskState.RUNNING,)
+
+
+def classify(outcome: Outcome) -> Verdict:
+    """The one place that names a failure seen by the worker."""
+    base = dict(outcome.metadata)
+    if outcome.returncode is not None:
+        base["exit_code"] = outcome.returncode
+        if outcome.returncode < 0:
+            base["signal"] = signal_name(-outcome.returncode)
+    expected = (TaskState.RUNNING,) if outcome.handshake else (TaskState.QUEUED,)
+
+    if not outcome.started:
+        context = _pre_execution(PreExecutionReason.START_ERROR, base, error=outcome.start_error)
+        return Verdict(False, context=context, error=outcome.start_error, expected=(TaskState.QUEUED,))
+
+    final = outcome.final or {}
+    # A task that finished before the supervisor stopped it gets its real outcome.
+    finished_first = outcome.handshake and outcome.final_before_stop and final.get("type") in OUTCOME_MESSAGES
+    if outcome.stop is not None and not finished_first:
+        return _stopped(outcome, base, expected)
+
+    if not outcome.handshake:
+        return _before_handshake(outcome, final, base)
+    kind = final.get("type")
+    if kind == "success":
+        return Verdict(True, result=final.get("result"))
+    if kind == "failure":
+        return _exception(final.get("exception") or {}, base)
+    if kind == "bash_exit":
+        return _bash_exit(outcome, int(final.get("exit_code", 1)), base)
+    return _died(outcome, final, base)
+
+
+def _stopped(outcome: Outcome, base: dict[str, Any], expected: tuple[TaskState, ...]) -> Verdict:
+    stop = outcome.stop
+    assert stop is not None
+    common = dict(base)
+    if outcome.returncode is not None:  # there was a process to signal
+        common.update(signal_sent="SIGTERM", sigkill_sent=stop.sigkill_sent, kill_grace=stop.kill_grace)
+    if stop.reason is Reason.EXECUTION_TIMEOUT:
+        context = ExecutionContext.of(Reason.EXECUTION_TIMEOUT, Source.WORKER, timeout=stop.timeout, **common)
+        return Verdict(False, context=context, error=f"execution_timeout of {stop.timeout:g}s exceeded", expected=expected)
+    if stop.reason is Reason.WORKER_TERMINATION:
+        common["signal"] = stop.shutdown_signal or "SIGTERM"
+        context = ExecutionContext.of(Reason.WORKER_TERMINATION, Source.WORKER, **common)
+        return Verdict(False, context=context, error=f"worker stopped on {common['signal']}", expected=expected)
+    if stop.reason is Reason.DB_CONNECTION_ERROR:
+        # The supervisor could not record the handshake: the metadata database is unreachable.
+        context = ExecutionContext.of(Reason.DB_CONNECTION_ERROR, Source.WORKER, during="handshake", **common)
+        return Verdict(False, context=context, error="could not record the running handshake", expected=(TaskState.QUEUED,))
+    # No handshake in time: the process started but never reported running.
+    context = _pre_execution(PreExecutionReason.KILLED, common, startup_timeout=stop.timeout)
+    return Verdict(False, context=context, error="task process never reported running", expected=(TaskState.QUEUED,))
+
+
+def _before_handshake(outcome: Outcome, final: dict[str, Any], base: dict[str, Any]) -> Verdict:
+    """The process died before "running": a pre-execution failure, its kind from how it died."""
+    returncode = outcome.returncode
+    facts = final.get("exception") if final.get("type") == "startup_error" else None
+    extra: dict[str, Any] = {}
+    if facts:
+        extra = {
+            "exception_type": facts.get("exception_type"),
+            "message": facts.get("message"),
+            "traceback": facts.get("traceback"),
+        }
+    if returncode is not None and returncode < 0:
+        context = _pre_execution(PreExecutionReason.KILLED, base, **extra)
+        return Verdict(False, context=context, error=f"task process killed by {base['signal']} before it ran", expected=(TaskState.QUEUED,))
+    context = _pre_execution(PreExecutionReason.ERROR, base, **extra)
+    error = f"{facts.get('exception_type')}: {facts.get('message')}" if facts else f"task process exited with {returncode} before it ran"
+    return Verdict(False, context=context, error=error, expected=(TaskState.QUEUED,))
+
+
+def _exception(facts: dict[str, Any], base: dict[str, Any]) -> Verdict:
+    metadata = dict(
+        base,
+        exception_type=facts.get("exception_type"),
+        message=facts.get("message"),
+        traceback=facts.get("traceback"),
+        fingerprint=facts.get("fingerprint"),
+    )
+    error = facts.get("traceback") or f"{facts.get('exception_type')}: {facts.get('message')}"
+    if facts.get("db_connection_error"):
+        metadata.pop("fingerprint")
+        context = ExecutionContext.of(Reason.DB_CONNECTION_ERROR, Source.WORKER, sqlstate=facts.get("sqlstate"), **metadata)
+        return Verdict(False, context=context, error=error)
+    if facts.get("non_retryable"):
+        context = ExecutionContext.of(Reason.NON_RETRYABLE, Source.WORKER, **metadata)
+        return Verdict(False, context=context, fingerprint=facts.get("fingerprint"), error=error)
+    retry_after = facts.get("retry_after")
+    fingerprint = facts.get("fingerprint")
+    if retry_after is not None:
+        # A task asking to come back later (HTTP 429) is not a bug repeating itself: without a
+        # fingerprint it never counts toward a poison streak.
+        metadata["retry_after"] = retry_after
+        metadata.pop("fingerprint")
+        fingerprint = None
+    context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, **metadata)
+    return Verdict(False, context=context, fingerprint=fingerprint, retry_after=retry_after, error=error)
+
+
+def _bash_exit(outcome: Outcome, exit_code: int, base: dict[str, Any]) -> Verdict:
+    """bash's own exit status: negative when bash itself died by a signal."""
+    metadata = dict(base, exit_code=exit_code)
+    if exit_code < 0:
+        metadata["signal"] = signal_name(-exit_code)
+    if exit_code == -signal.SIGKILL or (exit_code == 128 + signal.SIGKILL and _oom_grew(outcome)):
+        return _resource_exhaustion(outcome, metadata)
+    stderr_line = last_line(outcome.stderr_tail)
+    fingerprint = bash_fingerprint(exit_code, stderr_line)
+    context = ExecutionContext.of(Reason.NONZERO_EXIT, Source.WORKER, stderr_last_line=stderr_line[-500:], **metadata)
+    return Verdict(False, context=context, fingerprint=fingerprint, error=f"bash exited with {exit_code}: {stderr_line}")
+
+
+def _died(outcome: Outcome, final: dict[str, Any], base: dict[str, Any]) -> Verdict:
+    """After the handshake, the process ended without an outcome message."""
+    returncode = outcome.returncode
+    if final.get("type") == "terminated" or (returncode is not None and -returncode in _STOP_SIGNALS):
+        # Someone other than the supervisor asked it to stop (a node shutdown, an operator).
+        context = ExecutionContext.of(Reason.WORKER_TERMINATION, Source.WORKER, external=True, **base)
+        return Verdict(False, context=context, error="task process terminated from outside the worker")
+    if returncode == -signal.SIGKILL:
+        return _resource_exhaustion(outcome, base)
+    if returncode is not None and returncode < 0:
+        # A crash in native code (SIGSEGV, SIGABRT, ...): the task's own fault.
+        name = base["signal"]
+        fingerprint = exception_fingerprint(f"signal.{name}", "<task process>", 0)
+        context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, exception_type=name, fingerprint=fingerprint, **base)
+        return Verdict(False, context=context, fingerprint=fingerprint, error=f"task process died by {name}")
+    if returncode == 0:
+        return Verdict(True, result=None)
+    fingerprint = exception_fingerprint("exit", "<task process>", returncode or 0)
+    context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, exception_type="exit", fingerprint=fingerprint, **base)
+    return Verdict(False, context=context, fingerprint=fingerprint, error=f"task process exited with {returncode}")
+
+
+def _resource_exhaustion(outcome: Outcome, metadata: dict[str, Any]) -> Verdict:
+    metadata = dict(metadata)
+    metadata.setdefault("signal", "SIGKILL")
+    if outcome.oom_kills_after is not None:
+        metadata["oom_kill"] = outcome.oom_kills_after
+        if outcome.oom_kills_before is not None:
+            metadata["oom_kills_during_attempt"] = outcome.oom_kills_after - outcome.oom_kills_before
+    context = ExecutionContext.of(Reason.RESOURCE_EXHAUSTION, Source.WORKER, **metadata)
+    return Verdict(False, context=context, error="task process killed by SIGKILL the worker did not send")
+
+
+def _pre_execution(kind: PreExecutionReason, base: dict[str, Any], error: str | None = None, **extra: Any) -> ExecutionContext:
+    metadata = dict(base, pre_execution_reason=kind.value, **{k: v for k, v in extra.items() if v is not None})
+    if error:
+        metadata["error"] = _clip(error, MAX_MESSAGE_CHARS)
+    return ExecutionContext.of(Reason.PRE_EXECUTION_FAILURE, Source.WORKER, **metadata)
+
+
+def _oom_grew(outcome: Outcome) -> bool:
+    before, after = outcome.oom_kills_before, outcome.oom_kills_after
+    return before is not None and after is not None and after > before
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _clip_tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "..." + text[-(limit - 3) :]

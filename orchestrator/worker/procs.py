@@ -1,0 +1,120 @@
+"""Process-group plumbing for the supervisor: signal a group, see who is left, reap them."""
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+PR_SET_CHILD_SUBREAPER = 36
+
+# Kills the task's process group when the supervisor dies, whatever kills it: the kernel closes
+# the supervisor's end of the pipe, `read` sees end-of-file. A normal end writes "done" first.
+_WATCHDOG = (
+    "import os, signal, sys\n"
+    "line = sys.stdin.readline()\n"
+    "if line.strip() != 'done':\n"
+    "    try:\n"
+    "        os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants (a task's bash children) become our children, so we can reap them."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to the whole group; False if no process of it is left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live_members(pgid: int) -> list[int]:
+    """Processes of the group that are still running (zombies are dead and not counted)."""
+    if not os.path.isdir("/proc"):
+        return [pgid] if signal_group(pgid, 0) else []
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                text = stat.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def reap_group(pgid: int) -> bool:
+    """Collect every child of ours in the group that has ended; True when none is left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            return False
+
+
+def has_exited(pid: int) -> bool:
+    """Whether our child `pid` has ended, without reaping it: while it is an unreaped zombie its
+    pid, and so its process group id, cannot be reused, so signalling the group stays safe."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def start_watchdog(pgid: int) -> subprocess.Popen | None:
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(pgid)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # outside the worker's group: a kill of the worker's group must not take it
+        )
+    except OSError:
+        return None
+
+
+def stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    if watchdog is None:
+        return
+    try:
+        assert watchdog.stdin is not None
+        watchdog.stdin.write(b"done\n")
+        watchdog.stdin.close()
+    except OSError:
+        pass
+    try:
+        watchdog.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
+
+
+def pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits (Linux 5.3+), to wake the loop at once."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None
+

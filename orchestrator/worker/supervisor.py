@@ -1,0 +1,388 @@
+"""The supervisor: runs one attempt's task process and watches it until it is over.
+
+It owns everything the task must not be trusted with: the "running" handshake and every
+heartbeat (both fenced by the attempt token), the execution timeout, the worker's shutdown
+grace, and killing the task's whole process group. It records what it saw in an `Outcome`
+for `classify()`; it never decides a retry itself.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from django.db import InterfaceError, OperationalError, connection
+
+from orchestrator import reporting
+from orchestrator.reporting import WorkerInfo
+from orchestrator.worker import procs
+from orchestrator.worker.channel import LineReader, send
+from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop
+from orchestrator.worker.heartbeat import Heartbeat
+from orchestrator.worker.oom import oom_kill_count
+from orchestrator.worker.output import BoundedCapture
+from orchestrator.worker.shutdown import SHUTDOWN, ShutdownRequest
+from retries.context import ExecutionContext
+from retries.states import Reason, Source
+
+log = logging.getLogger(__name__)
+
+# How long the loop sleeps at most between looks at the clock (timeouts, shutdown).
+TICK = 0.1
+# After its process ended, how long to wait for the last output still in the pipes.
+DRAIN_SECONDS = 1.0
+# A task that sent its outcome but does not exit within this long is killed.
+EXIT_AFTER_OUTCOME_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One attempt, as the supervisor needs it."""
+
+    task_instance_id: int
+    token: int
+    task_id: str
+    payload: dict[str, Any]
+    is_bash: bool
+    execution_timeout: float | None
+    kill_grace: float
+
+
+@dataclass(frozen=True)
+class Limits:
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    shutdown_grace: float
+    startup_timeout: float
+    head_bytes: int
+    tail_bytes: int
+
+
+@dataclass
+class Supervised:
+    """The result of supervising one attempt."""
+
+    superseded: bool  # the attempt is no longer current: report nothing
+    outcome: Outcome
+    stdout: str = ""
+    stderr: str = ""
+    output_truncated: bool = False
+
+
+@dataclass
+class _Stopping:
+    reason: Reason
+    context: ExecutionContext
+    started_at: float
+    timeout: float | None = None
+    sigkill_sent: bool = False
+
+
+@dataclass
+class _Streams:
+    stdout: BoundedCapture
+    stderr: BoundedCapture
+    messages: LineReader
+    open_fds: set[int] = field(default_factory=set)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        plan: Plan,
+        worker: WorkerInfo,
+        limits: Limits,
+        *,
+        shutdown: ShutdownRequest = SHUTDOWN,
+        on_heartbeat: Callable[[], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.worker = worker
+        self.limits = limits
+        self.shutdown = shutdown
+        self.heartbeat = Heartbeat(
+            plan.task_instance_id,
+            plan.token,
+            interval=limits.heartbeat_interval,
+            timeout=limits.heartbeat_timeout,
+            on_beat=on_heartbeat,
+        )
+        self.proc: subprocess.Popen | None = None
+        self.pgid = 0
+        self.control_fd = -1
+        self.watchdog: subprocess.Popen | None = None
+        self.selector = selectors.DefaultSelector()
+        self.streams: _Streams | None = None
+        self.pid_fd: int | None = None
+        self.spawned_at = 0.0
+        self.handshake_at: float | None = None
+        self.stopping: _Stopping | None = None
+        self.final: dict[str, Any] | None = None
+        self.final_at: float | None = None
+        self.final_before_stop = True
+        self.superseded = False
+
+    # --- the attempt --------------------------------------------------------------------------
+
+    def run(self) -> Supervised:
+        metadata = {"worker_name": self.worker.worker_name, "hostname": self.worker.hostname}
+        oom_before = oom_kill_count()
+        if not self.heartbeat.beat():
+            return Supervised(superseded=True, outcome=Outcome(started=False, metadata=metadata))
+        try:
+            self._spawn()
+        except OSError as exc:
+            log.error("could not start the task process for %s: %s", self._label(), exc)
+            return Supervised(
+                superseded=False,
+                outcome=Outcome(is_bash=self.plan.is_bash, started=False, start_error=f"{type(exc).__name__}: {exc}", metadata=metadata),
+            )
+        self.heartbeat.start()
+        try:
+            self._supervise()
+        finally:
+            self.heartbeat.stop()
+            self._finish()
+        assert self.proc is not None and self.streams is not None
+        metadata["pid"] = self.proc.pid
+        stop = None
+        if self.stopping is not None:
+            stop = Stop(
+                reason=self.stopping.reason,
+                sigkill_sent=self.stopping.sigkill_sent,
+                timeout=self.stopping.timeout,
+                kill_grace=self.plan.kill_grace,
+                shutdown_signal=self.shutdown.signal,
+            )
+        outcome = Outcome(
+            is_bash=self.plan.is_bash,
+            handshake=self.handshake_at is not None,
+            returncode=self.proc.returncode,
+            final=self.final,
+            final_before_stop=self.final_before_stop,
+            stop=stop,
+            stderr_tail=self.streams.stderr.tail_text(),
+            oom_kills_before=oom_before,
+            oom_kills_after=oom_kill_count(),
+            metadata=metadata,
+        )
+        return Supervised(
+            superseded=self.superseded,
+            outcome=outcome,
+            stdout=self.streams.stdout.text(),
+            stderr=self.streams.stderr.text(),
+            output_truncated=self.streams.stdout.truncated or self.streams.stderr.truncated,
+        )
+
+    def _spawn(self) -> None:
+        control_read, control_write = os.pipe()
+        message_read, message_write = os.pipe()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.setdefault("DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "orchestrator.settings"))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.worker.taskprocess", str(control_read), str(message_write), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(control_read, message_write),
+                start_new_session=True,  # its own process group: one signal reaches all it starts
+                env=env,
+            )
+        except BaseException:
+            for fd in (control_write, message_read):
+                os.close(fd)
+            raise
+        finally:
+            os.close(control_read)
+            os.close(message_write)
+        self.spawned_at = time.monotonic()
+        self.pgid = self.proc.pid
+        self.control_fd = control_write
+        self.watchdog = procs.start_watchdog(self.pgid)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.streams = _Streams(
+            stdout=BoundedCapture(self.limits.head_bytes, self.limits.tail_bytes),
+            stderr=BoundedCapture(self.limits.head_bytes, self.limits.tail_bytes),
+            messages=LineReader(message_read),
+        )
+        for fd in (self.proc.stdout.fileno(), self.proc.stderr.fileno(), message_read):
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ)
+            self.streams.open_fds.add(fd)
+        self.pid_fd = procs.pidfd(self.proc.pid)
+        if self.pid_fd is not None:
+            self.selector.register(self.pid_fd, selectors.EVENT_READ)
+        send(self.control_fd, self.plan.payload)
+
+    def _supervise(self) -> None:
+        assert self.proc is not None
+        while not self.superseded:
+            self._pump(TICK)
+            if self.heartbeat.refused:
+                self.superseded = True
+            elif self.heartbeat.lease_expired():
+                log.error("%s: no heartbeat got through for too long; killing the task before the scheduler presumes it lost", self._label())
+                self.superseded = True
+            if self.superseded:
+                break
+            self._enforce(time.monotonic())
+            if procs.has_exited(self.proc.pid):
+                break
+        if self.superseded:
+            # Another attempt owns the task now: never let two copies run at once.
+            log.warning("%s was superseded; killing its task process group %s", self._label(), self.pgid)
+            procs.signal_group(self.pgid, signal.SIGKILL)
+            return
+        self._let_stragglers_go()
+
+    def _let_stragglers_go(self) -> None:
+        """The task process ended. Its group's other processes get the rest of the stop's grace
+        (they got the same SIGTERM), then SIGKILL; after a normal end they are killed at once."""
+        stopping = self.stopping
+        if stopping is not None and not stopping.sigkill_sent:
+            deadline = stopping.started_at + self.plan.kill_grace
+            while time.monotonic() < deadline and len(procs.live_members(self.pgid)) > 0:
+                self._pump(min(TICK, max(0.0, deadline - time.monotonic())))
+            if procs.live_members(self.pgid):
+                stopping.sigkill_sent = True
+        procs.signal_group(self.pgid, signal.SIGKILL)
+
+    def _finish(self) -> None:
+        """Reap everything, read the last output, release every descriptor."""
+        assert self.proc is not None and self.streams is not None
+        if not procs.has_exited(self.proc.pid):
+            procs.signal_group(self.pgid, signal.SIGKILL)
+        self.proc.wait()
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while self.streams.open_fds and time.monotonic() < deadline:
+            self._pump(min(TICK, max(0.0, deadline - time.monotonic())))
+        # Everything left in the group was SIGKILLed: collect those that came back to us.
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while not procs.reap_group(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        procs.stop_watchdog(self.watchdog)
+        for fd in list(self.streams.open_fds):
+            self._close_stream(fd)
+        if self.pid_fd is not None:
+            self.selector.unregister(self.pid_fd)
+            os.close(self.pid_fd)
+        self.selector.close()
+        os.close(self.control_fd)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    # --- one round of the loop ------------------------------------------------------------------
+
+    def _pump(self, timeout: float) -> None:
+        """Wait up to `timeout` for output, messages or the process's end, and take them in."""
+        assert self.proc is not None and self.streams is not None
+        for key, _ in self.selector.select(timeout):
+            fd = key.fd
+            if fd == self.pid_fd:
+                # It stays readable once the process ended: stop watching it, or select() spins.
+                self.selector.unregister(fd)
+                os.close(fd)
+                self.pid_fd = None
+                continue
+            if fd == self.streams.messages.fd:
+                for message in self.streams.messages.feed():
+                    self._on_message(message)
+                if self.streams.messages.eof:
+                    self._close_stream(fd)
+                continue
+            capture = self.streams.stdout if fd == self.proc.stdout.fileno() else self.streams.stderr
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if chunk:
+                capture.feed(chunk)
+            else:
+                self._close_stream(fd)
+
+    def _close_stream(self, fd: int) -> None:
+        assert self.streams is not None
+        if fd in self.streams.open_fds:
+            self.streams.open_fds.discard(fd)
+            self.selector.unregister(fd)
+            if fd == self.streams.messages.fd:
+                os.close(fd)
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "running":
+            self._handshake()
+        elif kind in OUTCOME_MESSAGES or kind == "startup_error":
+            if self.final is None or self.final.get("type") == "terminated":
+                self.final = message
+                self.final_at = time.monotonic()
+                self.final_before_stop = self.stopping is None
+        elif kind == "terminated" and self.final is None:
+            self.final = message
+
+    def _handshake(self) -> None:
+        assert self.proc is not None
+        if self.handshake_at is not None or self.stopping is not None or procs.has_exited(self.proc.pid):
+            return  # a handshake read after the process died must not mark it running
+        try:
+            won = reporting.mark_running(self.plan.task_instance_id, self.plan.token, pid=self.proc.pid)
+        except (OperationalError, InterfaceError):
+            # It never ran as far as the database knows; stop it before user code starts.
+            log.exception("could not record that %s is running", self._label())
+            connection.close()
+            self._begin_stop(Reason.DB_CONNECTION_ERROR, timeout=None)
+            return
+        if not won:
+            self.superseded = True
+            return
+        self.handshake_at = time.monotonic()
+        send(self.control_fd, {"type": "go"})
+
+    def _enforce(self, now: float) -> None:
+        """Timeouts, the shutdown grace, and SIGKILL after kill_grace."""
+        stopping = self.stopping
+        if self.final is not None and self.final_at is not None and self.final.get("type") in OUTCOME_MESSAGES:
+            if now - self.final_at > EXIT_AFTER_OUTCOME_SECONDS:
+                procs.signal_group(self.pgid, signal.SIGKILL)
+            return
+        if stopping is None:
+            timeout = self.plan.execution_timeout
+            if self.handshake_at is not None and timeout is not None and now - self.handshake_at >= timeout:
+                self._begin_stop(Reason.EXECUTION_TIMEOUT, timeout=timeout)
+            elif self.shutdown.grace_over(self.limits.shutdown_grace, now):
+                self._begin_stop(Reason.WORKER_TERMINATION, timeout=None)
+            elif self.handshake_at is None and now - self.spawned_at >= self.limits.startup_timeout:
+                self._begin_stop(Reason.PRE_EXECUTION_FAILURE, timeout=self.limits.startup_timeout)
+        elif not stopping.sigkill_sent and now - stopping.started_at >= self.plan.kill_grace:
+            log.warning("%s did not stop within %ss of SIGTERM; sending SIGKILL to its group", self._label(), self.plan.kill_grace)
+            stopping.sigkill_sent = True
+            procs.signal_group(self.pgid, signal.SIGKILL)
+
+    def _begin_stop(self, reason: Reason, *, timeout: float | None) -> None:
+        """Tell the task why, then SIGTERM its whole group; SIGKILL follows after kill_grace."""
+        if reason is Reason.EXECUTION_TIMEOUT:
+            context = ExecutionContext.of(reason, Source.WORKER, timeout=timeout, signal_sent="SIGTERM", kill_grace=self.plan.kill_grace)
+        elif reason is Reason.WORKER_TERMINATION:
+            context = ExecutionContext.of(reason, Source.WORKER, signal=self.shutdown.signal or "SIGTERM", kill_grace=self.plan.kill_grace)
+        elif reason is Reason.PRE_EXECUTION_FAILURE:
+            context = ExecutionContext.of(reason, Source.WORKER, pre_execution_reason="killed", startup_timeout=timeout)
+        else:
+            context = ExecutionContext.of(reason, Source.WORKER)
+        log.warning("stopping %s: %s", self._label(), reason.value)
+        self.stopping = _Stopping(reason=reason, context=context, started_at=time.monotonic(), timeout=timeout)
+        send(self.control_fd, {"type": "stop", "context": context.to_dict()})
+        procs.signal_group(self.pgid, signal.SIGTERM)
+
+    def _label(self) -> str:
+        return f"task {self.plan.task_id} (instance {self.plan.task_instance_id}, attempt {self.plan.token})"
+

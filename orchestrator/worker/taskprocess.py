@@ -1,0 +1,231 @@
+"""The task process: a fresh Python process, in its own process group, that runs one attempt.
+
+    python -m orchestrator.worker.taskprocess CONTROL_FD MESSAGE_FD SUPERVISOR_PID
+
+It reads its payload from CONTROL_FD, imports the task, fires `task.before_running`, sends the
+"running" handshake on MESSAGE_FD and waits for the supervisor's "go" (the supervisor owns all
+database reporting), fires `task.after_running`, runs the user code and sends the outcome. On
+SIGTERM it reads why it is being stopped (the supervisor writes the reason first), calls the
+task's `on_kill(execution_context)` and exits. It dies with its supervisor (PR_SET_PDEATHSIG).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import inspect
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import traceback
+from typing import Any, Callable, NoReturn
+
+from orchestrator.worker.channel import LineReader, send
+from orchestrator.worker.classify import exception_facts
+
+PR_SET_PDEATHSIG = 1
+# A result bigger than this (as JSON) is stored as a clipped repr instead.
+MAX_RESULT_BYTES = 256 * 1024
+# The exit status after the SIGTERM handler ran: 128 + SIGTERM, as a shell reports it.
+TERMINATED_EXIT = 128 + signal.SIGTERM
+TEMPLATE_NAMES = ("dag_id", "task_id", "run_id", "logical_date", "try_number", "infrastructure_try_number")
+_TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
+
+
+def set_parent_death_signal(expected_parent: int | None = None) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies; exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os._exit(1)  # the parent died before the death signal was armed
+
+
+def render(command: str, context: dict[str, Any]) -> str:
+    """Replace `{{ name }}` with that context value; other text is left as written."""
+
+    def value(match: re.Match) -> str:
+        name = match.group(1)
+        return str(context[name]) if name in TEMPLATE_NAMES and name in context else match.group(0)
+
+    return _TEMPLATE.sub(value, command)
+
+
+def import_callable(path: str) -> Any:
+    """`package.module.attribute` → the attribute; a clear error names the path."""
+    module_name, _, attribute = path.rpartition(".")
+    if not module_name:
+        raise ImportError(f"python_callable {path!r} is not a dotted path (module.attribute)")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ImportError(f"python_callable {path!r}: module {module_name!r} has no attribute {attribute!r}") from None
+
+
+def accepts_context(function: Callable) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "context" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def jsonable(result: Any) -> Any:
+    """The result as stored: itself if it is JSON and not too big, else a (clipped) repr."""
+    try:
+        encoded = json.dumps(result)
+    except (TypeError, ValueError):
+        text = repr(result)
+        return text if len(text) <= MAX_RESULT_BYTES else text[:MAX_RESULT_BYTES] + "..."
+    if len(encoded) > MAX_RESULT_BYTES:
+        return {"truncated": True, "repr": repr(result)[:MAX_RESULT_BYTES]}
+    return result
+
+
+class PythonTask:
+    def __init__(self, target: Any, op_kwargs: dict[str, Any], context: dict[str, Any]) -> None:
+        self.target = target
+        self.op_kwargs = op_kwargs
+        self.context = context
+        self.instance: Any = None
+
+    def on_kill(self) -> Callable | None:
+        holder = self.instance if self.instance is not None else self.target
+        return getattr(holder, "on_kill", None)
+
+    def run(self) -> dict[str, Any]:
+        if inspect.isclass(self.target):
+            self.instance = self.target(**self.op_kwargs)
+            result = self.instance.execute(self.context)
+        elif accepts_context(self.target) and "context" not in self.op_kwargs:
+            result = self.target(**self.op_kwargs, context=self.context)
+        else:
+            result = self.target(**self.op_kwargs)
+        return {"type": "success", "result": jsonable(result)}
+
+
+class BashTask:
+    def __init__(self, command: str, context: dict[str, Any]) -> None:
+        self.command = render(command, context)
+        self.context = context
+
+    def on_kill(self) -> Callable | None:
+        return None  # bash got the same SIGTERM: it is in the task's process group
+
+    def run(self) -> dict[str, Any]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        parent = os.getpid()
+        # Same process group (so the supervisor's signals reach it); dies with this process.
+        proc = subprocess.Popen(
+            ["bash", "-c", self.command],
+            stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: set_parent_death_signal(parent),
+        )
+        code = proc.wait()
+        if code == 0:
+            return {"type": "success", "result": None}
+        return {"type": "bash_exit", "exit_code": code}
+
+
+def load_task(payload: dict[str, Any]) -> PythonTask | BashTask:
+    context = payload["context"]
+    if payload.get("bash_command"):
+        return BashTask(payload["bash_command"], context)
+    path = payload.get("python_callable") or ""
+    if not path:
+        raise ImportError(f"task {payload.get('task_id')!r} has neither python_callable nor bash_command")
+    return PythonTask(import_callable(path), dict(payload.get("op_kwargs") or {}), context)
+
+
+def context_environment(context: dict[str, Any]) -> dict[str, str]:
+    """The context as environment variables, for bash tasks and anything they start."""
+    return {f"ORCHESTRATOR_{name.upper()}": str(context[name]) for name in TEMPLATE_NAMES if name in context}
+
+
+def main(argv: list[str]) -> NoReturn:
+    control_fd, message_fd, supervisor_pid = (int(a) for a in argv[1:4])
+    set_parent_death_signal(supervisor_pid)
+    for fd in (control_fd, message_fd):
+        os.set_inheritable(fd, False)  # bash and user subprocesses must not hold them
+    control = LineReader(control_fd)
+    payload = control.receive()
+    if payload is None:
+        _exit(1)
+    os.environ.update(context_environment(payload["context"]))
+    try:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+        import django
+
+        django.setup()
+        from orchestrator.worker import failpoints
+
+        task = load_task(payload)
+        failpoints.fire(failpoints.TASK_BEFORE_RUNNING, task_instance_id=payload["task_instance_id"], task_id=payload["task_id"])
+    except BaseException as exc:
+        traceback.print_exc()
+        send(message_fd, {"type": "startup_error", "exception": exception_facts(exc)})
+        _exit(1)
+
+    send(message_fd, {"type": "running", "pid": os.getpid()})
+    reply = control.receive()
+    if reply is None or reply.get("type") != "go":
+        _exit(0)  # the supervisor refused the handshake (stale attempt) or is gone
+
+    signal.signal(signal.SIGTERM, _terminate_handler(task, control, message_fd))
+    try:
+        failpoints.fire(failpoints.TASK_AFTER_RUNNING, task_instance_id=payload["task_instance_id"], task_id=payload["task_id"])
+        outcome = task.run()
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            outcome = {"type": "success", "result": None}
+        else:
+            traceback.print_exc()
+            send(message_fd, {"type": "failure", "exception": exception_facts(exc)})
+            _exit(1)
+    except BaseException as exc:
+        traceback.print_exc()
+        send(message_fd, {"type": "failure", "exception": exception_facts(exc)})
+        _exit(1)
+    send(message_fd, outcome)
+    _exit(0 if outcome["type"] == "success" else 1)
+
+
+def _terminate_handler(task: PythonTask | BashTask, control: LineReader, message_fd: int) -> Callable:
+    from retries.context import ExecutionContext
+    from retries.states import Reason, Source
+
+    def handle(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # on_kill runs once
+        # The supervisor writes why before it signals; anything else is a stop from outside.
+        message = control.receive(timeout=1.0)
+        if message and message.get("type") == "stop" and message.get("context"):
+            context = ExecutionContext.from_dict(message["context"])
+        else:
+            context = ExecutionContext.of(Reason.WORKER_TERMINATION, Source.WORKER, signal="SIGTERM", external=True)
+        on_kill = task.on_kill()
+        if on_kill is not None:
+            try:
+                on_kill(context)
+            except BaseException:
+                traceback.print_exc()
+        send(message_fd, {"type": "terminated", "context": context.to_dict()})
+        _exit(TERMINATED_EXIT)
+
+    return handle
+
+
+def _exit(code: int) -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

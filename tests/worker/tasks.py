@@ -1,0 +1,124 @@
+"""Task callables the worker tests run in real task processes (importable by the worker)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.exceptions import NonRetryableError, RetryAfter
+
+
+def _append(path: str, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_context(path: str, execution_context: Any) -> None:
+    Path(path).write_text(json.dumps({**execution_context.to_dict(), "pid": os.getpid()}))
+
+
+def succeed(context: dict[str, Any]) -> dict[str, Any]:
+    print(f"hello from {context['task_id']} try {context['try_number']}")
+    return {"task_id": context["task_id"], "try_number": context["try_number"], "conf": context["conf"]}
+
+
+def fail_until(succeed_on_try: int, context: dict[str, Any]) -> str:
+    if context["try_number"] < succeed_on_try:
+        raise ValueError(f"not yet (try {context['try_number']})")
+    return "finally"
+
+
+def raise_non_retryable() -> None:
+    raise NonRetryableError("bad input, retrying will not help")
+
+
+def raise_retry_after(seconds: float) -> None:
+    raise RetryAfter(seconds)
+
+
+def print_a_lot(megabytes: int) -> None:
+    """BEGIN, then `megabytes` MB of filler on both streams, then END."""
+    line = b"x" * 1023 + b"\n"
+    for stream in (sys.stdout.buffer, sys.stderr.buffer):
+        stream.write(b"BEGIN\n")
+        for _ in range(megabytes * 1024):
+            stream.write(line)
+        stream.write(b"END\n")
+        stream.flush()
+
+
+def sleep_unless_retried(seconds: float, context: dict[str, Any]) -> str:
+    """Sleeps on its first platform try (to be killed); returns at once after a platform retry."""
+    if context["infrastructure_try_number"] == 0:
+        time.sleep(seconds)
+    return "done"
+
+
+def stubborn_with_child(seconds: float, marker: str) -> None:
+    """Starts a grandchild in its process group, then runs long; its on_kill records the context
+    and then ignores the stop, so only SIGKILL ends it."""
+    child = subprocess.Popen(["sleep", "60"])
+    Path(marker + ".child").write_text(str(child.pid))
+    time.sleep(seconds)
+
+
+def _stubborn_on_kill(execution_context: Any) -> None:
+    _write_context(os.environ["ORCHESTRATOR_TEST_ON_KILL_FILE"], execution_context)
+    time.sleep(60)  # ignore the stop: only SIGKILL ends this
+
+
+stubborn_with_child.on_kill = _stubborn_on_kill  # type: ignore[attr-defined]
+
+
+class GracefulSleeper:
+    """A task class: sleeps on its first platform try; on_kill records why it was stopped."""
+
+    def __init__(self, seconds: float, on_kill_file: str) -> None:
+        self.seconds = seconds
+        self.on_kill_file = on_kill_file
+
+    def execute(self, context: dict[str, Any]) -> str:
+        if context["infrastructure_try_number"] == 0:
+            time.sleep(self.seconds)
+        return "done"
+
+    def on_kill(self, execution_context: Any) -> None:
+        _write_context(self.on_kill_file, execution_context)
+
+
+def exclusive(path: str, seconds: float, context: dict[str, Any]) -> str:
+    """Records its start and end; at start it notes any earlier copy that is still alive."""
+    alive = []
+    if os.path.exists(path):
+        for line in Path(path).read_text().splitlines():
+            record = json.loads(line)
+            if record["event"] == "start" and _alive(record["pid"]):
+                alive.append(record["pid"])
+    _append(path, {"event": "start", "pid": os.getpid(), "at": time.time(), "others_alive": alive})
+    if context["infrastructure_try_number"] == 0:
+        time.sleep(seconds)
+    _append(path, {"event": "end", "pid": os.getpid(), "at": time.time()})
+    return "done"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def database_unreachable_once(context: dict[str, Any]) -> str:
+    """Fails to connect to a database (nothing listens on port 1) on its first platform try."""
+    if context["infrastructure_try_number"] == 0:
+        import psycopg
+
+        psycopg.connect("postgresql://nobody@127.0.0.1:1/none", connect_timeout=2)
+    return "connected"

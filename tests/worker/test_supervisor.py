@@ -1,0 +1,199 @@
+"""What the supervisor enforces: timeouts, kills, shutdown grace, and never two copies at once."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from orchestrator import reporting
+from orchestrator.scheduler import schedule_once
+from orchestrator.worker.procs import live_members
+from retries.context import ExecutionContext
+from retries.states import Reason, Source, TaskState
+from tests.conftest import wait_until
+from tests.worker.proxy import TcpProxy
+from tests.worker.conftest import instance, running_pid, settle, trigger
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+T = "tests.worker.tasks."
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie (dead, waiting for a parent to collect it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_it_kills_a_task_past_its_timeout_and_its_whole_process_group(worker, make_dag, tmp_path):
+    """execution_timeout: SIGTERM (on_kill gets the timeout context), then SIGKILL after kill_grace
+    to the whole group, grandchildren included; charged as timeout/execution_timeout."""
+    marker = str(tmp_path / "stubborn")
+    on_kill_file = tmp_path / "on_kill.json"
+    dag = make_dag(
+        [{"task_id": "slow", "python_callable": T + "stubborn_with_child", "op_kwargs": {"seconds": 60, "marker": marker}}],
+        execution_timeout=1,
+        kill_grace=0.5,
+    )
+    worker(ORCHESTRATOR_TEST_ON_KILL_FILE=str(on_kill_file))
+    run = trigger(dag)
+    pid = running_pid(run, "slow")
+    ti = settle(run, "slow", ("failed",), timeout=10)
+    attempt = ti.attempts.get()
+    assert attempt.kind == "user"
+    assert attempt.context["category"] == "timeout" and attempt.context["reason"] == "execution_timeout"
+    metadata = attempt.context["metadata"]
+    assert metadata["timeout"] == 1 and metadata["signal_sent"] == "SIGTERM" and metadata["sigkill_sent"] is True
+    seen_by_on_kill = json.loads(on_kill_file.read_text())
+    assert (seen_by_on_kill["category"], seen_by_on_kill["reason"], seen_by_on_kill["pid"]) == ("timeout", "execution_timeout", pid)
+    grandchild = int(Path(marker + ".child").read_text())
+    assert _gone(grandchild)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the worker reaped them all: not even a zombie is left in the group
+
+
+def test_it_kills_a_bash_task_that_ignores_sigterm_after_the_grace(worker, make_dag):
+    """A bash task trapping SIGTERM past its timeout: SIGKILL to the group after kill_grace."""
+    dag = make_dag([{"task_id": "b", "bash_command": "trap '' TERM; sleep 30; sleep 30"}], execution_timeout=0.5, kill_grace=0.5)
+    worker()
+    run = trigger(dag)
+    pid = running_pid(run, "b")
+    ti = settle(run, "b", ("failed",), timeout=10)
+    context = ti.attempts.get().context
+    assert (context["reason"], context["metadata"]["sigkill_sent"]) == ("execution_timeout", True)
+    assert live_members(pid) == []
+
+
+def test_it_counts_an_outside_sigkill_as_resource_exhaustion_and_retries_on_the_platform(worker, make_dag):
+    """SIGKILL the task process from outside (as the OOM killer would): infrastructure/resource_exhaustion,
+    platform retry keeping try_number, and the retry succeeds."""
+    dag = make_dag([{"task_id": "t", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 30}}])
+    worker()
+    run = trigger(dag)
+    os.kill(running_pid(run, "t"), signal.SIGKILL)
+    ti = settle(run, "t", ("success",))
+    assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
+    killed = ti.attempts.get(attempt_token=1)
+    assert killed.kind == "platform"
+    assert killed.context["category"] == "infrastructure" and killed.context["reason"] == "resource_exhaustion"
+    assert killed.context["metadata"]["signal"] == "SIGKILL"
+    assert killed.context["metadata"]["exit_code"] == -9
+    assert ti.last_failure_context["reason"] == "resource_exhaustion"
+
+
+def test_it_stops_the_task_after_the_shutdown_grace_and_another_worker_finishes_it(worker, make_dag, tmp_path):
+    """Worker SIGTERM mid-task: the task goes on for the grace, then is stopped with a
+    worker_termination context (on_kill sees it); charged to the platform; a second worker runs it."""
+    on_kill_file = tmp_path / "on_kill.json"
+    dag = make_dag(
+        [{"task_id": "t", "python_callable": T + "GracefulSleeper", "op_kwargs": {"seconds": 30, "on_kill_file": str(on_kill_file)}}]
+    )
+    first = worker(ORCHESTRATOR_WORKER_SHUTDOWN_GRACE=0.5)
+    run = trigger(dag)
+    pid = running_pid(run, "t")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=10) == 0
+    assert _gone(pid)
+    seen_by_on_kill = json.loads(on_kill_file.read_text())
+    assert (seen_by_on_kill["category"], seen_by_on_kill["reason"]) == ("infrastructure", "worker_termination")
+    ti = instance(run, "t")
+    assert ti.state == "scheduled"
+    stopped = ti.attempts.get(attempt_token=1)
+    assert stopped.kind == "platform"
+    assert stopped.context["reason"] == "worker_termination" and stopped.context["source"] == "worker"
+    assert stopped.context["metadata"]["signal"] == "SIGTERM"
+    worker()
+    ti = settle(run, "t", ("success",))
+    assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
+
+
+def test_it_reports_the_real_outcome_of_a_task_that_ends_within_the_shutdown_grace(worker, make_dag):
+    """Worker SIGTERM while a short task runs: the task finishes, its success is reported, the worker exits."""
+    dag = make_dag([{"task_id": "t", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 1}}])
+    first = worker(ORCHESTRATOR_WORKER_SHUTDOWN_GRACE=10)
+    run = trigger(dag)
+    running_pid(run, "t")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=10) == 0
+    ti = instance(run, "t")
+    assert ti.state == "success"
+    assert ti.attempts.get().kind == "user"
+
+
+def test_it_survives_a_killed_worker_without_running_the_task_twice_at_once(worker, make_dag, tmp_path):
+    """kill -9 of the worker mid-task: its task process dies with it (no orphan), the scheduler
+    finds the stale heartbeat (worker_lost), and another worker runs the task; never two copies at once."""
+    log = tmp_path / "runs.jsonl"
+    dag = make_dag([{"task_id": "t", "python_callable": T + "exclusive", "op_kwargs": {"path": str(log), "seconds": 30}}])
+    first = worker()
+    run = trigger(dag)
+    pid = running_pid(run, "t")
+    first.kill()
+    first.wait(timeout=5)
+    wait_until(lambda: _gone(pid), timeout=3, message="the task process to die with its worker")
+    wait_until(lambda: not live_members(pid), timeout=3, message="its process group to be empty")
+    worker()
+    ti = settle(run, "t", ("success",), timeout=20)
+    lost = ti.attempts.get(attempt_token=1)
+    assert lost.kind == "platform"
+    assert lost.context["reason"] == "worker_lost" and lost.context["source"] == "scheduler"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["event"] for r in records] == ["start", "start", "end"]
+    assert records[0]["pid"] == pid and records[1]["pid"] != pid
+    assert records[1]["others_alive"] == []
+
+
+def test_it_kills_its_task_at_once_when_the_attempt_is_superseded(worker, make_dag):
+    """The scheduler gave the task up (here: reported lost by hand) while it still runs: the next
+    heartbeat is refused and the worker kills the task's group at once, reporting nothing."""
+    dag = make_dag([{"task_id": "t", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 30}}])
+    worker()
+    run = trigger(dag)
+    pid = running_pid(run, "t")
+    ti = instance(run, "t")
+    lost = ExecutionContext.of(Reason.WORKER_LOST, Source.SCHEDULER)
+    assert reporting.report_failure(ti.pk, ti.attempt_token, lost, expected=(TaskState.RUNNING,))
+    wait_until(lambda: _gone(pid), timeout=3, message="the superseded task to be killed")
+    ti = settle(run, "t", ("success",))
+    first = ti.attempts.get(attempt_token=1)
+    assert first.context["reason"] == "worker_lost"  # the old worker's view never overwrote it
+    assert first.stdout == ""
+
+
+def test_it_kills_its_task_before_the_scheduler_can_presume_it_lost_when_cut_off_from_the_database(
+    worker, make_dag, scheduler_settings
+):
+    """A worker cut off from the database keeps its lease only while no scheduler can have
+    presumed it lost: it kills its task first, so the retry elsewhere never runs beside it."""
+    db = connection.settings_dict
+    proxy = TcpProxy(db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432))
+    user = db.get("USER") or "postgres"
+    dag = make_dag([{"task_id": "t", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 30}}])
+    worker(
+        DATABASE_URL=f"postgres://{user}@127.0.0.1:{proxy.port}/{db['NAME']}",
+        ORCHESTRATOR_HEARTBEAT_INTERVAL=0.5,
+        ORCHESTRATOR_HEARTBEAT_TIMEOUT=scheduler_settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT,
+    )
+    try:
+        run = trigger(dag)
+        pid = running_pid(run, "t")
+        proxy.cut()
+
+        def presumed_lost() -> bool:
+            return bool(schedule_once().lost)
+
+        wait_until(presumed_lost, timeout=10, message="the scheduler to presume the worker lost")
+        assert _gone(pid), "the task was still running when the scheduler gave it to another worker"
+        proxy.restore()
+        ti = settle(run, "t", ("success",))
+        assert ti.attempts.get(attempt_token=1).context["reason"] == "worker_lost"
+        assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
+    finally:
+        proxy.cut()

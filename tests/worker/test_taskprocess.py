@@ -1,0 +1,85 @@
+"""The task process's pure helpers: templates, calling conventions, results."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.worker.taskprocess import PythonTask, accepts_context, import_callable, jsonable, render
+from tests.conftest import ROOT
+
+CONTEXT = {
+    "dag_id": "etl",
+    "task_id": "load",
+    "run_id": "manual__2026-01-02T03:04:05+00:00",
+    "try_number": 2,
+    "infrastructure_try_number": 0,
+    "logical_date": "2026-01-02T03:04:05+00:00",
+    "conf": {},
+}
+
+
+def test_it_renders_context_values_into_a_bash_command():
+    """{{ name }} (spaces optional) becomes the context value; unknown names stay as written."""
+    command = "run --day {{ logical_date }} --id {{dag_id}}.{{ task_id }}/{{ run_id }} -t {{ try_number }} {{ secret }}"
+    assert render(command, CONTEXT) == (
+        "run --day 2026-01-02T03:04:05+00:00 --id etl.load/manual__2026-01-02T03:04:05+00:00 -t 2 {{ secret }}"
+    )
+
+
+def test_it_passes_context_only_to_callables_that_take_it():
+    assert accepts_context(lambda context: None)
+    assert accepts_context(lambda **kwargs: None)
+    assert not accepts_context(lambda source: None)
+
+
+def test_it_calls_a_function_with_its_kwargs_and_the_context():
+    def extract(source, context):
+        return f"{source}@{context['task_id']}"
+
+    assert PythonTask(extract, {"source": "s3"}, CONTEXT).run() == {"type": "success", "result": "s3@load"}
+
+
+def test_it_instantiates_a_task_class_with_its_kwargs_and_runs_execute():
+    class Load:
+        def __init__(self, table):
+            self.table = table
+
+        def execute(self, context):
+            return [self.table, context["try_number"]]
+
+        def on_kill(self, execution_context):
+            pass
+
+    task = PythonTask(Load, {"table": "t"}, CONTEXT)
+    assert task.run()["result"] == ["t", 2]
+    assert task.on_kill() == task.instance.on_kill
+
+
+def test_it_stores_a_result_that_is_not_json_as_its_repr():
+    assert jsonable({"a": [1, 2]}) == {"a": [1, 2]}
+    assert jsonable({1, 2}) == "{1, 2}"
+    assert jsonable("x" * 300_000)["truncated"] is True
+
+
+def test_it_names_the_path_of_a_callable_it_cannot_import():
+    with pytest.raises(ImportError, match="'tests.worker.tasks.nope'.*no attribute 'nope'"):
+        import_callable("tests.worker.tasks.nope")
+    with pytest.raises(ImportError, match="not a dotted path"):
+        import_callable("nope")
+
+
+def test_it_refuses_to_start_a_worker_with_a_bad_failpoint_spec():
+    """run_worker checks ORCHESTRATOR_FAILPOINTS before it takes any job."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "run_worker", "--burst"],
+        cwd=ROOT,
+        env={**os.environ, "ORCHESTRATOR_FAILPOINTS": "task.before_running=boom"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "ORCHESTRATOR_FAILPOINTS: cannot parse 'task.before_running=boom'" in result.stderr
