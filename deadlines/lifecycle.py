@@ -1,28 +1,154 @@
 """Where the engine tells the deadlines app that a run or task reached a reference point.
 
 Each function runs inside the engine's transaction, so a deadline exists exactly when the
-state change that created it does.
+state change that created it does. Need-by times are computed once, here, and stored: the
+periodic check only compares them with the clock.
 """
 from __future__ import annotations
 
+import logging
 from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from deadlines import references
+from deadlines.conf import int_setting
+from deadlines.models import DAG_REFERENCES, OPEN_STATES, Deadline, DeadlineDefinition, Reference
+from deadlines.resolution import settle_finished
+from orchestrator.models import DagRun, TaskInstance
+from retries.states import RunState
+
+log = logging.getLogger(__name__)
 
 
-def run_created(dag_run, now: datetime) -> None:
+def run_created(dag_run: DagRun, now: datetime) -> None:
     """A run was queued: create its DAG-level deadlines."""
+    definitions = [
+        d
+        for d in DeadlineDefinition.objects.filter(dag_id=dag_run.dag_id, task__isnull=True)
+        if d.reference in DAG_REFERENCES
+    ]
+    if not definitions:
+        return
+    facts = references.Facts(
+        now=now,
+        tz=_timezone(dag_run),
+        queued_at=dag_run.queued_at,
+        logical_date=dag_run.logical_date,
+        recent_run_durations=_recent_run_durations(dag_run)
+        if any(d.reference == Reference.AVERAGE_RUNTIME for d in definitions)
+        else (),
+    )
+    _create(dag_run, None, definitions, facts)
 
 
-def task_queued(task_instance, now: datetime) -> None:
+def task_queued(task_instance: TaskInstance, now: datetime) -> None:
     """A task was dispatched: create its task_queued_at deadlines (first dispatch only)."""
+    _create_task_deadlines(task_instance, Reference.TASK_QUEUED_AT, now)
 
 
-def task_started(task_instance, now: datetime) -> None:
+def task_started(task_instance: TaskInstance, now: datetime) -> None:
     """A task reported running: create its task_started_at deadlines (first start only)."""
+    _create_task_deadlines(task_instance, Reference.TASK_STARTED_AT, now)
 
 
-def task_finished(task_instance, now: datetime) -> None:
+def task_finished(task_instance: TaskInstance, now: datetime) -> None:
     """A task reached a final state: resolve its task-level deadlines."""
+    rows = Deadline.objects.select_related("dag_run__dag").filter(task_instance_id=task_instance.pk)
+    settle_finished(list(rows), now)
 
 
-def run_finished(dag_run, now: datetime) -> None:
+def run_finished(dag_run: DagRun, now: datetime) -> None:
     """A run reached success or failed: resolve its DAG-level deadlines."""
+    finished_at = now
+    rows = list(Deadline.objects.select_related("dag_run__dag").filter(dag_run_id=dag_run.pk))
+    settle_finished([d for d in rows if d.task_instance_id is None], finished_at)
+    # A task deadline still open here belongs to a task the engine never finished (say, one
+    # removed mid-run): the run's end is the last moment it could have been met.
+    settle_finished([d for d in rows if d.task_instance_id is not None and d.state in OPEN_STATES], finished_at, final_lateness=False)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _create_task_deadlines(ti: TaskInstance, reference: Reference, now: datetime) -> None:
+    if ti.definition_id is None:
+        return
+    definitions = list(DeadlineDefinition.objects.filter(task_id=ti.definition_id, reference=reference))
+    if not definitions:
+        return
+    # First dispatch (or start) only: a retry does not restart the clock.
+    seen = set(
+        Deadline.objects.filter(task_instance_id=ti.pk, reference=reference).values_list("definition_id", flat=True)
+    )
+    definitions = [d for d in definitions if d.pk not in seen]
+    if not definitions:
+        return
+    run = ti.dag_run
+    facts = references.Facts(
+        now=now,
+        tz=_timezone(run),
+        queued_at=run.queued_at,
+        logical_date=run.logical_date,
+        task_queued_at=now if reference == Reference.TASK_QUEUED_AT else ti.queued_at,
+        task_started_at=now if reference == Reference.TASK_STARTED_AT else ti.start_date,
+    )
+    _create(run, ti, definitions, facts)
+
+
+def _create(run: DagRun, ti: TaskInstance | None, definitions: list[DeadlineDefinition], facts: references.Facts) -> None:
+    rows = []
+    for definition in definitions:
+        try:
+            if not references.applies_on(run.logical_date, facts.tz, definition.days or (), definition.skip_dates or ()):
+                continue
+            need_by = references.resolve(
+                definition.reference,
+                definition.interval,
+                facts,
+                fixed=definition.datetime_text or definition.datetime,
+                window=int_setting("ORCHESTRATOR_AVERAGE_RUNTIME_WINDOW"),
+                min_runs=int_setting("ORCHESTRATOR_AVERAGE_RUNTIME_MIN_RUNS"),
+            )
+        except references.DefinitionError as exc:
+            # A definition that got past validation but cannot be resolved must not stop the run.
+            log.error("deadline definition %s of DAG %s skipped: %s", definition.pk, run.dag_id, exc)
+            continue
+        if need_by is None:
+            continue
+        rows.append(
+            Deadline(
+                definition=definition,
+                dag_run=run,
+                task_instance=ti,
+                scope="task" if ti is not None else "dag",
+                task_id=ti.task_id if ti is not None else None,
+                reference=definition.reference,
+                callback=definition.callback,
+                callback_kwargs=definition.callback_kwargs or {},
+                warn=definition.warn,
+                need_by=need_by,
+            )
+        )
+    if rows:
+        Deadline.objects.bulk_create(rows)
+
+
+def _timezone(run: DagRun) -> ZoneInfo:
+    name = run.dag.timezone or "UTC"
+    try:
+        return ZoneInfo(name)
+    except Exception:
+        log.error("DAG %s has an unknown timezone %r; deadlines use UTC", run.dag.dag_id, name)
+        return ZoneInfo("UTC")
+
+
+def _recent_run_durations(run: DagRun) -> list[float]:
+    """Seconds from start to end of the DAG's newest successful runs, newest first."""
+    window = int_setting("ORCHESTRATOR_AVERAGE_RUNTIME_WINDOW")
+    rows = (
+        DagRun.objects.filter(dag_id=run.dag_id, state=RunState.SUCCESS, start_date__isnull=False, end_date__isnull=False)
+        .exclude(pk=run.pk)
+        .order_by("-end_date")
+        .values_list("start_date", "end_date")[:window]
+    )
+    return [(end - start).total_seconds() for start, end in rows]

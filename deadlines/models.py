@@ -76,16 +76,33 @@ class Deadline(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     lateness_seconds = models.FloatField(null=True, blank=True)  # negative = met early by that much
     callback_state = models.CharField(max_length=10, choices=CallbackState.choices, null=True, blank=True)
+    # Dispatches of the miss callback so far; also the token its current RQ job carries.
     callback_attempts = models.PositiveIntegerField(default=0)
     callback_error = models.TextField(blank=True, default="")
+    # When the check next looks at the callback: a retry is due, or its job's lease ran out.
+    callback_next_at = models.DateTimeField(null=True, blank=True)
     warned_at = models.DateTimeField(null=True, blank=True)
+    # The at-risk warning's own callback (one attempt), kept apart from the miss callback.
+    warn_callback_state = models.CharField(max_length=10, choices=CallbackState.choices, null=True, blank=True)
 
     class Meta:
         ordering = ["need_by", "id"]
         indexes = [
-            # deadlines.check.check_due(): only due, unresolved rows are ever touched.
-            models.Index(fields=["state", "need_by"], name="deadline_due", condition=Q(state__in=["pending", "at_risk"])),
+            # deadlines.check.check_due(): only due, unresolved rows are ever touched. need_by alone
+            # (the state is in the condition) gives the due query an ordered scan that stops at the
+            # batch size; (state, need_by) made it read and sort every due row (bench/).
+            models.Index(fields=["need_by"], name="deadline_due", condition=Q(state__in=["pending", "at_risk"])),
+            # deadlines.check.check_due(): callbacks whose retry is due or whose job went quiet.
+            models.Index(
+                fields=["callback_next_at"], name="deadline_callback_due", condition=Q(callback_state__in=["queued", "running"])
+            ),
+            # deadlines.check.check_due(): the early-warning pass looks only at pending rows with warn on.
+            models.Index(fields=["need_by"], name="deadline_warn", condition=Q(state="pending", warn=True)),
         ]
 
     def __str__(self) -> str:
         return f"{self.dag_run} {self.scope} {self.reference} by {self.need_by:%Y-%m-%d %H:%M:%S} ({self.state})"
+
+
+# A deadline in one of these states is still being watched.
+OPEN_STATES = (Deadline.State.PENDING, Deadline.State.AT_RISK)

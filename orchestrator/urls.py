@@ -3,6 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.http import JsonResponse
 from django.urls import include, path
 
+from orchestrator.api.metrics import metrics_view
+
 
 def healthz(request):
     """The only public URL: liveness for load balancers."""
@@ -14,6 +16,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/", include("deadlines.urls")),
     path("api/v1/", include("orchestrator.api.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("orchestrator.web.urls")),
 ]
