@@ -84,6 +84,8 @@ env = environ.Env(
     ORCHESTRATOR_DAGS_FOLDER=(str, ""),
 )
 
+DEBUG = _boolean("DEBUG", False)
+
 # Without SECRET_KEY (a local run), every process of this checkout shares one random key
 # kept in var/, so sessions survive restarts and no key is ever hard-coded.
 SECRET_KEY = env("SECRET_KEY", default="") or _local_secret_key()
