@@ -166,7 +166,12 @@ REDIS_URL = env("REDIS_URL")
 RQ_QUEUES = {"default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": -1}}
 RQ_SHOW_ADMIN_LINK = False
 
-EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+# notifier:email sends through EMAIL_URL (e.g. smtp+tls://user:password@mail.example.com:587);
+# without it, mail is printed to the console.
+if os.environ.get("EMAIL_URL"):
+    vars().update(env.email_url("EMAIL_URL"))
+else:
+    EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="orchestrator@localhost")
 
 ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET = _number("ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET")

@@ -1,0 +1,56 @@
+# make run   install into .venv, migrate, load the example DAGs, start web + scheduler + 2 workers
+# make test  install into .venv (with test extras), then run the whole test suite (bin/test)
+#
+# Options: make run PORT=8001 HOST=0.0.0.0 WORKERS=3; make test ARGS="tests/retries -x -q"
+
+BASE_PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+HOST ?= 127.0.0.1
+WORKERS ?= 2
+ARGS ?=
+
+.PHONY: run test install install-test browser clean
+
+# DEBUG defaults to on here: error pages with tracebacks on a developer's machine.
+run: install
+	DEBUG=$${DEBUG:-1} $(PY) manage.py run_local --host $(HOST) --port $(PORT) --workers $(WORKERS)
+
+test: install-test browser
+	PYTHON=$(PY) bin/test $(ARGS)
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+# Debian's python3 needs the python3-venv package for `-m venv`; install it when we can.
+$(PY):
+	@$(BASE_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11 or newer is needed (found $(BASE_PYTHON))"; exit 1; }
+	@$(BASE_PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  rm -rf $(VENV); \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing python3-venv"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
+	  fi; \
+	  $(BASE_PYTHON) -m venv $(VENV) || { echo "could not create $(VENV): install python3-venv"; exit 1; }; }
+
+# Re-install when the dependencies change.
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@ $(VENV)/.installed
+
+# Browser tests drive Debian's Chromium and skip without it; installing it is best effort.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing chromium for the browser tests"; \
+	  ( timeout 300 apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null ) \
+	  || echo "warning: could not install chromium; the browser tests will be skipped"; \
+	fi
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache .hypothesis

@@ -1,0 +1,339 @@
+"""Run the whole stack on one machine: web, one scheduler and workers, as child processes.
+
+`python manage.py run_local` (what `make run` calls) prepares the database (migrate, the
+example DAGs, an `admin` user), starts the bundled Redis server when REDIS_URL is not set,
+starts the processes with their output prefixed by name, prints the URL and the login,
+and on Ctrl-C or SIGTERM stops every child: workers get SIGTERM and their shutdown grace,
+Redis stops last so that workers can still report.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import get_commands
+from django.db import connections
+
+from orchestrator.embedded_redis import EmbeddedRedis, EmbeddedRedisError, die_with_parent
+
+MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
+ADMIN_USERNAME = "admin"
+DAG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class LocalRunError(RuntimeError):
+    """The local stack could not be prepared or started."""
+
+
+@dataclass
+class Child:
+    """One long-running process of the stack."""
+
+    name: str
+    args: list[str]
+    stop_timeout: float
+    process: subprocess.Popen[str] | None = None
+    reader: threading.Thread | None = field(default=None, repr=False)
+
+
+class Output:
+    """Every process's lines on one stream, each prefixed with the process's name."""
+
+    def __init__(self, stream: IO[str], width: int = 12) -> None:
+        self.stream = stream
+        self.width = width
+        self.lock = threading.Lock()
+
+    def line(self, name: str, text: str) -> None:
+        with self.lock:
+            self.stream.write(f"{name:<{self.width}}| {text.rstrip()}\n")
+            self.stream.flush()
+
+    def block(self, text: str) -> None:
+        with self.lock:
+            self.stream.write(text)
+            self.stream.flush()
+
+    def follow(self, name: str, pipe: IO[str]) -> threading.Thread:
+        def pump() -> None:
+            for text in pipe:
+                self.line(name, text)
+
+        thread = threading.Thread(target=pump, name=f"output-{name}", daemon=True)
+        thread.start()
+        return thread
+
+
+class LocalStack:
+    """Prepares and supervises the local processes; `run()` returns the exit code."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        workers: int = 2,
+        state_dir: Path | None = None,
+        dags_dir: Path | None = None,
+        stream: IO[str] | None = None,
+    ) -> None:
+        base = Path(settings.BASE_DIR)
+        self.host = host
+        self.port = port
+        self.workers = workers
+        self.state_dir = Path(state_dir) if state_dir else base / "var"
+        self.dags_dir = Path(dags_dir or settings.ORCHESTRATOR_DAGS_FOLDER or base / "dags")
+        self.out = Output(stream or sys.stdout)
+        self.children: list[Child] = []
+        self.redis: EmbeddedRedis | None = None
+        self.env: dict[str, str] = {}
+        self.password: str | None = None
+        self.stopping = threading.Event()
+        self.forced = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/"
+
+    # -- the whole life -------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._install_signal_handlers()
+        try:
+            self._check_port_free()
+            self.env = self._child_env()
+            self.prepare()
+            if self.stopping.is_set():
+                return 130
+            self.start_children()
+            if not self._wait_until_serving():
+                return 1 if not self.stopping.is_set() else 0
+            self._print_banner()
+            return self.supervise()
+        except (LocalRunError, EmbeddedRedisError) as error:
+            self.say(f"error: {error}")
+            return 1
+        finally:
+            self.stop_children()
+            if self.redis is not None:
+                self.say("stopping the embedded Redis server")
+                self.redis.stop()
+
+    def say(self, text: str) -> None:
+        self.out.line("local", text)
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        def handle(signum: int, frame: object) -> None:
+            if self.stopping.is_set():
+                self.forced.set()  # a second Ctrl-C: no more grace
+            self.stopping.set()
+
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTERM, handle)
+
+    def _check_port_free(self) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            if sock.connect_ex((self.host, self.port)) == 0:
+                raise LocalRunError(f"port {self.port} on {self.host} is in use: choose another (make run PORT=8001)")
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"  # lines show up as they happen, not when a buffer fills
+        if env.get("REDIS_URL"):
+            self.say(f"Redis: {_redact(env['REDIS_URL'])} (from REDIS_URL)")
+        else:
+            self.redis = EmbeddedRedis(self.state_dir / "redis")
+            env["REDIS_URL"] = self.redis.start()
+            self.say(f"Redis: {env['REDIS_URL']} (embedded redis-server, data in {self.redis.data_dir})")
+        database = settings.DATABASES["default"]
+        self.say(f"Database: {database['ENGINE'].rsplit('.', 1)[-1]} {database['NAME']}")
+        return env
+
+    def prepare(self) -> None:
+        """Migrate, load the example DAGs and make sure there is an admin user."""
+        self.say("migrating the database")
+        self._manage_once("migrate", "--noinput", "-v", "0")
+        if self.stopping.is_set():
+            return
+        self.import_dags_folder()
+        if self.stopping.is_set():
+            return
+        self.password = ensure_admin(self.state_dir / "admin-password.txt")
+        connections.close_all()  # SQLite: the runner does not hold the file open while the children write
+
+    def import_dags_folder(self) -> None:
+        files = sorted(p for p in self.dags_dir.glob("*") if p.suffix in DAG_SUFFIXES) if self.dags_dir.is_dir() else []
+        if not files:
+            self.say(f"no DAG files in {self.dags_dir}: nothing to import")
+            return
+        if "import_dags" not in get_commands():
+            self.say("the import_dags command is not available: DAG files not loaded")
+            return
+        self.say(f"importing DAGs from {self.dags_dir}")
+        try:
+            self._manage_once("import_dags", str(self.dags_dir))
+        except LocalRunError as error:
+            # The stack is still useful without the examples; say so loudly and go on.
+            self.say(f"warning: {error}")
+
+    def _manage_once(self, *args: str) -> None:
+        result = subprocess.run(
+            [sys.executable, str(MANAGE), *args],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for text in result.stdout.splitlines():
+            self.out.line(args[0], text)
+        if result.returncode != 0 and not self.stopping.is_set():  # a Ctrl-C also interrupts the step
+            raise LocalRunError(f"`manage.py {' '.join(args)}` exited with code {result.returncode}")
+
+    # -- the processes --------------------------------------------------------------------
+
+    def planned_children(self) -> list[Child]:
+        grace = float(settings.ORCHESTRATOR_WORKER_SHUTDOWN_GRACE) + float(settings.ORCHESTRATOR_KILL_GRACE)
+        # --insecure: runserver serves static files even when DEBUG is off.
+        children = [
+            Child("web", ["runserver", f"{self.host}:{self.port}", "--noreload", "--insecure"], stop_timeout=10),
+            Child("scheduler", ["run_scheduler"], stop_timeout=15),
+        ]
+        children += [Child(f"worker-{n}", ["run_worker"], stop_timeout=grace + 10) for n in range(1, self.workers + 1)]
+        return children
+
+    def start_children(self) -> None:
+        self.children = self.planned_children()
+        # Start every process before any output thread exists: forking with threads running
+        # is unsafe with a preexec_fn.
+        for child in self.children:
+            child.process = subprocess.Popen(
+                [sys.executable, str(MANAGE), *child.args],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                start_new_session=True,  # Ctrl-C reaches only the runner, which signals each child once
+                preexec_fn=die_with_parent,
+            )
+        for child in self.children:
+            assert child.process is not None and child.process.stdout is not None
+            self.say(f"started {child.name} (pid {child.process.pid}): manage.py {' '.join(child.args)}")
+            child.reader = self.out.follow(child.name, child.process.stdout)
+
+    def _exited(self) -> Child | None:
+        return next((c for c in self.children if c.process is not None and c.process.poll() is not None), None)
+
+    def _wait_until_serving(self, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            dead = self._exited()
+            if dead is not None:
+                self.say(f"{dead.name} exited with code {dead.process.returncode} while starting; stopping")
+                return False
+            try:
+                with urllib.request.urlopen(self.url + "healthz", timeout=1) as response:
+                    if response.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError):
+                pass
+            self.stopping.wait(0.2)
+        if not self.stopping.is_set():
+            self.say(f"the web server did not answer on {self.url}healthz within {timeout:.0f}s; stopping")
+        return False
+
+    def _print_banner(self) -> None:
+        login = f"{ADMIN_USERNAME} / {self.password}" if self.password else f"{ADMIN_USERNAME} (password set earlier; not stored)"
+        self.out.block(
+            "\n"
+            f"  Orchestrator is running at {self.url}\n"
+            f"  Login: {login}\n"
+            f"  API:   {self.url}api/v1/dags    Metrics: {self.url}metrics\n"
+            "  Press Ctrl-C to stop.\n\n"
+        )
+
+    def supervise(self) -> int:
+        """Wait for a stop signal, or for a process to die (then everything stops)."""
+        while not self.stopping.wait(0.2):
+            dead = self._exited()
+            if dead is not None:
+                self.say(f"{dead.name} exited with code {dead.process.returncode}; stopping everything")
+                return 1
+        return 0
+
+    def stop_children(self) -> None:
+        running = [c for c in self.children if c.process is not None and c.process.poll() is None]
+        if running:
+            self.say("stopping: " + ", ".join(c.name for c in running) + " (Ctrl-C again to kill at once)")
+        for child in running:
+            _signal(child, signal.SIGTERM)
+        for child in running:
+            deadline = time.monotonic() + child.stop_timeout
+            assert child.process is not None
+            while child.process.poll() is None and time.monotonic() < deadline and not self.forced.is_set():
+                time.sleep(0.1)
+            if child.process.poll() is None:
+                self.say(f"{child.name} did not stop in time: killing it")
+                _signal(child, signal.SIGKILL, group=True)
+                child.process.wait()
+        for child in self.children:
+            if child.reader is not None:
+                child.reader.join(timeout=2)
+
+
+def _signal(child: Child, signum: signal.Signals, group: bool = False) -> None:
+    assert child.process is not None
+    try:
+        if group:
+            os.killpg(child.process.pid, signum)
+        else:
+            child.process.send_signal(signum)
+    except ProcessLookupError:
+        pass
+
+
+def _redact(url: str) -> str:
+    """A URL without its password, fit for the console."""
+    scheme, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}" if user else f"{scheme}{sep}***@{host}"
+
+
+def ensure_admin(password_file: Path) -> str | None:
+    """Create the `admin` superuser if missing; return its password when it is known.
+
+    The password is generated once and kept in `password_file` (mode 0600), so a re-run
+    prints the same login, also after the database was reset.
+    """
+    stored = password_file.read_text().strip() if password_file.exists() else ""
+    users = get_user_model()._default_manager
+    if users.filter(username=ADMIN_USERNAME).exists():
+        return stored or None
+    password = stored or secrets.token_urlsafe(12)
+    users.create_superuser(ADMIN_USERNAME, email="", password=password)
+    if not stored:
+        password_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(password + "\n")
+    return password
