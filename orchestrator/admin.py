@@ -186,20 +186,7 @@ class TaskAdmin(admin.ModelAdmin):
     list_filter = ("trigger_rule", "dag")
     search_fields = ("task_id", "dag__dag_id", "python_callable", "bash_command")
     list_select_related = ("dag",)
-    fields = (
-        "dag",
-        "task_id",
-        "python_callable",
-        "bash_command",
-        "op_kwargs",
-        "upstream",
-        "trigger_rule",
-        "retries",
-        "execution_timeout",
-        "queue",
-        "args",
-        "position",
-    )
+    fields = ("dag", *TaskInline.fields, "position")
 
     @admin.display(description="kind")
     def kind(self, task: Task) -> str:
