@@ -121,6 +121,18 @@ def find_task_instance(dag_id: str, run_id: str, task_id: str) -> TaskInstance:
 # --- actions ------------------------------------------------------------------------------------
 
 
+def set_paused(dag: Dag, user: User, *, paused: bool) -> AuditLog | None:
+    """Pause (no new scheduled runs, no new task dispatches) or unpause a DAG.
+
+    A conditional update: nothing happens, and None is returned, when it already is so.
+    """
+    if not Dag.objects.filter(pk=dag.pk, paused=not paused).update(paused=paused):
+        return None
+    dag.paused = paused
+    before, after = ("active", "paused") if paused else ("paused", "active")
+    return _audit(user, "pause" if paused else "unpause", dag.dag_id, "", "", before, after, {})
+
+
 def trigger(dag: Dag, user: User, *, conf: Any = None) -> DagRun:
     """Create a manual run with `conf` (a JSON object). Paused DAG: Conflict; other conf: BadRequest."""
     if conf is not None and not isinstance(conf, dict):

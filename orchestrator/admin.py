@@ -11,6 +11,7 @@ from django.http import HttpRequest
 
 from deadlines.models import DeadlineDefinition
 from orchestrator.models import ApiToken, AuditLog, Dag, DagRun, Task, TaskAttempt, TaskInstance
+from orchestrator.actions import set_paused
 from orchestrator.runs import TriggerError, create_manual_run
 from orchestrator.specs.forms import (
     DagForm,
@@ -150,15 +151,8 @@ class DagAdmin(admin.ModelAdmin):
 
     def _set_paused(self, request: HttpRequest, queryset: QuerySet, *, paused: bool) -> None:
         verb = "pause" if paused else "unpause"
-        dags = list(queryset.filter(paused=not paused))
-        Dag.objects.filter(pk__in=[dag.pk for dag in dags]).update(paused=paused)
-        for dag in dags:
-            audit(request, verb, dag.dag_id, prior_state=verb_state(not paused), new_state=verb_state(paused))
-        self.message_user(request, f"{verb.capitalize()}d {len(dags)} DAG{'s' if len(dags) != 1 else ''}.")
-
-
-def verb_state(paused: bool) -> str:
-    return "paused" if paused else "active"
+        changed = sum(1 for dag in queryset if set_paused(dag, request.user, paused=paused))
+        self.message_user(request, f"{verb.capitalize()}d {changed} DAG{'s' if changed != 1 else ''}.")
 
 
 def audit(request: HttpRequest, action: str, dag_id: str, **fields: Any) -> None:

@@ -13,6 +13,7 @@ urlpatterns = [
     path("", views.dag_list, name="dag_list"),
     path("dags/<str:dag_id>/", views.dag_detail, name="dag_detail"),
     path("dags/<str:dag_id>/trigger", views.dag_trigger, name="dag_trigger"),
+    path("dags/<str:dag_id>/pause", views.dag_pause, name="dag_pause"),
     path(f"{RUN}/", views.run_detail, name="run_detail"),
     *[
         path(f"{RUN}/tasks/<str:task_id>/{action}", views.task_action, {"action": action}, name=f"task_{action}")

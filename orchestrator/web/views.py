@@ -54,6 +54,7 @@ def _dag_context(request: HttpRequest, dag, **extra) -> dict:
         "tasks": presenters.task_rows(dag),
         "runs": DagRun.objects.filter(dag=dag).order_by("-queued_at", "-id")[:RECENT_RUNS],
         "may_trigger": presenters.may_trigger(request.user),
+        "may_pause": request.user.has_perm("orchestrator.change_dag"),
         "dag_deadline_history": presenters.dag_deadline_history(dag),
         "default_args": presenters.pretty_json(dag.default_args),
         **extra,
@@ -85,6 +86,17 @@ def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
         context = _dag_context(request, dag, trigger_error=str(exc), conf_text=raw_conf)
         return TemplateResponse(request, "web/dag_detail.html", context, status=exc.status)
     return HttpResponseRedirect(run_url(run), status=303)
+
+
+@login_required
+@require_POST
+def dag_pause(request: HttpRequest, dag_id: str) -> HttpResponse:
+    """Pause (`paused=1`) or unpause (`paused=0`) the DAG; then show the DAG page."""
+    if not request.user.has_perm("orchestrator.change_dag"):
+        raise PermissionDenied("permission 'orchestrator.change_dag' required")
+    dag = _lookup(actions.find_dag, dag_id)
+    actions.set_paused(dag, request.user, paused=request.POST.get("paused") == "1")
+    return HttpResponseRedirect(reverse("web:dag_detail", args=[dag.dag_id]), status=303)
 
 
 @login_required

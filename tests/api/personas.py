@@ -1,4 +1,4 @@
-"""Personas: alice the operator (may trigger and act), bob the viewer (logged in, no permissions),
+"""Personas: alice the operator (may trigger, act on tasks and pause DAGs), bob the viewer (logged in, no permissions),
 and anonymous. Imported by the conftest files of the API, web and browser tests."""
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def alice(db) -> User:
     user.user_permissions.add(
         Permission.objects.get(codename="trigger_dagrun", content_type__app_label="orchestrator"),
         Permission.objects.get(codename="change_taskinstance", content_type__app_label="orchestrator"),
+        Permission.objects.get(codename="change_dag", content_type__app_label="orchestrator"),
     )
     return User.objects.get(pk=user.pk)  # a fresh object: no stale permission cache
 

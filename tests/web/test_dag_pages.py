@@ -82,3 +82,25 @@ def test_it_renders_the_deadline_history_partial():
     html = render_to_string("web/dag_detail.html#deadline_history", {"dag_deadline_history": rows})
     assert "Deadline hit rate" in html and "75%" in html and "task &lt;x&gt;" in html
     assert "Deadline hit rate" not in render_to_string("web/dag_detail.html#deadline_history", {})
+
+
+def test_it_pauses_and_unpauses_a_dag_from_its_page(alice_client):
+    """An operator with change_dag pauses and unpauses the DAG; each change is audited once."""
+    DagFactory(dag_id="nightly")
+    assert 'name="paused" value="1"' in alice_client.get("/dags/nightly/").content.decode()
+    response = alice_client.post("/dags/nightly/pause", {"paused": "1"})
+    assert response.status_code == 303 and Dag.objects.get(dag_id="nightly").paused
+    alice_client.post("/dags/nightly/pause", {"paused": "1"})  # already paused: nothing to record
+    alice_client.post("/dags/nightly/pause", {"paused": "0"})
+    assert not Dag.objects.get(dag_id="nightly").paused
+    audit = list(AuditLog.objects.filter(dag_id="nightly").order_by("id").values_list("action", "prior_state", "new_state"))
+    assert audit == [("pause", "active", "paused"), ("unpause", "paused", "active")]
+
+
+def test_it_requires_change_permission_to_pause(bob_client, anonymous_client):
+    """A viewer gets 403 and sees no button; an anonymous user is sent to log in."""
+    DagFactory(dag_id="nightly")
+    assert 'id="pause-form"' not in bob_client.get("/dags/nightly/").content.decode()
+    assert bob_client.post("/dags/nightly/pause", {"paused": "1"}).status_code == 403
+    assert anonymous_client.post("/dags/nightly/pause", {"paused": "1"}).status_code == 302
+    assert not Dag.objects.get(dag_id="nightly").paused
