@@ -22,6 +22,8 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn
 
+from django.core.exceptions import AppRegistryNotReady
+
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import exception_facts
 
@@ -138,7 +140,15 @@ def load_task(payload: dict[str, Any]) -> PythonTask | BashTask:
     path = payload.get("python_callable") or ""
     if not path:
         raise ImportError(f"task {payload.get('task_id')!r} has neither python_callable nor bash_command")
-    return PythonTask(import_callable(path), dict(payload.get("op_kwargs") or {}), context)
+    try:
+        target = import_callable(path)
+    except AppRegistryNotReady:
+        # The task's module uses Django models: only then pay for loading every app.
+        import django
+
+        django.setup()
+        target = import_callable(path)
+    return PythonTask(target, dict(payload.get("op_kwargs") or {}), context)
 
 
 def context_environment(context: dict[str, Any]) -> dict[str, str]:
@@ -157,10 +167,9 @@ def main(argv: list[str]) -> NoReturn:
         _exit(1)
     os.environ.update(context_environment(payload["context"]))
     try:
+        # Settings only (failpoints, Redis), not django.setup(): loading every app would cost
+        # more than most tasks take to run.
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
-        import django
-
-        django.setup()
         from orchestrator.worker import failpoints
 
         task = load_task(payload)

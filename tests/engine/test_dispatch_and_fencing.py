@@ -127,3 +127,26 @@ def test_it_marks_downstream_upstream_failed_and_fails_the_run():
     assert states == {"a": "failed", "b": "upstream_failed", "c": "upstream_failed", "d": "upstream_failed"}
     run.refresh_from_db()
     assert run.state == "failed"
+
+
+def test_it_leaves_runs_with_nothing_to_do_unlocked():
+    """The scheduler's pass picks only runs it would change: queued, due, ready or complete."""
+    from orchestrator.scheduler import runs_needing_work
+
+    waiting = create_manual_run(diamond("waiting"))  # a is queued on a worker: nothing to do
+    ready = create_manual_run(diamond("ready"))
+    a = _ti(ready, "a")
+    reporting.claim(a.pk, a.attempt_token, WORKER)
+    reporting.mark_running(a.pk, a.attempt_token)
+    # Succeeds without its worker advancing the run (as if that worker died right after).
+    TaskInstance.objects.filter(pk=a.pk).update(state=TaskState.SUCCESS)
+    retrying = create_manual_run(diamond("retrying"))
+    TaskInstance.objects.filter(dag_run=retrying, task_id="a").update(
+        state=TaskState.UP_FOR_RETRY, next_retry_at=timezone.now() + timedelta(minutes=5)
+    )
+    now = timezone.now()
+    assert runs_needing_work(now) == [ready.pk]
+    assert runs_needing_work(now + timedelta(minutes=6)) == sorted([ready.pk, retrying.pk])
+    schedule_once(now)
+    assert {_ti(ready, "b").state, _ti(ready, "c").state} == {TaskState.QUEUED}
+    assert waiting.pk not in runs_needing_work(now)
