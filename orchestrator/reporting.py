@@ -252,7 +252,8 @@ def _after_failure(ti: TaskInstance, previous_state: str, decision: Decision, er
     )
     if decision.next_state is TaskState.DEAD_LETTER:
         notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
-    if decision.next_state is TaskState.FAILED:
+    retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= timezone.now()
+    if decision.next_state is TaskState.FAILED or retry_due_now:
         _advance(ti.dag_run_id)
 
 
