@@ -21,14 +21,13 @@ import os
 import random
 import sys
 import time
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone as dt_timezone
 from pathlib import Path
-from typing import Iterator
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.throwaway import claimed_redis, throwaway_postgres  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -39,53 +38,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=500, help="batch size of one check pass (default 500)")
     parser.add_argument("--keep", action="store_true", help="keep the database (prints its URL) instead of dropping it")
     return parser.parse_args()
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
-
-
-@contextmanager
-def throwaway_database(server_url: str) -> Iterator[str]:
-    import psycopg
-
-    if urlsplit(server_url).scheme not in ("postgres", "postgresql", "pgsql"):
-        sys.exit(f"DATABASE_URL must be a PostgreSQL URL, not {urlsplit(server_url).scheme!r}")
-    name = f"deadline_bench_{int(time.time())}_{os.getpid()}"
-    admin_url = with_database(server_url, "postgres")
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(server_url, name)
-    finally:
-        if not ARGS.keep:
-            from django.db import connections
-
-            connections.close_all()
-            with psycopg.connect(admin_url, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            print(f"dropped database {name}")
-
-
-@contextmanager
-def throwaway_redis(base_url: str) -> Iterator[str]:
-    import redis
-
-    parts = urlsplit(base_url)
-    server = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-    marker = f"deadline-bench-{os.getpid()}"
-    for db in range(1, 16):
-        client = redis.Redis.from_url(f"{server}/{db}")
-        if client.dbsize() == 0 and client.set("deadline-bench-claim", marker, nx=True, ex=7200):
-            break
-    else:
-        sys.exit("no empty Redis database (1-15) to enqueue into")
-    try:
-        yield f"{server}/{db}"
-    finally:
-        if (client.get("deadline-bench-claim") or b"").decode() == marker:
-            client.flushdb()
 
 
 def load(rows: int, runs: int, due_fraction: float, now: datetime) -> int:
@@ -133,7 +85,7 @@ def main() -> None:
     server_url = os.environ.get("DATABASE_URL", "")
     if not server_url:
         sys.exit("set DATABASE_URL to a PostgreSQL server, e.g. postgres://postgres@127.0.0.1:5432/postgres")
-    with throwaway_database(server_url) as db_url, throwaway_redis(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")) as redis_url:
+    with throwaway_postgres(server_url, "deadline_bench", keep=ARGS.keep) as db_url, claimed_redis(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")) as redis_url:
         os.environ["DATABASE_URL"] = db_url
         os.environ["REDIS_URL"] = redis_url
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")

@@ -46,15 +46,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone as dt_timezone
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.throwaway import claimed_redis, throwaway_postgres  # noqa: E402
+
 DIAMOND = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
 NOOP = "bench.engine_throughput.noop"
-CLAIM_KEY = "engine-bench-claim"
 LOG_ALARMS = ("database is locked", "OperationalError")
 LOG_NOTABLE = ("Traceback", " ERROR ", " CRITICAL ")
 
@@ -83,56 +83,6 @@ def parse_args() -> argparse.Namespace:
 
 
 # --- throwaway database and Redis ---------------------------------------------------------------
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
-
-
-@contextmanager
-def throwaway_postgres(server_url: str) -> Iterator[str]:
-    import psycopg
-
-    if urlsplit(server_url).scheme not in ("postgres", "postgresql", "pgsql"):
-        sys.exit(f"DATABASE_URL must be a PostgreSQL URL for --backend postgres, not {urlsplit(server_url).scheme!r}")
-    name = f"engine_bench_{int(time.time())}_{os.getpid()}"
-    admin_url = with_database(server_url, "postgres")
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield with_database(server_url, name)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        print(f"dropped database {name}")
-
-
-@contextmanager
-def claimed_redis(base_url: str) -> Iterator[str]:
-    """An empty Redis database (1-15) on the server, claimed with a marker and flushed at the end."""
-    import redis
-
-    parts = urlsplit(base_url)
-    server = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-    marker = f"engine-bench-{os.getpid()}"
-    for db in range(1, 16):
-        client = redis.Redis.from_url(f"{server}/{db}")
-        if client.dbsize() == 0 and client.set(CLAIM_KEY, marker, nx=True, ex=7200):
-            if client.dbsize() == 1:
-                break
-            client.delete(CLAIM_KEY)
-    else:
-        sys.exit("no empty Redis database (1-15) to run the benchmark in")
-    try:
-        yield f"{server}/{db}"
-    finally:
-        if (client.get(CLAIM_KEY) or b"").decode() == marker:
-            client.flushdb()
-            print(f"flushed Redis database {db}")
 
 
 @contextmanager
@@ -577,7 +527,7 @@ def main() -> int:
         log_dir.mkdir()
         if args.backend == "postgres":
             server_url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
-            database_url = stack.enter_context(throwaway_postgres(server_url))
+            database_url = stack.enter_context(throwaway_postgres(server_url, "engine_bench"))
             redis_url = stack.enter_context(claimed_redis(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379"))
         else:
             database_url = f"sqlite:///{workdir / 'bench.sqlite3'}"
