@@ -272,24 +272,29 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
 
 
 def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> None:
-    """Queued and never taken, but its RQ job is gone (Redis restarted empty) or failed."""
+    """Queued and never taken, but its RQ job failed, or is gone (Redis restarted empty).
+
+    A failed job is final at once (e.g. its worker could not reach the database to claim it);
+    a missing one only after ORCHESTRATOR_QUEUED_TIMEOUT, since the job is enqueued just after
+    the dispatch commits.
+    """
     cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
-    waiting = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True, queued_at__lt=cutoff))
+    waiting = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True))
     if not waiting:
         return
-    redis = get_redis()
-    pipe = redis.pipeline(transaction=False)
+    pipe = get_redis().pipeline(transaction=False)
     for ti in waiting:
         pipe.hget(f"rq:job:{job_id_for(ti.pk, ti.attempt_token)}", "status")
-    statuses = pipe.execute()
-    for ti, status in zip(waiting, statuses):
+    for ti, status in zip(waiting, pipe.execute()):
         status = status.decode() if isinstance(status, bytes) else status
         if status in ("queued", "started", "deferred", "scheduled"):
             continue  # still on its way to a worker
         if status is None:
+            if ti.queued_at is None or ti.queued_at >= cutoff:
+                continue
             context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=job_id_for(ti.pk, ti.attempt_token))
         else:
-            # RQ gave up on it (e.g. abandoned after its worker died) before our code ran.
+            # The job ended before our code claimed it: RQ gave up on it, or the claim failed.
             context = ExecutionContext.of(
                 Reason.PRE_EXECUTION_FAILURE,
                 Source.SCHEDULER,

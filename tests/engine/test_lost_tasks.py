@@ -92,3 +92,19 @@ def test_it_leaves_queued_tasks_alone_while_their_job_waits(queue):
     TaskInstance.objects.filter(pk=ti.pk).update(queued_at=timezone.now() - timedelta(hours=1))
     assert schedule_once().lost == []
     assert TaskInstance.objects.get(pk=ti.pk).attempt_token == 1
+
+
+@override_settings(ORCHESTRATOR_QUEUED_TIMEOUT=600, ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY=0)
+def test_it_requeues_a_task_whose_job_failed_before_it_was_claimed_at_once(queue):
+    """A job that ended in RQ without claiming its attempt (its worker could not reach the
+    database) is a pre-execution failure at once, without waiting for the queued timeout."""
+    run, ti = _single_task_run()
+    job = queue.fetch_job(f"ti-{ti.pk}-1")
+    get_redis().hset(job.key, "status", "failed")
+    schedule_once()
+    ti.refresh_from_db()
+    first = ti.attempts.get(attempt_token=1)
+    assert (first.kind, first.context["reason"], first.context["metadata"]["job_status"]) == (
+        "platform", "pre_execution_failure", "failed"
+    )
+    assert ti.state == "queued" and ti.attempt_token == 2
