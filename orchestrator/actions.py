@@ -31,6 +31,7 @@ from orchestrator import metrics
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
 from orchestrator.rules import run_outcome
 from orchestrator.runs import TriggerError, create_manual_run
+from orchestrator.scheduler import advance_run_now
 from orchestrator.taskconfig import merge_args
 from orchestrator.transitions import transition
 from retries.context import ExecutionContext
@@ -182,7 +183,7 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, not
             user, "clear", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.NONE,
             {"note": note, "include_downstream": include_downstream, "downstream": touched},
         )
-    _advance(ti.dag_run_id)
+    advance_run_now(ti.dag_run_id)
     return entry
 
 
@@ -204,7 +205,7 @@ def mark_success(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
             user, "mark_success", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.SUCCESS,
             {"note": note, "downstream": touched},
         )
-    _advance(ti.dag_run_id)
+    advance_run_now(ti.dag_run_id)
     return entry
 
 
@@ -226,7 +227,7 @@ def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
             user, "mark_failed", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.FAILED,
             {"note": note},
         )
-    _advance(ti.dag_run_id)
+    advance_run_now(ti.dag_run_id)
     return entry
 
 
@@ -301,7 +302,7 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
         task_id=ti.task_id,
         reason=Reason.OPERATOR_RECLASSIFIED.value,
     )
-    _advance(ti.dag_run_id)
+    advance_run_now(ti.dag_run_id)
     return entry
 
 
@@ -411,16 +412,6 @@ def _reopen_if_unfinished(run: DagRun) -> None:
     DagRun.objects.filter(pk=run.pk, state__in=FINISHED_RUN_STATES).exclude(state=outcome or "").update(
         state=RunState.RUNNING, end_date=None
     )
-
-
-def _advance(dag_run_id: int) -> None:
-    from orchestrator.scheduler import advance_run
-
-    try:
-        advance_run(dag_run_id)
-    except Exception:
-        # The action is saved; the scheduler's next pass moves the run on instead.
-        log.exception("could not advance run %s after an operator action", dag_run_id)
 
 
 def _username(user: User) -> str:

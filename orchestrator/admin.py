@@ -23,18 +23,11 @@ from orchestrator.specs.forms import (
     TaskForm,
     TaskInlineFormSet,
 )
+from orchestrator.specs.importer import DEADLINE_FIELDS as SPEC_DEADLINE_FIELDS
 from orchestrator.specs.importer import SCHEDULE_FIELDS, refresh_fixed_datetimes
 
-DEADLINE_FIELDS = (
-    "reference",
-    "interval",
-    "datetime_text",
-    "callback",
-    "callback_kwargs",
-    "warn",
-    "days",
-    "skip_dates",
-)
+# A deadline's datetime is edited as written (datetime_text); the aware value derives from it.
+DEADLINE_FIELDS = tuple(field for field in SPEC_DEADLINE_FIELDS if field != "datetime")
 
 
 def save_in_order(formset: BaseInlineFormSet, **extra: Any) -> None:

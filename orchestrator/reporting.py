@@ -258,11 +258,7 @@ def _after_failure(ti: TaskInstance, previous_state: str, decision: Decision, er
 
 
 def _advance(dag_run_id: int) -> None:
-    """Move the run on at once (downstream tasks, run end) instead of at the next scheduler pass."""
-    from orchestrator.scheduler import advance_run
+    # Imported here: the scheduler imports this module.
+    from orchestrator.scheduler import advance_run_now
 
-    try:
-        advance_run(dag_run_id)
-    except Exception:
-        # The scheduler's next pass does the same work; never fail a report for it.
-        log.exception("could not advance run %s after a report", dag_run_id)
+    advance_run_now(dag_run_id)

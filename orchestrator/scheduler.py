@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from deadlines import lifecycle
@@ -56,7 +57,14 @@ def schedule_once(now: datetime | None = None) -> PassReport:
 
 
 def _create_due_runs(now: datetime, report: PassReport) -> None:
-    dags = Dag.objects.filter(paused=False).exclude(schedule__isnull=True).exclude(schedule="")
+    # Only DAGs whose next run is due or not yet computed (index dag_next_run_due), not every
+    # scheduled DAG on every pass.
+    dags = (
+        Dag.objects.filter(paused=False)
+        .filter(Q(next_run_logical_date__isnull=True) | Q(next_run_logical_date__lte=now))
+        .exclude(schedule__isnull=True)
+        .exclude(schedule="")
+    )
     for dag in dags:
         if create_due_run(dag, now):
             report.runs_created += 1
@@ -174,6 +182,18 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
                 elif _due(ti, now) and dispatch(ti, now):
                     dispatched += 1
         return dispatched, _finish_if_done(run, states.values(), now)
+
+
+def advance_run_now(dag_run_id: int) -> None:
+    """Move a run on right after a report or an operator action, instead of at the next pass.
+
+    The change that called it is already saved; if this fails, the scheduler's next pass does
+    the same work, so the failure is logged and never raised into the caller.
+    """
+    try:
+        advance_run(dag_run_id)
+    except Exception:
+        log.exception("could not advance run %s; the next scheduler pass will", dag_run_id)
 
 
 def _due(ti: TaskInstance, now: datetime) -> bool:

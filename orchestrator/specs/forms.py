@@ -17,7 +17,7 @@ from deadlines.models import DAG_REFERENCES, TASK_REFERENCES, DeadlineDefinition
 from orchestrator.models import Dag, Task
 from orchestrator.specs.errors import Problem
 from orchestrator.specs.exporter import task_spec
-from orchestrator.specs.schema import ARG_KEYS, validate_dag, validate_deadline_list
+from orchestrator.specs.schema import ARG_KEYS, DAG_KEYS, validate_dag, validate_deadline_list
 
 LIST_SEPARATOR = re.compile(r"[\s,]+")
 PATH_HEAD = re.compile(r"[.\[]")
@@ -73,17 +73,8 @@ class KeptFormsMixin:
 
 # --- DAG ---------------------------------------------------------------------------------
 
-DAG_FORM_FIELDS = (
-    "dag_id",
-    "description",
-    "schedule",
-    "timezone",
-    "start_date",
-    "catchup",
-    "paused",
-    "max_active_runs",
-    "default_args",
-)
+# Every DAG key of a spec file but the nested lists, which have inlines of their own.
+DAG_FORM_FIELDS = tuple(key for key in DAG_KEYS if key not in ("deadlines", "tasks"))
 
 
 class DagForm(forms.ModelForm):

@@ -11,31 +11,24 @@ import factory
 from django.utils import timezone
 
 from orchestrator.dispatch import dispatch
-from orchestrator.models import Dag, DagRun, Task, TaskInstance
+from orchestrator.models import Dag, DagRun, TaskInstance
 from orchestrator.reporting import WorkerInfo, claim, mark_running, report_failure, report_success
 from orchestrator.runs import create_run
 from retries.context import ExecutionContext
 from retries.states import Reason, Source
+from tests.engine import factories as base
 
 WORKER = WorkerInfo(hostname="test-host", worker_name="test-worker", pid=4242)
 
 
-class DagFactory(factory.django.DjangoModelFactory):
-    class Meta:
-        model = Dag
-
-    dag_id = factory.Sequence(lambda n: f"dag_{n}")
+class DagFactory(base.DagFactory):
     default_args = factory.LazyFunction(lambda: {"retries": 1, "retry_delay": 0.1, "retry_jitter": "none"})
 
 
-class TaskFactory(factory.django.DjangoModelFactory):
-    class Meta:
-        model = Task
-
+class TaskFactory(base.TaskFactory):
     dag = factory.SubFactory(DagFactory)
-    task_id = factory.Sequence(lambda n: f"task_{n}")
     python_callable = "tests.api.factories.noop"
-    position = factory.Sequence(lambda n: n)
+    bash_command = ""
 
 
 def noop() -> None:
