@@ -21,7 +21,8 @@ import os
 import random
 import sys
 import time
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -43,7 +43,8 @@ import tempfile
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -87,7 +88,7 @@ def parse_args() -> argparse.Namespace:
 
 @contextmanager
 def embedded_redis(data_dir: Path) -> Iterator[str]:
-    from orchestrator.embedded_redis import EmbeddedRedis
+    from orchestrator.local.embedded_redis import EmbeddedRedis
 
     server = EmbeddedRedis(data_dir)
     url = server.start()
@@ -118,7 +119,7 @@ class Processes:
         self.children: list[Child] = []
 
     def start(self, name: str, *args: str) -> Child:
-        from orchestrator.embedded_redis import die_with_parent
+        from orchestrator.local.embedded_redis import die_with_parent
 
         child = Child(name, list(args), self.log_dir / f"{name}.log")
         with open(child.log_path, "wb") as log:
@@ -229,8 +230,8 @@ def trigger(dag, count: int) -> tuple[list[int], datetime]:
     from django.db import transaction
     from django.utils import timezone
 
+    from orchestrator.engine.runs import create_run
     from orchestrator.models import DagRun
-    from orchestrator.runs import create_run
 
     now = timezone.now()
     with transaction.atomic():
@@ -424,8 +425,8 @@ def idle_pass(count: int, repeats: int = 3) -> dict[str, float]:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from orchestrator import scheduler
-    from orchestrator.clock import Now
+    from orchestrator.engine import scheduler
+    from orchestrator.engine.clock import Now
     from orchestrator.models import DagRun, TaskInstance
     from retries.states import RunState, TaskState
 

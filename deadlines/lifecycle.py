@@ -12,7 +12,13 @@ from zoneinfo import ZoneInfo
 
 from deadlines import references
 from deadlines.conf import int_setting
-from deadlines.models import DAG_REFERENCES, OPEN_STATES, Deadline, DeadlineDefinition, Reference
+from deadlines.models import (
+    DAG_REFERENCES,
+    OPEN_STATES,
+    Deadline,
+    DeadlineDefinition,
+    Reference,
+)
 from deadlines.resolution import settle_finished
 from orchestrator.models import DagRun, TaskInstance
 from retries.states import RunState

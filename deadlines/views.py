@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 
 from deadlines.history import DEFAULT_LAST, MAX_LAST, history
-from orchestrator.actions import BadRequest, NotFound
 from orchestrator.api.decorators import api_view
+from orchestrator.exceptions import BadRequest, NotFound
 from orchestrator.models import Dag
 
 

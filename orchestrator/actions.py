@@ -3,7 +3,7 @@
 The JSON API and the web pages both call these functions; they hold every rule of what an
 operator may do to a run or task. Each action:
 
-- changes task states only through `orchestrator.transitions.transition()`, with the state it
+- changes task states only through `orchestrator.engine.transitions.transition()`, with the state it
   read and the attempt token as the condition, so an action never overwrites a change a worker
   or scheduler made meanwhile (it fails with `Conflict` instead and changes nothing);
 - sets the task's `last_failure_context` to a `user_action` context (source `api`, metadata
@@ -28,12 +28,12 @@ from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics
+from orchestrator.engine.rules import run_outcome
+from orchestrator.engine.runs import TriggerError, advance_run_now, create_manual_run
+from orchestrator.engine.taskconfig import merge_args
+from orchestrator.engine.transitions import transition
+from orchestrator.exceptions import BadRequest, Conflict, NotFound
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
-from orchestrator.rules import run_outcome
-from orchestrator.runs import TriggerError, create_manual_run
-from orchestrator.scheduler import advance_run_now
-from orchestrator.taskconfig import merge_args
-from orchestrator.transitions import transition
 from retries.context import ExecutionContext
 from retries.states import (
     ACTIVE_TASK_STATES,
@@ -69,24 +69,6 @@ TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
 ACT_PERMISSION = "orchestrator.change_taskinstance"
 
 User = AbstractBaseUser | AnonymousUser | None
-
-
-class ActionError(Exception):
-    """An action or lookup that cannot be done; `status` is the HTTP status it maps to."""
-
-    status = 409
-
-
-class BadRequest(ActionError):
-    status = 400
-
-
-class NotFound(ActionError):
-    status = 404
-
-
-class Conflict(ActionError):
-    status = 409
 
 
 # --- lookups ------------------------------------------------------------------------------------

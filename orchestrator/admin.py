@@ -10,9 +10,17 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
 from deadlines.models import DeadlineDefinition
-from orchestrator.models import ApiToken, AuditLog, Dag, DagRun, Task, TaskAttempt, TaskInstance
 from orchestrator.actions import set_paused
-from orchestrator.runs import TriggerError, create_manual_run
+from orchestrator.engine.runs import TriggerError, create_manual_run
+from orchestrator.models import (
+    ApiToken,
+    AuditLog,
+    Dag,
+    DagRun,
+    Task,
+    TaskAttempt,
+    TaskInstance,
+)
 from orchestrator.specs.forms import (
     DagForm,
     DeadlineForm,

@@ -1,4 +1,9 @@
-"""Exceptions a task raises to tell the orchestrator how to treat its failure (contract §5)."""
+"""The orchestrator's exceptions.
+
+Task code raises `NonRetryableError` or `RetryAfter` to say how its failure is to be treated.
+Operator actions and lookups raise an `ActionError`, whose `status` is the HTTP status the
+API and the pages answer with.
+"""
 from __future__ import annotations
 
 
@@ -15,3 +20,21 @@ class RetryAfter(Exception):
             raise ValueError(f"RetryAfter seconds must be >= 0, got {seconds}")
         self.seconds = seconds
         super().__init__(message or f"retry after {seconds:g}s")
+
+
+class ActionError(Exception):
+    """An action or lookup that cannot be done; `status` is the HTTP status it maps to."""
+
+    status = 409
+
+
+class BadRequest(ActionError):
+    status = 400
+
+
+class NotFound(ActionError):
+    status = 404
+
+
+class Conflict(ActionError):
+    status = 409

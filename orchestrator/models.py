@@ -1,6 +1,6 @@
 """The metadata database: DAG definitions, runs, task instances, their attempts and the audit log.
 
-Task instance state changes go through `orchestrator.transitions.transition()` only.
+Task instance state changes go through `orchestrator.engine.transitions.transition()` only.
 """
 from __future__ import annotations
 

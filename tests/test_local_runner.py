@@ -17,8 +17,8 @@ import pytest
 import redis
 from django.contrib.auth import get_user_model
 
-from orchestrator.embedded_redis import EmbeddedRedis, free_port
-from orchestrator.local import ensure_admin
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.local.runner import ensure_admin
 from tests.conftest import ROOT, wait_until
 
 

@@ -16,8 +16,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from orchestrator.actions import ActionError, BadRequest
 from orchestrator.auth import InvalidToken, bearer_key, user_for_key
+from orchestrator.exceptions import ActionError, BadRequest
 
 View = Callable[..., HttpResponse]
 

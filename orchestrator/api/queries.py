@@ -5,7 +5,8 @@ A bad parameter is a BadRequest naming the parameter and the value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, time, timezone as dt_timezone
+from datetime import datetime, time
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db.models import Count, QuerySet
@@ -14,8 +15,8 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from orchestrator.actions import BadRequest
 from orchestrator.documents import iso
+from orchestrator.exceptions import BadRequest
 from orchestrator.models import TaskAttempt
 from retries.states import Category, Reason, RunState
 

@@ -13,6 +13,7 @@ from orchestrator.api.queries import (
     parse_run_state,
 )
 from orchestrator.documents import dag_document, run_document, run_summary
+from orchestrator.exceptions import BadRequest
 from orchestrator.models import Dag, DagRun
 
 
@@ -60,12 +61,12 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     body = json_body(request)
     note = body.get("note", "")
     if not isinstance(note, str):
-        raise actions.BadRequest(f"note must be a string, got {type(note).__name__}")
+        raise BadRequest(f"note must be a string, got {type(note).__name__}")
     ti = actions.find_task_instance(dag_id, run_id, task_id)
     if action == "clear":
         include_downstream = body.get("include_downstream", False)
         if not isinstance(include_downstream, bool):
-            raise actions.BadRequest(f"include_downstream must be true or false, got {include_downstream!r}")
+            raise BadRequest(f"include_downstream must be true or false, got {include_downstream!r}")
         actions.clear(ti, request.user, include_downstream=include_downstream, note=note)
     else:
         actions.TASK_ACTIONS[action](ti, request.user, note=note)

@@ -2,9 +2,10 @@
 
 import django.core.validators
 import django.db.models.deletion
-import retries.states
 from django.conf import settings
 from django.db import migrations, models
+
+import retries.states
 
 
 class Migration(migrations.Migration):

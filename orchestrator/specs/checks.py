@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from orchestrator.schedules import PRESETS
+from orchestrator.engine.schedules import PRESETS
 from orchestrator.specs.errors import Problem
 from orchestrator.specs.imports import import_object
 

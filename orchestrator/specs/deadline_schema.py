@@ -9,7 +9,15 @@ from zoneinfo import ZoneInfo
 
 from deadlines import notifiers
 from deadlines.models import DAG_REFERENCES, TASK_REFERENCES, Reference
-from orchestrator.specs.checks import Problems, check_mapping, is_number, join, parse_datetime, show, unknown_keys
+from orchestrator.specs.checks import (
+    Problems,
+    check_mapping,
+    is_number,
+    join,
+    parse_datetime,
+    show,
+    unknown_keys,
+)
 from orchestrator.specs.imports import import_object
 
 DeadlineSpec = dict[str, Any]

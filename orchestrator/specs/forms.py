@@ -13,11 +13,21 @@ from django import forms
 from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.forms.models import BaseInlineFormSet
 
-from deadlines.models import DAG_REFERENCES, TASK_REFERENCES, DeadlineDefinition, Reference
+from deadlines.models import (
+    DAG_REFERENCES,
+    TASK_REFERENCES,
+    DeadlineDefinition,
+    Reference,
+)
 from orchestrator.models import Dag, Task
 from orchestrator.specs.errors import Problem
 from orchestrator.specs.exporter import task_spec
-from orchestrator.specs.schema import ARG_KEYS, DAG_KEYS, validate_dag, validate_deadline_list
+from orchestrator.specs.schema import (
+    ARG_KEYS,
+    DAG_KEYS,
+    validate_dag,
+    validate_deadline_list,
+)
 
 LIST_SEPARATOR = re.compile(r"[\s,]+")
 PATH_HEAD = re.compile(r"[.\[]")

@@ -13,8 +13,8 @@ from django.db.models import Model
 
 from deadlines.models import DeadlineDefinition, Reference
 from orchestrator.models import Dag, Task
-from orchestrator.specs.errors import SpecError, dag_label, located
 from orchestrator.specs.checks import parse_datetime
+from orchestrator.specs.errors import SpecError, dag_label, located
 from orchestrator.specs.files import FileError, read_spec_file, spec_paths
 from orchestrator.specs.schema import DagSpec, validate_dag
 

@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from orchestrator.engine.taskconfig import (
+    ARG_KEYS,  # also the order the exporter writes them in
+)
 from orchestrator.specs.checks import (
-    check_args,
     IDENTIFIER,
     Problems,
-    check_arg,
+    check_args,
     check_callable,
     check_mapping,
     check_schedule,
@@ -39,7 +41,6 @@ from orchestrator.specs.checks import (
 )
 from orchestrator.specs.deadline_schema import DeadlineSpec, validate_deadlines
 from orchestrator.specs.errors import Problem
-from orchestrator.taskconfig import ARG_KEYS  # also the order the exporter writes them in
 from retries.states import TriggerRule
 
 DagSpec = dict[str, Any]

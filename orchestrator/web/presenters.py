@@ -13,9 +13,15 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.urls import reverse
 
-from orchestrator.actions import ACT_PERMISSION, CLEARABLE, MARK_FAILED_FROM, MARK_SUCCESS_FROM, TRIGGER_PERMISSION
+from orchestrator.actions import (
+    ACT_PERMISSION,
+    CLEARABLE,
+    MARK_FAILED_FROM,
+    MARK_SUCCESS_FROM,
+    TRIGGER_PERMISSION,
+)
+from orchestrator.engine.taskconfig import merge_args
 from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
-from orchestrator.taskconfig import merge_args
 from retries.states import ACTIVE_TASK_STATES, AttemptKind, RunState
 
 RECENT_RUNS_PER_DAG = 5

@@ -13,7 +13,13 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from orchestrator import actions
-from orchestrator.api.queries import failed_attempts, failure_counts, parse_failure_filter, parse_limit
+from orchestrator.api.queries import (
+    failed_attempts,
+    failure_counts,
+    parse_failure_filter,
+    parse_limit,
+)
+from orchestrator.exceptions import ActionError, BadRequest, NotFound
 from orchestrator.models import AuditLog, DagRun
 from orchestrator.web import presenters
 from retries.states import Category, Reason
@@ -34,7 +40,7 @@ def _lookup(find: Callable[..., T], *args: str) -> T:
     """orchestrator.actions lookups, with NotFound as the 404 page."""
     try:
         return find(*args)
-    except actions.NotFound as exc:
+    except NotFound as exc:
         raise Http404(str(exc)) from exc
 
 
@@ -80,9 +86,9 @@ def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
         try:
             conf = json.loads(raw_conf) if raw_conf else None
         except json.JSONDecodeError as exc:
-            raise actions.BadRequest(f"conf is not valid JSON: {exc}") from exc
+            raise BadRequest(f"conf is not valid JSON: {exc}") from exc
         run = actions.trigger(dag, request.user, conf=conf)
-    except actions.ActionError as exc:
+    except ActionError as exc:
         context = _dag_context(request, dag, trigger_error=str(exc), conf_text=raw_conf)
         return TemplateResponse(request, "web/dag_detail.html", context, status=exc.status)
     return HttpResponseRedirect(run_url(run), status=303)
@@ -125,7 +131,7 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
             actions.clear(ti, request.user, include_downstream=bool(request.POST.get("include_downstream")), note=note)
         else:
             actions.TASK_ACTIONS[action](ti, request.user, note=note)
-    except actions.ActionError as exc:
+    except ActionError as exc:
         error, status = str(exc), exc.status
     run = _lookup(actions.find_run, dag_id, run_id)
     if is_htmx(request):
@@ -149,7 +155,7 @@ def failures(request: HttpRequest) -> HttpResponse:
     }
     try:
         failure_filter = parse_failure_filter(request.GET)
-    except actions.BadRequest as exc:
+    except BadRequest as exc:
         context["filter_error"] = str(exc)
         return TemplateResponse(request, "web/failures.html", context, status=400)
     rows = failed_attempts(failure_filter)
@@ -173,7 +179,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             entries = entries.filter(**{name: value})
     try:
         limit = parse_limit(request.GET, default=AUDIT_ROWS)
-    except actions.BadRequest:
+    except BadRequest:
         limit = AUDIT_ROWS
     rows = [(entry, presenters.pretty_json(entry.details)) for entry in entries.order_by("-at", "-id")[:limit]]
     return TemplateResponse(request, "web/audit_log.html", {"rows": rows, "filters": filters})

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from retries.context import ExecutionContext
-from retries.fingerprint import bash_fingerprint, exception_fingerprint, fingerprint_of, last_line
+from retries.fingerprint import (
+    bash_fingerprint,
+    exception_fingerprint,
+    fingerprint_of,
+    last_line,
+)
 from retries.states import PreExecutionReason, Reason, Source, TaskState
 
 # Bounds on what an exception may put in the attempt's context.

@@ -15,7 +15,7 @@ from typing import Callable
 
 from django.db import InterfaceError, OperationalError, connection
 
-from orchestrator import reporting
+from orchestrator.engine import reporting
 
 log = logging.getLogger(__name__)
 

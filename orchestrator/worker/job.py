@@ -14,13 +14,17 @@ from typing import Callable, TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from orchestrator import reporting
+from orchestrator.engine import reporting
+from orchestrator.engine.reporting import WorkerInfo
+from orchestrator.engine.taskconfig import merge_args
 from orchestrator.models import TaskInstance
-from orchestrator.reporting import WorkerInfo
-from orchestrator.taskconfig import merge_args
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
-from orchestrator.worker.rqworker import current_worker_name, default_worker_name, rq_heartbeat
+from orchestrator.worker.rqworker import (
+    current_worker_name,
+    default_worker_name,
+    rq_heartbeat,
+)
 from orchestrator.worker.shutdown import SHUTDOWN
 from orchestrator.worker.supervisor import Limits, Plan, Supervised, Supervisor
 from retries.states import Reason

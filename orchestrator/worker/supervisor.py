@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from django.db import InterfaceError, OperationalError, connection
 
-from orchestrator import reporting
-from orchestrator.reporting import WorkerInfo
+from orchestrator.engine import reporting
+from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop

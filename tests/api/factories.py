@@ -1,6 +1,6 @@
 """Factories and engine helpers for the API and web tests.
 
-Runs are created with orchestrator.runs.create_run and failures are produced with the real
+Runs are created with orchestrator.engine.runs.create_run and failures are produced with the real
 dispatch and reporting functions, so the rows look exactly like the ones workers leave.
 """
 from __future__ import annotations
@@ -10,10 +10,16 @@ from datetime import datetime, timedelta
 import factory
 from django.utils import timezone
 
-from orchestrator.dispatch import dispatch
+from orchestrator.engine.dispatch import dispatch
+from orchestrator.engine.reporting import (
+    WorkerInfo,
+    claim,
+    mark_running,
+    report_failure,
+    report_success,
+)
+from orchestrator.engine.runs import create_run
 from orchestrator.models import Dag, DagRun, TaskInstance
-from orchestrator.reporting import WorkerInfo, claim, mark_running, report_failure, report_success
-from orchestrator.runs import create_run
 from retries.context import ExecutionContext
 from retries.states import Reason, Source
 from tests.engine import factories as base

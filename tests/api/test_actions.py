@@ -4,10 +4,19 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import actions, metrics
+from orchestrator.engine.transitions import transition
+from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt
-from orchestrator.transitions import transition
 from retries.states import Reason, TaskState
-from tests.api.factories import chain_dag, fail, fail_until_failed, instance, make_run, start, succeed
+from tests.api.factories import (
+    chain_dag,
+    fail,
+    fail_until_failed,
+    instance,
+    make_run,
+    start,
+    succeed,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -99,7 +108,7 @@ def test_it_refuses_to_clear_a_task_a_worker_holds(alice):
     """Clearing a queued or running task is a Conflict and changes nothing."""
     run = make_run(chain_dag())
     ti = start(run, "extract")
-    with pytest.raises(actions.Conflict, match="while it is running"):
+    with pytest.raises(Conflict, match="while it is running"):
         actions.clear(ti, alice)
     assert instance(run, "extract").state == TaskState.RUNNING
     assert not AuditLog.objects.exists()
@@ -110,7 +119,7 @@ def test_it_refuses_to_clear_downstream_that_a_worker_holds(alice):
     run = make_run(chain_dag())
     succeed(run, "extract")
     start(run, "transform")
-    with pytest.raises(actions.Conflict, match="transform"):
+    with pytest.raises(Conflict, match="transform"):
         actions.clear(instance(run, "extract"), alice, include_downstream=True)
     assert instance(run, "extract").state == TaskState.SUCCESS
 
@@ -120,7 +129,7 @@ def test_it_refuses_an_action_on_a_task_that_changed_since_it_was_read(alice):
     run = failed_run()
     stale = instance(run, "extract")
     assert transition(stale.pk, expected=[TaskState.FAILED], state=TaskState.SCHEDULED)
-    with pytest.raises(actions.Conflict, match="changed meanwhile"):
+    with pytest.raises(Conflict, match="changed meanwhile"):
         actions.mark_success(stale, alice)
     assert instance(run, "extract").state == TaskState.SCHEDULED
     assert not AuditLog.objects.exists()
@@ -257,7 +266,7 @@ def test_it_refuses_to_reclassify_without_a_user_failure(alice):
     fail(run, "extract", Reason.WORKER_LOST, fingerprint=None)
     ti = instance(run, "extract")
     assert ti.state == TaskState.SCHEDULED
-    with pytest.raises(actions.Conflict, match="no user-charged failed attempt"):
+    with pytest.raises(Conflict, match="no user-charged failed attempt"):
         actions.reclassify(ti, alice)
 
 
@@ -273,10 +282,10 @@ def test_it_triggers_a_run_and_audits_it(alice):
 def test_it_refuses_to_trigger_a_paused_dag_or_a_bad_conf(alice):
     """A paused DAG is a Conflict; a conf that is not an object is a BadRequest."""
     dag = chain_dag("paused_dag")
-    with pytest.raises(actions.BadRequest, match="conf must be a JSON object"):
+    with pytest.raises(BadRequest, match="conf must be a JSON object"):
         actions.trigger(dag, alice, conf=[1, 2])
     pause(dag)
     dag.refresh_from_db()
-    with pytest.raises(actions.Conflict, match="paused"):
+    with pytest.raises(Conflict, match="paused"):
         actions.trigger(dag, alice, conf={})
     assert not DagRun.objects.filter(dag=dag).exists()

@@ -43,7 +43,7 @@ def test_it_serves_the_counters_that_any_process_incremented(bob_client):
 
 
 def test_it_counts_failures_reported_by_workers(bob_client):
-    """A failure reported through orchestrator.reporting is counted by category and reason."""
+    """A failure reported through orchestrator.engine.reporting is counted by category and reason."""
     run = make_run(chain_dag("metered", retries=3))
     fail(run, "extract")
     fail(run, "extract", Reason.WORKER_LOST, fingerprint=None)

@@ -13,11 +13,11 @@ from rq import Queue
 from deadlines import check
 from deadlines.check import check_due
 from deadlines.models import Deadline
-from orchestrator import metrics, reporting
+from orchestrator import metrics
+from orchestrator.engine import reporting
+from orchestrator.engine.runs import advance_run, create_run
 from orchestrator.models import DagRun, TaskInstance
 from orchestrator.redis_conn import get_redis
-from orchestrator.runs import create_run
-from orchestrator.scheduler import advance_run
 from tests.deadlines import recording_listener
 from tests.deadlines.factories import DeadlineDefinitionFactory, add_history, chain_dag
 

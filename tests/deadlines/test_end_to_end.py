@@ -20,9 +20,9 @@ from django.utils import timezone
 from rq import Queue, Worker
 
 from deadlines.models import Deadline
+from orchestrator.engine.runs import create_manual_run, create_run
 from orchestrator.models import DagRun
 from orchestrator.redis_conn import get_redis
-from orchestrator.runs import create_manual_run, create_run
 from tests.conftest import wait_until
 from tests.deadlines.callables import read_calls
 from tests.deadlines.factories import DeadlineDefinitionFactory, add_history, chain_dag

@@ -7,11 +7,10 @@ import pytest
 from django.utils import timezone
 from rq.job import Job
 
-from orchestrator import reporting
+from orchestrator.engine import reporting
+from orchestrator.engine.runs import advance_run, create_manual_run, create_run
 from orchestrator.models import DagRun, TaskInstance
 from orchestrator.redis_conn import get_redis
-from orchestrator.runs import create_manual_run, create_run
-from orchestrator.scheduler import advance_run
 from tests.deadlines.factories import DeadlineDefinitionFactory, chain_dag
 
 pytestmark = pytest.mark.django_db

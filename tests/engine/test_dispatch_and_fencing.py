@@ -7,11 +7,11 @@ import pytest
 from django.utils import timezone
 from rq import Queue
 
-from orchestrator import reporting
+from orchestrator.engine import reporting
+from orchestrator.engine.runs import advance_run, create_manual_run
+from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
-from orchestrator.runs import create_manual_run
-from orchestrator.scheduler import advance_run, schedule_once
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.engine.factories import DagFactory, TaskFactory, diamond
@@ -131,7 +131,7 @@ def test_it_marks_downstream_upstream_failed_and_fails_the_run():
 
 def test_it_leaves_runs_with_nothing_to_do_unlocked():
     """The scheduler's pass picks only runs it would change: queued, due, ready or complete."""
-    from orchestrator.scheduler import runs_needing_work
+    from orchestrator.engine.scheduler import runs_needing_work
 
     waiting = create_manual_run(diamond("waiting"))  # a is queued on a worker: nothing to do
     ready = create_manual_run(diamond("ready"))

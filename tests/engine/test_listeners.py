@@ -4,10 +4,9 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from orchestrator import reporting
+from orchestrator.engine import reporting
+from orchestrator.engine.runs import advance_run, create_manual_run
 from orchestrator.models import TaskInstance
-from orchestrator.runs import create_manual_run
-from orchestrator.scheduler import advance_run
 from retries.context import ExecutionContext
 from retries.states import Category, Reason, Source
 from tests.engine import recording_listener

@@ -8,11 +8,11 @@ from django.test import override_settings
 from django.utils import timezone
 from rq import Queue
 
-from orchestrator import reporting
+from orchestrator.engine import reporting
+from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import TaskInstance
 from orchestrator.redis_conn import get_redis
-from orchestrator.runs import create_manual_run
-from orchestrator.scheduler import schedule_once
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,7 +1,7 @@
 """Trigger rules and run outcomes (pure)."""
 import pytest
 
-from orchestrator.rules import Readiness, readiness, run_outcome
+from orchestrator.engine.rules import Readiness, readiness, run_outcome
 
 S, F, UF, SK, N, R, DL = "success", "failed", "upstream_failed", "skipped", "none", "running", "dead_letter"
 

@@ -5,8 +5,8 @@ from datetime import datetime, timezone
 
 import pytest
 
+from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import Dag, DagRun
-from orchestrator.scheduler import schedule_once
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

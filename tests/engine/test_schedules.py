@@ -1,7 +1,12 @@
 """Cron schedules in a DAG's timezone."""
 from datetime import datetime, timezone
 
-from orchestrator.schedules import first_run_date, is_valid, latest_due, next_after
+from orchestrator.engine.schedules import (
+    first_run_date,
+    is_valid,
+    latest_due,
+    next_after,
+)
 
 UTC = timezone.utc
 

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 from rq import Queue
 
+from orchestrator.engine.runs import create_run
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
 from orchestrator.redis_conn import get_redis
-from orchestrator.runs import create_run
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from retries.backoff import ceiling
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, PlatformSettings, RetryArgs, decide
-from retries.states import CATEGORY_OF_REASON, AttemptKind, Category, PreExecutionReason, Reason, Source, TaskState
+from retries.states import (
+    CATEGORY_OF_REASON,
+    AttemptKind,
+    Category,
+    PreExecutionReason,
+    Reason,
+    Source,
+    TaskState,
+)
 
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
 FP_A = "4a7c1d9e02bb"

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import copy
-from io import StringIO
 from datetime import datetime, timezone
+from io import StringIO
 from pathlib import Path
 from zoneinfo import ZoneInfo
 

@@ -5,7 +5,14 @@ import pytest
 
 from orchestrator.models import AuditLog, Dag, DagRun
 from retries.states import Reason
-from tests.api.factories import chain_dag, fail, fail_until_failed, instance, make_run, succeed
+from tests.api.factories import (
+    chain_dag,
+    fail,
+    fail_until_failed,
+    instance,
+    make_run,
+    succeed,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 import pytest
 
+from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import Dag, DagRun, Task, TaskInstance
-from orchestrator.runs import create_manual_run
-from orchestrator.scheduler import schedule_once
 from tests.conftest import wait_until
 
 

@@ -8,7 +8,13 @@ import psycopg
 import pytest
 
 from orchestrator.exceptions import NonRetryableError, RetryAfter
-from orchestrator.worker.classify import Outcome, Stop, classify, db_connection_failure, exception_facts
+from orchestrator.worker.classify import (
+    Outcome,
+    Stop,
+    classify,
+    db_connection_failure,
+    exception_facts,
+)
 from retries.fingerprint import bash_fingerprint, fingerprint_of
 from retries.states import Reason, TaskState
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from rq import Queue
 
-from orchestrator.dispatch import enqueue
+from orchestrator.engine.dispatch import enqueue
 from orchestrator.models import TaskInstance
 from orchestrator.redis_conn import get_redis
 from retries.fingerprint import bash_fingerprint

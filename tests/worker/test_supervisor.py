@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from orchestrator import reporting
-from orchestrator.scheduler import schedule_once
+from orchestrator.engine import reporting
+from orchestrator.engine.scheduler import schedule_once
 from orchestrator.worker.procs import live_members
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.conftest import wait_until
-from tests.worker.proxy import TcpProxy
 from tests.worker.conftest import instance, running_pid, settle, trigger
+from tests.worker.proxy import TcpProxy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 

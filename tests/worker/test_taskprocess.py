@@ -7,7 +7,13 @@ import sys
 
 import pytest
 
-from orchestrator.worker.taskprocess import PythonTask, accepts_context, import_callable, jsonable, render
+from orchestrator.worker.taskprocess import (
+    PythonTask,
+    accepts_context,
+    import_callable,
+    jsonable,
+    render,
+)
 from tests.conftest import ROOT
 
 CONTEXT = {

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.local import LocalStack
+from orchestrator.local.runner import LocalStack
 
 
 class Command(BaseCommand):

@@ -11,7 +11,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from deadlines.check import check_due
-from orchestrator.scheduler import schedule_once
+from orchestrator.engine.scheduler import schedule_once
 
 log = logging.getLogger(__name__)
 

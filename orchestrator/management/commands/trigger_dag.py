@@ -7,9 +7,9 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from orchestrator.engine.runs import TriggerError, create_manual_run
+from orchestrator.engine.waiting import wait_outcome
 from orchestrator.models import Dag, DagRun
-from orchestrator.runs import TriggerError, create_manual_run
-from orchestrator.waiting import wait_outcome
 
 EXIT_CODES = {"success": 0, "failed": 1, "dead_letter": 3}
 TIMEOUT_EXIT = 2

@@ -8,9 +8,9 @@ from django.db import transaction
 from rq import Queue
 
 from deadlines import lifecycle
+from orchestrator.engine.transitions import transition
 from orchestrator.models import TaskAttempt, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
-from orchestrator.transitions import transition
 from retries.states import AttemptKind, TaskState
 
 log = logging.getLogger(__name__)

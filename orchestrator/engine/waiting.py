@@ -1,8 +1,8 @@
 """Whether a run has reached an end a waiting client should report (trigger_dag --wait)."""
 from __future__ import annotations
 
+from orchestrator.engine.rules import Readiness, readiness
 from orchestrator.models import DagRun
-from orchestrator.rules import Readiness, readiness
 from retries.states import RunState, TaskState
 
 ACTIVE = frozenset({TaskState.SCHEDULED, TaskState.QUEUED, TaskState.RUNNING, TaskState.UP_FOR_RETRY})

@@ -16,11 +16,12 @@ from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics
-from orchestrator.clock import Now
+from orchestrator.engine.clock import Now
+from orchestrator.engine.runs import advance_run_now
+from orchestrator.engine.taskconfig import merge_args, platform_settings, retry_args
+from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
 from orchestrator.models import TaskAttempt, TaskInstance
-from orchestrator.taskconfig import merge_args, platform_settings, retry_args
-from orchestrator.transitions import transition
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
 from retries.states import AttemptKind, Category, TaskState
@@ -133,7 +134,7 @@ def report_success(
         ti = load(task_instance_id)
         lifecycle.task_finished(ti, now)
     notify("on_task_instance_success", task_instance=ti)
-    _advance(ti.dag_run_id)
+    advance_run_now(ti.dag_run_id)
     return True
 
 
@@ -254,11 +255,5 @@ def _after_failure(ti: TaskInstance, previous_state: str, decision: Decision, er
         notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
     retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= timezone.now()
     if decision.next_state is TaskState.FAILED or retry_due_now:
-        _advance(ti.dag_run_id)
+        advance_run_now(ti.dag_run_id)
 
-
-def _advance(dag_run_id: int) -> None:
-    # Imported here: the scheduler imports this module.
-    from orchestrator.scheduler import advance_run_now
-
-    advance_run_now(dag_run_id)

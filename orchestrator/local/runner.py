@@ -27,9 +27,13 @@ from django.contrib.auth import get_user_model
 from django.core.management import get_commands
 from django.db import connections
 
-from orchestrator.embedded_redis import EmbeddedRedis, EmbeddedRedisError, die_with_parent
+from orchestrator.local.embedded_redis import (
+    EmbeddedRedis,
+    EmbeddedRedisError,
+    die_with_parent,
+)
 
-MANAGE = Path(__file__).resolve().parent.parent / "manage.py"
+MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
 ADMIN_USERNAME = "admin"
 DAG_SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -1,0 +1,203 @@
+"""A run's life: creating it with its task instances, and moving it on (`advance_run`).
+
+Everything that moves a run lives here: the scheduler's pass, a worker's report, a trigger and
+an operator action all call `advance_run()`; nothing here imports the scheduler.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from deadlines import lifecycle
+from orchestrator.engine.dispatch import dispatch
+from orchestrator.engine.rules import Readiness, readiness, run_outcome
+from orchestrator.engine.taskconfig import effective_args
+from orchestrator.engine.transitions import transition
+from orchestrator.listeners import notify
+from orchestrator.models import Dag, DagRun, TaskInstance
+from retries.states import RunState, TaskState
+
+log = logging.getLogger(__name__)
+
+
+class TriggerError(Exception):
+    """A run cannot be created (unknown or paused DAG, bad conf)."""
+
+
+def run_id_for(run_type: str, logical_date: datetime) -> str:
+    return f"{run_type}__{logical_date.isoformat()}"
+
+
+def create_run(
+    dag: Dag,
+    *,
+    run_type: str,
+    logical_date: datetime,
+    conf: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    triggered_by: str = "",
+) -> DagRun:
+    """Insert the run and one task instance per task, in one transaction."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        run = DagRun.objects.create(
+            dag=dag,
+            run_id=run_id_for(run_type, logical_date),
+            run_type=run_type,
+            state=RunState.QUEUED,
+            conf=conf or {},
+            logical_date=logical_date,
+            queued_at=now,
+            triggered_by=triggered_by,
+        )
+        instances = []
+        for task in dag.tasks.all():
+            task.dag = dag
+            args = effective_args(task)
+            instances.append(
+                TaskInstance(
+                    dag_run=run,
+                    definition=task,
+                    task_id=task.task_id,
+                    max_tries=int(args["retries"]) + 1,
+                    infrastructure_retry_limit=int(args["infrastructure_retry_limit"]),
+                    queue=str(args["queue"]),
+                )
+            )
+        TaskInstance.objects.bulk_create(instances)
+        lifecycle.run_created(run, now)
+    return run
+
+
+def create_manual_run(
+    dag: Dag, *, conf: dict[str, Any] | None = None, triggered_by: str = "", now: datetime | None = None
+) -> DagRun:
+    """A manual run: its logical date is its trigger time."""
+    if dag.paused:
+        raise TriggerError(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
+    if conf is not None and not isinstance(conf, dict):
+        raise TriggerError(f"conf must be a JSON object, got {type(conf).__name__}")
+    now = now or timezone.now()
+    run = create_run(dag, run_type=DagRun.RunType.MANUAL, logical_date=now, conf=conf, now=now, triggered_by=triggered_by)
+    # Start it at once instead of waiting for the next scheduler pass.
+    transaction.on_commit(lambda: advance_run_now(run.pk))
+    return run
+
+
+# --- moving a run on ---------------------------------------------------------------------------
+
+
+def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bool = False) -> tuple[int, bool]:
+    """Start the run, settle tasks whose upstreams are done, dispatch ready ones, end the run.
+
+    Returns (tasks dispatched, whether the run finished). Safe to call from any process at
+    any time: each change is conditional, so concurrent callers cannot double-dispatch. On
+    PostgreSQL the run row is locked for the pass; schedulers skip a run another process
+    holds (`skip_locked`), while a worker that just finished a task waits for it, so its
+    downstream tasks are dispatched at once.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        rows = DagRun.objects.select_related("dag").filter(pk=dag_run_id)
+        if connection.vendor == "postgresql":
+            rows = rows.select_for_update(skip_locked=skip_locked, of=("self",))
+        run = rows.first()
+        if run is None or run.state not in (RunState.QUEUED, RunState.RUNNING):
+            return 0, False
+        if run.state == RunState.QUEUED and not _start_run(run, now):
+            return 0, False
+        if run.dag.paused:
+            return 0, False
+        dispatched = 0
+        # Settling one task can make its downstream ready: repeat until nothing changes.
+        changed = True
+        while changed:
+            instances = list(run.task_instances.select_related("definition").order_by("id"))
+            states = {ti.task_id: ti.state for ti in instances}
+            changed = False
+            for ti in instances:
+                if ti.state == TaskState.NONE:
+                    changed |= _settle(ti, states, now)
+                elif _due(ti, now) and dispatch(ti, now):
+                    dispatched += 1
+        return dispatched, _finish_if_done(run, states.values(), now)
+
+
+def advance_run_now(dag_run_id: int) -> None:
+    """Move a run on right after a report or an operator action, instead of at the next pass.
+
+    The change that called it is already saved; if this fails, the scheduler's next pass does
+    the same work, so the failure is logged and never raised into the caller.
+    """
+    try:
+        advance_run(dag_run_id)
+    except Exception:
+        log.exception("could not advance run %s; the next scheduler pass will", dag_run_id)
+
+
+def _due(ti: TaskInstance, now: datetime) -> bool:
+    return ti.state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (
+        ti.next_retry_at is None or ti.next_retry_at <= now
+    )
+
+
+def _start_run(run: DagRun, now: datetime) -> bool:
+    running = DagRun.objects.filter(dag_id=run.dag_id, state=RunState.RUNNING).count()
+    if running >= run.dag.max_active_runs:
+        return False
+    started = DagRun.objects.filter(pk=run.pk, state=RunState.QUEUED).update(state=RunState.RUNNING, start_date=now)
+    run.refresh_from_db()
+    return bool(started) or run.state == RunState.RUNNING
+
+
+def _settle(ti: TaskInstance, states: dict[str, str], now: datetime) -> bool:
+    """Decide a waiting task: ready (scheduled), upstream_failed, skipped or removed."""
+    if ti.definition is None:
+        won = transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, state=TaskState.REMOVED, end_date=now)
+        return _record(ti, states, TaskState.REMOVED, won)
+    upstream_states = [states.get(u, TaskState.REMOVED) for u in ti.definition.upstream]
+    verdict = readiness(ti.definition.trigger_rule, upstream_states)
+    if verdict is Readiness.WAIT:
+        return False
+    target = {
+        Readiness.RUN: TaskState.SCHEDULED,
+        Readiness.UPSTREAM_FAILED: TaskState.UPSTREAM_FAILED,
+        Readiness.SKIPPED: TaskState.SKIPPED,
+    }[verdict]
+    changes = {"state": target}
+    if target != TaskState.SCHEDULED:
+        changes["end_date"] = now
+    won = transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, **changes)
+    if won and target != TaskState.SCHEDULED:
+        ti.state = target
+        lifecycle.task_finished(ti, now)
+    return _record(ti, states, target, won)
+
+
+def _record(ti: TaskInstance, states: dict[str, str], target: TaskState, won: bool) -> bool:
+    if won:
+        states[ti.task_id] = target
+        ti.state = target
+    return won
+
+
+def _finish_if_done(run: DagRun, task_states: Iterable[str], now: datetime) -> bool:
+    """End the run if every task is done. `task_states` may be a little stale: a task that
+    finished since is seen by its worker's own advance_run(), which waits for our lock."""
+    outcome = run_outcome(task_states)
+    if outcome is None:
+        return False
+    with transaction.atomic():
+        ended = DagRun.objects.filter(pk=run.pk, state=RunState.RUNNING).update(state=outcome, end_date=now)
+        if not ended:
+            return False
+        run.refresh_from_db()
+        lifecycle.run_finished(run, now)
+        hook = "on_dag_run_success" if outcome == RunState.SUCCESS else "on_dag_run_failed"
+        transaction.on_commit(lambda: notify(hook, dag_run=run))
+    return True
