@@ -69,7 +69,7 @@ def limits() -> Limits:
         heartbeat_interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
         heartbeat_timeout=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT),
         shutdown_grace=float(settings.ORCHESTRATOR_WORKER_SHUTDOWN_GRACE),
-        startup_timeout=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT),
+        startup_timeout=float(settings.ORCHESTRATOR_HANDSHAKE_TIMEOUT),
         head_bytes=int(settings.ORCHESTRATOR_LOG_HEAD_BYTES),
         tail_bytes=int(settings.ORCHESTRATOR_LOG_TAIL_BYTES),
     )
