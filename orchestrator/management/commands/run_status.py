@@ -1,4 +1,4 @@
-"""python manage.py run_status DAG_ID RUN_ID [--json]"""
+"""python manage.py run_status DAG_ID RUN_ID [--json]; RUN_ID `latest` is the DAG's most recent run."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,11 @@ from django.core.management.base import BaseCommand, CommandError
 from orchestrator.documents import run_document
 from orchestrator.models import DagRun
 
+LATEST = "latest"
+
 
 class Command(BaseCommand):
-    help = "Print a run's state and its tasks (--json: the API's run document)."
+    help = "Print a run's state and its tasks (--json: the API's run document). RUN_ID 'latest': the DAG's most recent run."
 
     def add_arguments(self, parser):
         parser.add_argument("dag_id")
@@ -18,9 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", dest="as_json")
 
     def handle(self, *args, dag_id: str, run_id: str, as_json: bool, **options):
-        run = DagRun.objects.select_related("dag").filter(dag__dag_id=dag_id, run_id=run_id).first()
-        if run is None:
-            raise CommandError(f"no run '{run_id}' of DAG '{dag_id}'")
+        run = find_run(dag_id, run_id)
         doc = run_document(run)
         if as_json:
             self.stdout.write(json.dumps(doc, indent=2))
@@ -33,3 +33,12 @@ class Command(BaseCommand):
                 f"  {ti['task_id']:<30} {ti['state']:<16} try {ti['try_number']}/{ti['max_tries']}"
                 f" platform {ti['infrastructure_try_number']}/{ti['infrastructure_retry_limit']}{why}"
             )
+
+
+def find_run(dag_id: str, run_id: str) -> DagRun:
+    """The run named, or with `latest` the one queued last (no run id is ever `latest`)."""
+    runs = DagRun.objects.select_related("dag").filter(dag__dag_id=dag_id)
+    run = runs.order_by("-queued_at", "-id").first() if run_id == LATEST else runs.filter(run_id=run_id).first()
+    if run is None:
+        raise CommandError(f"DAG '{dag_id}' has no runs" if run_id == LATEST else f"no run '{run_id}' of DAG '{dag_id}'")
+    return run

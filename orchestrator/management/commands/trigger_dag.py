@@ -1,18 +1,28 @@
-"""python manage.py trigger_dag DAG_ID [--conf JSON] [--wait] [--timeout SECONDS]"""
+"""python manage.py trigger_dag DAG_ID [--conf JSON] [--wait] [--timeout SECONDS]
+
+stdout: the run_id on the first line; with --wait, the run's progress, then its final state on
+the last line. Progress is rewritten in place on a terminal and printed one line per change
+otherwise, so scripts can still read the first and the last line.
+"""
 from __future__ import annotations
 
 import json
 import sys
 import time
+from dataclasses import dataclass
+from typing import Callable
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+from django.db.models import Count
 
 from orchestrator.engine.runs import TriggerError, create_manual_run
 from orchestrator.engine.waiting import wait_outcome
 from orchestrator.models import Dag, DagRun
+from retries.states import FINISHED_TASK_STATES, TaskState
 
 EXIT_CODES = {"success": 0, "failed": 1, "dead_letter": 3}
 TIMEOUT_EXIT = 2
+INTERRUPTED_EXIT = 130
 
 
 class Command(BaseCommand):
@@ -37,13 +47,17 @@ class Command(BaseCommand):
         self.stdout.flush()
         if not wait:
             return
-        outcome = wait_for(run, timeout)
-        if outcome is None:
-            self.stdout.write("timeout")
-            sys.exit(TIMEOUT_EXIT)
-        self.stdout.write(outcome)
+        display = ProgressDisplay(self.stdout)
+        try:
+            outcome = wait_for(run, timeout, on_poll=lambda: display.show(progress_of(run).text()))
+        except KeyboardInterrupt:
+            display.end()
+            self.stderr.write(f"stopped waiting; the run goes on: manage.py run_status {dag_id} {run.run_id}")
+            sys.exit(INTERRUPTED_EXIT)
+        display.end()
+        self.stdout.write(outcome or "timeout")
         self.stdout.flush()
-        sys.exit(EXIT_CODES[outcome])
+        sys.exit(TIMEOUT_EXIT if outcome is None else EXIT_CODES[outcome])
 
 
 def parse_conf(conf: str | None) -> dict | None:
@@ -58,13 +72,77 @@ def parse_conf(conf: str | None) -> dict | None:
     return value
 
 
-def wait_for(run: DagRun, timeout: float | None, poll: float = 0.2) -> str | None:
+def wait_for(
+    run: DagRun, timeout: float | None, poll: float = 0.2, on_poll: Callable[[], None] = lambda: None
+) -> str | None:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         run.refresh_from_db()
+        on_poll()
         outcome = wait_outcome(run)
         if outcome is not None:
             return outcome
         if deadline is not None and time.monotonic() >= deadline:
             return None
         time.sleep(poll)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a run has got: counts of its task instances by what they are doing."""
+
+    run_state: str
+    total: int
+    done: int
+    running: int
+    queued: int
+    failed: int
+    retrying: int
+    dead_letter: int
+
+    def text(self) -> str:
+        parts = [f"tasks: {self.done}/{self.total} done", f"{self.running} running", f"{self.failed} failed"]
+        # Shown only when they occur, so the usual line stays short.
+        for count, label in ((self.queued, "queued"), (self.retrying, "waiting to retry"), (self.dead_letter, "dead-lettered")):
+            if count:
+                parts.append(f"{count} {label}")
+        return f"{', '.join(parts)}; run: {self.run_state}"
+
+
+def progress_of(run: DagRun) -> Progress:
+    counts = dict(run.task_instances.values_list("state").annotate(n=Count("id")).order_by())
+    return Progress(
+        run_state=run.state,
+        total=sum(counts.values()),
+        done=sum(n for state, n in counts.items() if state in FINISHED_TASK_STATES),
+        running=counts.get(TaskState.RUNNING, 0),
+        queued=counts.get(TaskState.QUEUED, 0),
+        failed=counts.get(TaskState.FAILED, 0) + counts.get(TaskState.UPSTREAM_FAILED, 0),
+        retrying=counts.get(TaskState.UP_FOR_RETRY, 0),
+        dead_letter=counts.get(TaskState.DEAD_LETTER, 0),
+    )
+
+
+class ProgressDisplay:
+    """One progress line: rewritten in place on a terminal; elsewhere a new line per change."""
+
+    def __init__(self, out: OutputWrapper) -> None:
+        self.out = out
+        self.in_place = out.isatty()
+        self.last = ""
+
+    def show(self, text: str) -> None:
+        if text == self.last:
+            return
+        self.last = text
+        if self.in_place:
+            self.out.write(f"\r{text}\033[K", ending="")  # \033[K: clear what a longer line left
+        else:
+            self.out.write(text)
+        self.out.flush()
+
+    def end(self) -> None:
+        """Finish the in-place line, so that what follows starts on a line of its own."""
+        if self.in_place and self.last:
+            self.out.write("")
+            self.out.flush()
