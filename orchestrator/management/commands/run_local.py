@@ -18,7 +18,14 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1", help="Address the web server listens on (default 127.0.0.1).")
         parser.add_argument("--port", type=int, default=8000, help="Port of the web server (default 8000).")
         parser.add_argument("--workers", type=int, default=2, help="Number of worker processes (default 2).")
-        parser.add_argument("--state-dir", type=Path, help="Where the admin password and the embedded Redis data live (default var/).")
+        parser.add_argument(
+            "--state-dir",
+            type=Path,
+            help=(
+                "Where the admin password, the embedded Redis data and the runtime file live (default var/). "
+                "Commands in other terminals find the stack only through var/local-stack.json."
+            ),
+        )
         parser.add_argument("--dags", type=Path, help="Folder of DAG files to import (default ORCHESTRATOR_DAGS_FOLDER, else dags/).")
 
     def handle(self, *args, host: str, port: int, workers: int, state_dir: Path | None, dags: Path | None, **options):
