@@ -24,7 +24,8 @@ from deadlines import notifiers, queueing
 from deadlines.conf import int_setting, setting
 from deadlines.models import Deadline
 from deadlines.resolution import seconds_late
-from orchestrator.specs.imports import import_object
+from orchestrator.importing import import_object
+from retries.backoff import Backoff, ceiling
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,8 @@ def _record_failure(deadline: Deadline, kind: str, token: int, exc: BaseExceptio
         log.warning("deadline %s callback failed for good: %s", deadline.pk, changes["callback_error"])
     else:
         # The check dispatches the next attempt once the backoff has passed.
-        delay = float(setting("ORCHESTRATOR_DEADLINE_CALLBACK_RETRY_DELAY")) * 2 ** (token - 1)
+        # Uncapped in practice (attempts are few) and without jitter: one callback, no herd.
+        delay = ceiling(token, float(setting("ORCHESTRATOR_DEADLINE_CALLBACK_RETRY_DELAY")), Backoff.EXPONENTIAL, float("inf"))
         changes.update(callback_state=Deadline.CallbackState.QUEUED, callback_next_at=now + timedelta(seconds=delay))
         log.warning("deadline %s callback failed, retry in %.1fs: %s", deadline.pk, delay, changes["callback_error"])
     Deadline.objects.filter(pk=deadline.pk, callback_state=Deadline.CallbackState.RUNNING, callback_attempts=token).update(

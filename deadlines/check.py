@@ -21,12 +21,11 @@ from deadlines import queueing, risk
 from deadlines.conf import int_setting, setting
 from deadlines.models import OPEN_STATES, Deadline
 from deadlines.resolution import after_misses, mark_missed_batch, settle_finished
-from orchestrator.redis_conn import get_redis
-from retries.states import FINISHED_TASK_STATES, RunState
+from orchestrator.redis_conn import job_statuses
+from retries.states import FINISHED_RUN_STATES, FINISHED_TASK_STATES
 
 log = logging.getLogger(__name__)
 
-FINISHED_RUN_STATES = (RunState.SUCCESS, RunState.FAILED)
 # RQ job statuses meaning "still on its way to a worker".
 WAITING_JOB_STATUSES = frozenset({"queued", "deferred", "scheduled"})
 
@@ -146,15 +145,12 @@ def watch_callbacks(now: datetime, limit: int) -> int:
 def _job_statuses(rows: list[Deadline]) -> dict[int, str | None]:
     """The RQ status of each row's current job (None when Redis has no such job)."""
     try:
-        pipe = get_redis().pipeline(transaction=False)
-        for d in rows:
-            pipe.hget(f"rq:job:{queueing.job_id_for(d.pk, queueing.MISSED, d.callback_attempts)}", "status")
-        raw = pipe.execute()
+        statuses = job_statuses([queueing.job_id_for(d.pk, queueing.MISSED, d.callback_attempts) for d in rows])
     except Exception:
         log.warning("could not read callback job statuses from Redis; trying again next pass", exc_info=True)
         # Pretend every job is still waiting: never dispatch twice because Redis hiccuped.
         return {d.pk: "queued" for d in rows}
-    return {d.pk: (s.decode() if isinstance(s, bytes) else s) for d, s in zip(rows, raw)}
+    return {d.pk: status for d, status in zip(rows, statuses)}
 
 
 # --- early warning ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Operator actions (contract §6): trigger, clear, mark success, mark failed, reclassify.
+"""Operator actions: trigger, clear, mark success, mark failed, reclassify.
 
 The JSON API and the web pages both call these functions; they hold every rule of what an
 operator may do to a run or task. Each action:
@@ -23,21 +23,25 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics
 from orchestrator.engine.rules import run_outcome
-from orchestrator.engine.runs import TriggerError, advance_run_now, create_manual_run
-from orchestrator.engine.taskconfig import merge_args
+from orchestrator.engine.runs import advance_run_now, create_manual_run
+from orchestrator.engine.taskconfig import args_for
 from orchestrator.engine.transitions import transition
-from orchestrator.exceptions import BadRequest, Conflict, NotFound
+from orchestrator.exceptions import Conflict, NotFound
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
+from retries.policy import Budget, cleared_max_tries, reclassified
 from retries.states import (
     ACTIVE_TASK_STATES,
-    FINISHED_TASK_STATES,
+    CLEAR_DOWNSTREAM_FROM,
+    CLEAR_FROM,
+    FINISHED_RUN_STATES,
+    MARK_FAILED_FROM,
+    MARK_SUCCESS_FROM,
     AttemptKind,
     Reason,
     RunState,
@@ -47,24 +51,7 @@ from retries.states import (
 
 log = logging.getLogger(__name__)
 
-CLEARABLE = FINISHED_TASK_STATES | {TaskState.DEAD_LETTER, TaskState.UP_FOR_RETRY}
-MARK_SUCCESS_FROM = frozenset(
-    {
-        TaskState.FAILED,
-        TaskState.UP_FOR_RETRY,
-        TaskState.DEAD_LETTER,
-        TaskState.UPSTREAM_FAILED,
-        TaskState.NONE,
-        TaskState.SCHEDULED,
-        TaskState.SKIPPED,
-    }
-)
-MARK_FAILED_FROM = (MARK_SUCCESS_FROM - {TaskState.FAILED}) | {TaskState.SUCCESS}
-# A failed attempt that is given back puts these tasks back on the schedule.
-RESCHEDULED_BY_RECLASSIFY = frozenset({TaskState.FAILED, TaskState.DEAD_LETTER})
-FINISHED_RUN_STATES = (RunState.SUCCESS, RunState.FAILED)
-
-# Django permissions (contract §6): triggering runs, and acting on task instances.
+# Django permissions: triggering runs, and acting on task instances.
 TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
 ACT_PERMISSION = "orchestrator.change_taskinstance"
 
@@ -118,14 +105,7 @@ def set_paused(dag: Dag, user: User, *, paused: bool) -> AuditLog | None:
 
 def trigger(dag: Dag, user: User, *, conf: Any = None) -> DagRun:
     """Create a manual run with `conf` (a JSON object). Paused DAG: Conflict; other conf: BadRequest."""
-    if conf is not None and not isinstance(conf, dict):
-        raise BadRequest(f"conf must be a JSON object, got {type(conf).__name__}: {conf!r}")
-    if dag.paused:
-        raise Conflict(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
-    try:
-        run = create_manual_run(dag, conf=conf, triggered_by=_username(user))
-    except TriggerError as exc:
-        raise Conflict(str(exc)) from exc
+    run = create_manual_run(dag, conf=conf, triggered_by=_username(user))
     _audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, {"conf": conf or {}})
     return run
 
@@ -134,15 +114,15 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, not
     """Run a finished (or waiting-to-retry, or dead-lettered) task again.
 
     Allowed from success, failed, upstream_failed, skipped, removed, dead_letter and
-    up_for_retry. The task goes to `none` with `max_tries = try_number + retries` (the
-    task's effective `retries`; never lower than before), no pending retry, its poison
+    up_for_retry. The task goes to `none` with a fresh set of tries
+    (`retries.policy.cleared_max_tries`), no pending retry, its poison
     streak, platform-retry flag and pre-execution allowance reset. Its downstream tasks that are `upstream_failed`
     (transitively) go back to `none` too, since their upstream is no longer failed; with
     `include_downstream`, every transitive downstream task that is finished, dead-lettered,
     waiting to retry or scheduled gets the same treatment as the task itself (one that a
     worker holds makes the whole action a Conflict). A finished run is reopened.
     """
-    _refuse_unless(ti, CLEARABLE, "clear")
+    _refuse_unless(ti, CLEAR_FROM, "clear")
     now = timezone.now()
     context = _user_context(Reason.MANUAL_CLEAR, user, note, ti.state, now)
     to_clear: list[TaskInstance] = []
@@ -151,7 +131,7 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, not
         busy = [d.task_id for d in downstream if d.state in ACTIVE_TASK_STATES]
         if busy:
             raise Conflict(f"cannot clear downstream tasks a worker holds: {', '.join(busy)}")
-        to_clear = [d for d in downstream if d.state in CLEARABLE | {TaskState.SCHEDULED}]
+        to_clear = [d for d in downstream if d.state in CLEAR_DOWNSTREAM_FROM]
     with transaction.atomic():
         _clear_one(ti, context)
         touched = []
@@ -220,11 +200,10 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     `infrastructure/operator_reclassified` (source `api`); its original context, its
     fingerprint, the note and the user are kept in that context's metadata, and the attempt
     loses its fingerprint (only application failures have one). The task gets its retry
-    back (`max_tries + 1`), the platform budget is charged instead
-    (`infrastructure_try_number + 1`), and when the attempt's fingerprint is the task's
-    current one the poison streak shrinks by one. A task that is `failed` or `dead_letter`
-    goes to `scheduled`; its next dispatch is a new user try, which the `max_tries + 1` pays
-    for, so exactly the one try the platform took is given back; its `upstream_failed` downstream tasks go back to `none` and a finished run is
+    back the way a platform retry works: its next dispatch repeats that try, and the
+    platform budget is charged instead
+    (see `retries.policy.reclassified`). A task that is `failed` or `dead_letter` goes to
+    `scheduled`; its `upstream_failed` downstream tasks go back to `none` and a finished run is
     reopened. The task's `last_failure_context` becomes `user_action/manual_reclassify`.
     No user-charged failed attempt, or a task a worker holds: Conflict.
     """
@@ -238,26 +217,29 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     if attempt is None:
         raise Conflict(f"task '{ti.task_id}' has no user-charged failed attempt to reclassify")
     now = timezone.now()
-    username = _username(user)
     attempt_context = ExecutionContext.of(
         Reason.OPERATOR_RECLASSIFIED,
         Source.API,
         original_context=attempt.context,
         original_fingerprint=attempt.fingerprint,
         note=note,
-        user=username,
+        user=_username(user),
     )
+    given_back = reclassified(
+        TaskState(ti.state),
+        _budget(ti),
+        attempt_try_number=attempt.try_number,
+        attempt_fingerprint=attempt.fingerprint,
+    )
+    new_state = given_back.next_state
     changes: dict[str, Any] = {
-        "max_tries": F("max_tries") + 1,
-        "infrastructure_try_number": F("infrastructure_try_number") + 1,
+        "infrastructure_try_number": given_back.infrastructure_try_number,
+        "fingerprint_streak": given_back.fingerprint_streak,
+        "retry_is_platform": given_back.repeat_try,
         "last_failure_context": _user_context(Reason.MANUAL_RECLASSIFY, user, note, ti.state, now, attempt_try_number=attempt.try_number),
     }
-    if attempt.fingerprint and attempt.fingerprint == ti.failure_fingerprint:
-        changes["fingerprint_streak"] = max(0, ti.fingerprint_streak - 1)
-    new_state = TaskState(ti.state)
-    if ti.state in RESCHEDULED_BY_RECLASSIFY:
-        new_state = TaskState.SCHEDULED
-        changes.update(state=TaskState.SCHEDULED, retry_is_platform=False, next_retry_at=None, end_date=None)
+    if new_state != ti.state:
+        changes.update(state=new_state, next_retry_at=None, end_date=None)
     with transaction.atomic():
         if not transition(ti.pk, expected=[ti.state], token=ti.attempt_token, **changes):
             raise _changed_meanwhile(ti)
@@ -311,16 +293,15 @@ def _changed_meanwhile(ti: TaskInstance) -> Conflict:
 
 
 def _clear_one(ti: TaskInstance, context: dict[str, Any]) -> None:
-    task_args = ti.definition.args if ti.definition else {}
-    retries = int(merge_args(ti.dag_run.dag.default_args, task_args)["retries"])
+    retries = int(args_for(ti)["retries"])
     won = transition(
         ti.pk,
         expected=[ti.state],
         token=ti.attempt_token,
         state=TaskState.NONE,
-        # Contract §6: try_number + retries; never below what the task already had (a task
-        # that never ran has try_number 0 and still deserves retries + 1 tries).
-        max_tries=max(ti.max_tries, ti.try_number + retries),
+        # A new token fences out a dispatch that read the task before this clear.
+        attempt_token=ti.attempt_token + 1,
+        max_tries=cleared_max_tries(ti.try_number, retries),
         next_retry_at=None,
         end_date=None,
         fingerprint_streak=0,
@@ -393,6 +374,17 @@ def _reopen_if_unfinished(run: DagRun) -> None:
     outcome = run_outcome(states)
     DagRun.objects.filter(pk=run.pk, state__in=FINISHED_RUN_STATES).exclude(state=outcome or "").update(
         state=RunState.RUNNING, end_date=None
+    )
+
+
+def _budget(ti: TaskInstance) -> Budget:
+    return Budget(
+        try_number=ti.try_number,
+        max_tries=ti.max_tries,
+        infrastructure_try_number=ti.infrastructure_try_number,
+        pre_execution_tries=ti.pre_execution_tries,
+        last_fingerprint=ti.failure_fingerprint,
+        fingerprint_streak=ti.fingerprint_streak,
     )
 
 

@@ -11,7 +11,8 @@ from django.http import HttpRequest
 
 from deadlines.models import DeadlineDefinition
 from orchestrator.actions import set_paused
-from orchestrator.engine.runs import TriggerError, create_manual_run
+from orchestrator.engine.runs import create_manual_run
+from orchestrator.exceptions import ActionError
 from orchestrator.models import (
     ApiToken,
     AuditLog,
@@ -133,7 +134,7 @@ class DagAdmin(admin.ModelAdmin):
         for dag in queryset:
             try:
                 run = create_manual_run(dag, conf={}, triggered_by=request.user.get_username())
-            except TriggerError as exc:
+            except ActionError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             audit(request, "trigger", dag.dag_id, run_id=run.run_id, new_state=run.state)

@@ -1,4 +1,4 @@
-"""The JSON documents of contract §3, built once and served by the CLI and the API alike."""
+"""The JSON documents, built once and served by the CLI and the API alike."""
 from __future__ import annotations
 
 from datetime import datetime

@@ -5,12 +5,13 @@ it never breaks the scheduler, the worker or the other listeners.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Any
 
 import pluggy
 from django.conf import settings
+
+from orchestrator.importing import import_object
 
 hookspec = pluggy.HookspecMarker("orchestrator")
 hookimpl = pluggy.HookimplMarker("orchestrator")
@@ -63,11 +64,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
 
 def _load(path: str) -> Any:
     """A module path, or module:attribute / module.attribute naming an object."""
-    try:
-        return importlib.import_module(path)
-    except ImportError:
-        module_path, _, attr = path.replace(":", ".").rpartition(".")
-        return getattr(importlib.import_module(module_path), attr)
+    return import_object(path)
 
 
 def notify(hook_name: str, **kwargs: Any) -> None:

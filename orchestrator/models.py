@@ -51,7 +51,7 @@ class Task(models.Model):
     op_kwargs = models.JSONField(default=dict, blank=True)
     upstream = models.JSONField(default=list, blank=True, help_text="task_ids of this DAG")
     trigger_rule = models.CharField(max_length=20, choices=choices(TriggerRule), default=TriggerRule.ALL_SUCCESS)
-    # Any default_args key set on this task alone (contract §2); merged over the DAG's.
+    # Any default_args key set on this task alone; merged over the DAG's.
     args = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
 

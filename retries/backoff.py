@@ -1,4 +1,4 @@
-"""The one rule for "how long until the next user retry" (contract §4)."""
+"""The one rule for "how long until the next user retry"."""
 from __future__ import annotations
 
 import math

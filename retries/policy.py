@@ -1,7 +1,8 @@
-"""The decision table of contract §4: what a failed attempt charges and where the task goes next.
+"""Every budget rule: what a failed attempt charges and where the task goes next (`decide()`),
+and what an operator's clear (`cleared_max_tries()`) and reclassify (`reclassified()`) give back.
 
 `decide()` is the only place that turns a failure into a next state. The worker, the scheduler
-and the API call it; they never pick a retry state themselves.
+and the API call these functions; they never do budget arithmetic themselves.
 """
 from __future__ import annotations
 
@@ -11,23 +12,17 @@ from datetime import datetime, timedelta
 
 from retries.backoff import retry_delay_seconds
 from retries.context import ExecutionContext
-from retries.states import AttemptKind, Category, Reason, TaskState
+from retries.states import (
+    PLATFORM_RETRYABLE,
+    RESCHEDULED_BY_RECLASSIFY,
+    AttemptKind,
+    Category,
+    Reason,
+    TaskState,
+)
 
 # A RetryAfter of "forever" (inf, 1e300) would overflow a datetime: a year is the same answer.
 MAX_RETRY_AFTER_SECONDS = 365 * 24 * 3600.0
-
-# Infrastructure reasons that the platform budget retries.
-PLATFORM_RETRYABLE = frozenset(
-    {
-        Reason.WORKER_TERMINATION,
-        Reason.WORKER_LOST,
-        Reason.RESOURCE_EXHAUSTION,
-        Reason.DB_CONNECTION_ERROR,
-        Reason.PRE_EXECUTION_FAILURE,
-        Reason.QUEUE_LOST,
-        Reason.OPERATOR_RECLASSIFIED,
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -39,7 +34,7 @@ class RetryArgs:
     retry_max_delay: float = 600.0
     retry_jitter: str = "full"
     infrastructure_retry_limit: int = 5
-    poison_threshold: int = 2
+    poison_threshold: int = 0  # 0 = never dead-letter: poison detection is opt-in
 
 
 @dataclass(frozen=True)
@@ -70,8 +65,9 @@ class Decision:
     next_retry_at: datetime | None
     infrastructure_try_number: int
     pre_execution_tries: int
-    fingerprint: str | None
+    fingerprint: str | None  # the task's last application fingerprint (the poison streak's)
     fingerprint_streak: int
+    attempt_fingerprint: str | None = None  # this attempt's: only application failures have one
 
     @property
     def is_platform_retry(self) -> bool:
@@ -143,7 +139,7 @@ def _user_charge(
     retry_after: float | None,
 ) -> Decision:
     if context.category is not Category.APPLICATION:
-        # Only application failures have a fingerprint (contract §3): a timeout, or an
+        # Only application failures have a fingerprint: a timeout, or an
         # infrastructure failure that fell through to the user budget, breaks a poison streak.
         fingerprint = None
     if fingerprint is not None and fingerprint == budget.last_fingerprint:
@@ -158,6 +154,7 @@ def _user_charge(
         pre_execution_tries=0,
         fingerprint=fingerprint if fingerprint is not None else budget.last_fingerprint,
         fingerprint_streak=streak,
+        attempt_fingerprint=fingerprint,
     )
     if context.reason is Reason.NON_RETRYABLE:
         return Decision(next_state=TaskState.FAILED, task_context=context, next_retry_at=None, **common)
@@ -188,4 +185,51 @@ def _user_charge(
         task_context=context,
         next_retry_at=now + timedelta(seconds=delay),
         **common,
+    )
+
+
+# --- operator actions ------------------------------------------------------------------------------
+
+
+def cleared_max_tries(try_number: int, retries: int) -> int:
+    """A cleared task gets a fresh set of tries on top of those it used: `retries + 1` more."""
+    return try_number + retries + 1
+
+
+@dataclass(frozen=True)
+class Reclassified:
+    """What giving back the retry of a user-charged failure does to the task."""
+
+    next_state: TaskState  # scheduled if the task had failed or been dead-lettered for it, else unchanged
+    infrastructure_try_number: int
+    # The next dispatch repeats the reclassified try (a platform retry) instead of a new user try.
+    repeat_try: bool
+    fingerprint_streak: int
+
+
+def reclassified(
+    state: TaskState,
+    budget: Budget,
+    *,
+    attempt_try_number: int,
+    attempt_fingerprint: str | None,
+) -> Reclassified:
+    """An operator says the task's last user-charged failure was really the platform's.
+
+    The retry is given back the way any platform retry works: the platform budget pays
+    (`infrastructure_try_number + 1`, `max_tries` unchanged) and the next dispatch keeps the
+    reclassified attempt's try number, so a task never shows more tries than it was allowed.
+    A failure that is no longer the task's latest try (the task retried since) has nothing to
+    repeat. The poison streak shrinks by one when the failure was part of it.
+    """
+    streak = budget.fingerprint_streak
+    if attempt_fingerprint and attempt_fingerprint == budget.last_fingerprint:
+        streak = max(0, streak - 1)
+    latest_try = attempt_try_number == budget.try_number
+    rescheduled = state in RESCHEDULED_BY_RECLASSIFY
+    return Reclassified(
+        next_state=TaskState.SCHEDULED if rescheduled else TaskState(state),
+        infrastructure_try_number=budget.infrastructure_try_number + 1,
+        repeat_try=latest_try and (rescheduled or state is TaskState.UP_FOR_RETRY),
+        fingerprint_streak=streak,
     )

@@ -1,4 +1,10 @@
-"""Every state, category, reason, source and attempt kind, defined once (contract §3)."""
+"""The state machine: every state, category, reason, source and attempt kind, defined once,
+and which states each move may start from.
+
+The engine's moves (dispatch, the worker's reports, the scheduler's settling, the operator's
+actions) each name their legal prior states here; `orchestrator.engine.transitions.transition()`
+applies a move only from the state it read, so this file reads as the whole state machine.
+"""
 from enum import StrEnum
 
 
@@ -16,12 +22,6 @@ class TaskState(StrEnum):
     REMOVED = "removed"
 
 
-# A task in one of these states will not change again without an operator.
-FINISHED_TASK_STATES = frozenset(
-    {TaskState.SUCCESS, TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.REMOVED}
-)
-# States in which a worker may hold the task.
-ACTIVE_TASK_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING})
 
 
 class RunState(StrEnum):
@@ -29,6 +29,60 @@ class RunState(StrEnum):
     RUNNING = "running"
     SUCCESS = "success"
     FAILED = "failed"
+
+
+UNFINISHED_RUN_STATES = frozenset({RunState.QUEUED, RunState.RUNNING})
+FINISHED_RUN_STATES = frozenset({RunState.SUCCESS, RunState.FAILED})
+
+
+# --- task states: groups ---------------------------------------------------------------------------
+
+# A task in one of these states will not change again without an operator; its downstream
+# tasks may be settled. A dead-lettered task is not finished: it waits for an operator.
+FINISHED_TASK_STATES = frozenset(
+    {TaskState.SUCCESS, TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.REMOVED}
+)
+# Finished states that count as a failure for trigger rules and for the run's outcome.
+FAILED_TASK_STATES = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED})
+# States in which a worker may hold the task.
+ACTIVE_TASK_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING})
+# Ready or waiting for its retry: the scheduler dispatches it once next_retry_at has passed.
+WAITING_TO_RUN_STATES = frozenset({TaskState.SCHEDULED, TaskState.UP_FOR_RETRY})
+# Moving on by itself: a waiting client (trigger_dag --wait) keeps waiting.
+IN_FLIGHT_TASK_STATES = WAITING_TO_RUN_STATES | ACTIVE_TASK_STATES
+
+# --- task states: the legal prior states of each move ----------------------------------------------
+
+# The scheduler settles a waiting task: scheduled, upstream_failed, skipped or removed.
+SETTLE_FROM = frozenset({TaskState.NONE})
+# dispatch(): a new attempt token, state queued.
+DISPATCH_FROM = WAITING_TO_RUN_STATES
+# The worker took the job (claim) and the task process said "running" (mark_running).
+CLAIM_FROM = frozenset({TaskState.QUEUED})
+MARK_RUNNING_FROM = frozenset({TaskState.QUEUED})
+HEARTBEAT_FROM = ACTIVE_TASK_STATES
+REPORT_SUCCESS_FROM = frozenset({TaskState.RUNNING})
+# A failure is reported for a running task, or for a queued one whose process never said
+# "running" (a pre-execution failure).
+REPORT_FAILURE_FROM = ACTIVE_TASK_STATES
+# Operator actions. Tasks a worker may hold are never cleared or reclassified.
+CLEAR_FROM = FINISHED_TASK_STATES | {TaskState.DEAD_LETTER, TaskState.UP_FOR_RETRY}
+# Clearing with downstream also resets downstream tasks that are merely scheduled.
+CLEAR_DOWNSTREAM_FROM = CLEAR_FROM | {TaskState.SCHEDULED}
+MARK_SUCCESS_FROM = frozenset(
+    {
+        TaskState.FAILED,
+        TaskState.UP_FOR_RETRY,
+        TaskState.DEAD_LETTER,
+        TaskState.UPSTREAM_FAILED,
+        TaskState.NONE,
+        TaskState.SCHEDULED,
+        TaskState.SKIPPED,
+    }
+)
+MARK_FAILED_FROM = (MARK_SUCCESS_FROM - {TaskState.FAILED}) | {TaskState.SUCCESS}
+# Reclassify gives back the retry a failure took: these states go back on the schedule.
+RESCHEDULED_BY_RECLASSIFY = frozenset({TaskState.FAILED, TaskState.DEAD_LETTER})
 
 
 class Category(StrEnum):
@@ -81,6 +135,10 @@ CATEGORY_OF_REASON: dict[Reason, Category] = {
     Reason.MANUAL_MARK_FAILED: Category.USER_ACTION,
     Reason.MANUAL_RECLASSIFY: Category.USER_ACTION,
 }
+
+
+# Infrastructure failures the platform budget retries: every infrastructure reason.
+PLATFORM_RETRYABLE = frozenset(reason for reason, category in CATEGORY_OF_REASON.items() if category is Category.INFRASTRUCTURE)
 
 
 class Source(StrEnum):

@@ -100,7 +100,7 @@ def test_it_uses_the_database_and_redis_urls_it_is_given():
 
 
 def test_it_has_the_documented_defaults():
-    """With nothing set, every retry and timing setting has the default the contract names."""
+    """With nothing set, every retry and timing setting has the documented default."""
     values = _settings(
         "ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET", "ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY",
         "ORCHESTRATOR_PRE_EXECUTION_RETRIES", "ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS",

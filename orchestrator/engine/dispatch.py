@@ -11,26 +11,29 @@ from deadlines import lifecycle
 from orchestrator.engine.transitions import transition
 from orchestrator.models import TaskAttempt, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
-from retries.states import AttemptKind, TaskState
+from retries.states import DISPATCH_FROM, AttemptKind, TaskState
 
 log = logging.getLogger(__name__)
 
-DISPATCHABLE = (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY)
 JOB_FUNCTION = "orchestrator.worker.job.run_task_instance"
 
 
 def dispatch(ti: TaskInstance, now: datetime) -> bool:
     """Queue `ti` for a worker if it is still as read; return whether this caller won.
 
-    A user try adds one to try_number; a platform retry repeats the current try.
+    A user try adds one to try_number; a platform retry repeats the current try. The update
+    expects exactly the state that was read (a clear racing this dispatch moves the task to
+    `none`, and then this dispatch loses).
     """
+    if ti.state not in DISPATCH_FROM:
+        return False
     user_try = not ti.retry_is_platform
     token = ti.attempt_token + 1
     try_number = ti.try_number + 1 if user_try else ti.try_number
     with transaction.atomic():
         won = transition(
             ti.pk,
-            expected=DISPATCHABLE,
+            expected=[ti.state],
             token=ti.attempt_token,
             state=TaskState.QUEUED,
             attempt_token=token,

@@ -3,6 +3,7 @@
 Every function takes the attempt token it was dispatched with; a report for an attempt
 that is no longer current changes nothing and returns False/None.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,13 +19,21 @@ from deadlines import lifecycle
 from orchestrator import metrics
 from orchestrator.engine.clock import Now
 from orchestrator.engine.runs import advance_run_now
-from orchestrator.engine.taskconfig import merge_args, platform_settings, retry_args
+from orchestrator.engine.taskconfig import args_for, platform_settings, retry_args
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
 from orchestrator.models import TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
-from retries.states import AttemptKind, Category, TaskState
+from retries.states import (
+    CLAIM_FROM,
+    HEARTBEAT_FROM,
+    MARK_RUNNING_FROM,
+    REPORT_FAILURE_FROM,
+    REPORT_SUCCESS_FROM,
+    AttemptKind,
+    TaskState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,51 +49,48 @@ class WorkerInfo:
 
 def load(task_instance_id: int) -> TaskInstance | None:
     return (
-        TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition")
-        .filter(pk=task_instance_id)
-        .first()
+        TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").filter(pk=task_instance_id).first()
     )
+
+
+def _move_attempt(
+    task_instance_id: int,
+    token: int,
+    expected: frozenset[TaskState],
+    task_changes: dict[str, Any],
+    attempt_changes: dict[str, Any],
+) -> TaskInstance | None:
+    """Change the task (fenced by state and token) and its current attempt row together.
+
+    Returns the task instance as it is now, or None when the report lost (stale or duplicate).
+    Call inside a transaction, so the two rows never disagree.
+    """
+    if not transition(task_instance_id, expected=expected, token=token, **task_changes):
+        return None
+    TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token).update(**attempt_changes)
+    return load(task_instance_id)
 
 
 def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> TaskInstance | None:
     """A worker took the job: record who holds it if the dispatch is still current, else None."""
-    won = transition(
-        task_instance_id,
-        expected=[TaskState.QUEUED],
-        token=token,
-        hostname=worker.hostname,
-        worker_name=worker.worker_name,
-        pid=worker.pid,
-        heartbeat_at=Now(),
-    )
-    if not won:
-        return None
-    TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token).update(
-        hostname=worker.hostname, worker_name=worker.worker_name, pid=worker.pid
-    )
-    return load(task_instance_id)
+    holder = {"hostname": worker.hostname, "worker_name": worker.worker_name, "pid": worker.pid}
+    with transaction.atomic():
+        return _move_attempt(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder)
 
 
 def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, now: datetime | None = None) -> bool:
     """The task process's "running" handshake: from here on it is no pre-execution failure."""
     now = now or timezone.now()
     with transaction.atomic():
-        won = transition(
+        ti = _move_attempt(
             task_instance_id,
-            expected=[TaskState.QUEUED],
-            token=token,
-            state=TaskState.RUNNING,
-            start_date=now,
-            end_date=None,
-            heartbeat_at=Now(),
-            pid=pid,
+            token,
+            MARK_RUNNING_FROM,
+            {"state": TaskState.RUNNING, "start_date": now, "end_date": None, "heartbeat_at": Now(), "pid": pid},
+            {"state": TaskAttempt.State.RUNNING, "start_date": now, "pid": pid},
         )
-        if not won:
+        if ti is None:
             return False
-        TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token).update(
-            state=TaskAttempt.State.RUNNING, start_date=now, pid=pid
-        )
-        ti = load(task_instance_id)
         lifecycle.task_started(ti, now)
     notify("on_task_instance_running", task_instance=ti)
     return True
@@ -94,7 +100,7 @@ def heartbeat(task_instance_id: int, token: int) -> bool:
     """False means the attempt was superseded: the supervisor must kill its task at once."""
     return transition(
         task_instance_id,
-        expected=[TaskState.QUEUED, TaskState.RUNNING],
+        expected=HEARTBEAT_FROM,
         token=token,
         heartbeat_at=Now(),
     )
@@ -112,26 +118,22 @@ def report_success(
 ) -> bool:
     now = now or timezone.now()
     with transaction.atomic():
-        won = transition(
+        ti = _move_attempt(
             task_instance_id,
-            expected=[TaskState.RUNNING],
-            token=token,
-            state=TaskState.SUCCESS,
-            end_date=now,
-            next_retry_at=None,
-            heartbeat_at=None,
+            token,
+            REPORT_SUCCESS_FROM,
+            {"state": TaskState.SUCCESS, "end_date": now, "next_retry_at": None, "heartbeat_at": None},
+            {
+                "state": TaskAttempt.State.SUCCESS,
+                "end_date": now,
+                "result": result,
+                "stdout": stdout,
+                "stderr": stderr,
+                "output_truncated": output_truncated,
+            },
         )
-        if not won:
+        if ti is None:
             return False
-        TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token).update(
-            state=TaskAttempt.State.SUCCESS,
-            end_date=now,
-            result=result,
-            stdout=stdout,
-            stderr=stderr,
-            output_truncated=output_truncated,
-        )
-        ti = load(task_instance_id)
         lifecycle.task_finished(ti, now)
     notify("on_task_instance_success", task_instance=ti)
     advance_run_now(ti.dag_run_id)
@@ -149,7 +151,7 @@ def report_failure(
     stdout: str = "",
     stderr: str = "",
     output_truncated: bool = False,
-    expected: tuple[TaskState, ...] = (TaskState.QUEUED, TaskState.RUNNING),
+    expected: frozenset[TaskState] = REPORT_FAILURE_FROM,
     now: datetime | None = None,
 ) -> Decision | None:
     """Charge a failed attempt to the right budget and move the task on; None if the report is stale."""
@@ -159,38 +161,37 @@ def report_failure(
         return None
     decision = decide_for(ti, context, fingerprint=fingerprint, retry_after=retry_after, now=now)
     previous_state = ti.state
-    final = decision.next_state in (TaskState.FAILED,)
     with transaction.atomic():
-        won = transition(
+        ti = _move_attempt(
             ti.pk,
-            expected=[previous_state],
-            token=token,
-            state=decision.next_state,
-            next_retry_at=decision.next_retry_at,
-            infrastructure_try_number=decision.infrastructure_try_number,
-            pre_execution_tries=decision.pre_execution_tries,
-            retry_is_platform=decision.is_platform_retry,
-            failure_fingerprint=decision.fingerprint,
-            fingerprint_streak=decision.fingerprint_streak,
-            last_failure_context={**decision.task_context.to_dict(), "at": now.isoformat()},
-            end_date=now,
-            heartbeat_at=None,
+            token,
+            frozenset({previous_state}),
+            dict(
+                state=decision.next_state,
+                next_retry_at=decision.next_retry_at,
+                infrastructure_try_number=decision.infrastructure_try_number,
+                pre_execution_tries=decision.pre_execution_tries,
+                retry_is_platform=decision.is_platform_retry,
+                failure_fingerprint=decision.fingerprint,
+                fingerprint_streak=decision.fingerprint_streak,
+                last_failure_context={**decision.task_context.to_dict(), "at": now.isoformat()},
+                end_date=now,
+                heartbeat_at=None,
+            ),
+            dict(
+                state=TaskAttempt.State.FAILED,
+                end_date=now,
+                kind=decision.kind,
+                context=decision.attempt_context.to_dict(),
+                fingerprint=decision.attempt_fingerprint,
+                stdout=stdout,
+                stderr=stderr,
+                output_truncated=output_truncated,
+            ),
         )
-        if not won:
+        if ti is None:
             return None
-        attempt_fingerprint = fingerprint if decision.attempt_context.category is Category.APPLICATION else None
-        TaskAttempt.objects.filter(task_instance_id=ti.pk, attempt_token=token).update(
-            state=TaskAttempt.State.FAILED,
-            end_date=now,
-            kind=decision.kind,
-            context=decision.attempt_context.to_dict(),
-            fingerprint=attempt_fingerprint,
-            stdout=stdout,
-            stderr=stderr,
-            output_truncated=output_truncated,
-        )
-        ti = load(ti.pk)
-        if final:
+        if decision.next_state is TaskState.FAILED:
             lifecycle.task_finished(ti, now)
     _after_failure(ti, previous_state, decision, error)
     return decision
@@ -204,9 +205,7 @@ def decide_for(
     retry_after: float | None,
     now: datetime,
 ) -> Decision:
-    task = ti.definition
-    dag = ti.dag_run.dag
-    args = merge_args(dag.default_args, task.args if task else {})
+    args = args_for(ti)
     args["infrastructure_retry_limit"] = ti.infrastructure_retry_limit
     budget = Budget(
         try_number=ti.try_number,
@@ -228,7 +227,9 @@ def decide_for(
     )
 
 
-def _after_failure(ti: TaskInstance, previous_state: str, decision: Decision, error: BaseException | str | None) -> None:
+def _after_failure(
+    ti: TaskInstance, previous_state: str, decision: Decision, error: BaseException | str | None
+) -> None:
     dag_id = ti.dag_run.dag.dag_id
     attempt_context = decision.attempt_context
     metrics.increment(
@@ -239,10 +240,18 @@ def _after_failure(ti: TaskInstance, previous_state: str, decision: Decision, er
         reason=attempt_context.reason.value,
     )
     if decision.kind is AttemptKind.PLATFORM:
-        metrics.increment(metrics.INFRASTRUCTURE_RETRIES, dag_id=dag_id, task_id=ti.task_id, reason=attempt_context.reason.value)
+        metrics.increment(
+            metrics.INFRASTRUCTURE_RETRIES, dag_id=dag_id, task_id=ti.task_id, reason=attempt_context.reason.value
+        )
     log.info(
         "task %s.%s run %s attempt failed: %s/%s (%s budget) -> %s",
-        dag_id, ti.task_id, ti.dag_run.run_id, attempt_context.category, attempt_context.reason, decision.kind, decision.next_state,
+        dag_id,
+        ti.task_id,
+        ti.dag_run.run_id,
+        attempt_context.category,
+        attempt_context.reason,
+        decision.kind,
+        decision.next_state,
     )
     notify(
         "on_task_instance_failed",
@@ -256,4 +265,3 @@ def _after_failure(ti: TaskInstance, previous_state: str, decision: Decision, er
     retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= timezone.now()
     if decision.next_state is TaskState.FAILED or retry_due_now:
         advance_run_now(ti.dag_run_id)
-

@@ -1,13 +1,16 @@
-"""Trigger rules (contract §2): whether a task may run given its upstream tasks' states. Pure."""
+"""Trigger rules: whether a task may run given its upstream tasks' states, and a run's outcome. Pure."""
 from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
 
-from retries.states import TaskState, TriggerRule
-
-DONE = frozenset({TaskState.SUCCESS, TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.REMOVED})
-FAILED_LIKE = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED})
+from retries.states import (
+    FAILED_TASK_STATES,
+    FINISHED_TASK_STATES,
+    RunState,
+    TaskState,
+    TriggerRule,
+)
 
 
 class Readiness(StrEnum):
@@ -22,8 +25,8 @@ def readiness(rule: str, upstream_states: Iterable[str]) -> Readiness:
     states = [TaskState(s) for s in upstream_states]
     if not states:
         return Readiness.RUN
-    all_done = all(s in DONE for s in states)
-    any_failed = any(s in FAILED_LIKE for s in states)
+    all_done = all(s in FINISHED_TASK_STATES for s in states)
+    any_failed = any(s in FAILED_TASK_STATES for s in states)
     any_success = any(s is TaskState.SUCCESS for s in states)
     match TriggerRule(rule):
         case TriggerRule.ALL_SUCCESS:
@@ -51,9 +54,9 @@ def readiness(rule: str, upstream_states: Iterable[str]) -> Readiness:
     raise ValueError(f"unknown trigger rule {rule!r}")
 
 
-def run_outcome(task_states: Iterable[str]) -> str | None:
+def run_outcome(task_states: Iterable[str]) -> RunState | None:
     """The run's final state once every task is done, else None (still running)."""
     states = [TaskState(s) for s in task_states]
-    if not all(s in DONE for s in states):
+    if not all(s in FINISHED_TASK_STATES for s in states):
         return None
-    return "failed" if any(s in FAILED_LIKE for s in states) else "success"
+    return RunState.FAILED if any(s in FAILED_TASK_STATES for s in states) else RunState.SUCCESS

@@ -18,15 +18,12 @@ from orchestrator.engine.dispatch import dispatch
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.taskconfig import effective_args
 from orchestrator.engine.transitions import transition
+from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, TaskInstance
 from retries.states import RunState, TaskState
 
 log = logging.getLogger(__name__)
-
-
-class TriggerError(Exception):
-    """A run cannot be created (unknown or paused DAG, bad conf)."""
 
 
 def run_id_for(run_type: str, logical_date: datetime) -> str:
@@ -77,11 +74,14 @@ def create_run(
 def create_manual_run(
     dag: Dag, *, conf: dict[str, Any] | None = None, triggered_by: str = "", now: datetime | None = None
 ) -> DagRun:
-    """A manual run: its logical date is its trigger time."""
-    if dag.paused:
-        raise TriggerError(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
+    """A manual run: its logical date is its trigger time.
+
+    Bad conf (not a JSON object): BadRequest; a paused DAG: Conflict.
+    """
     if conf is not None and not isinstance(conf, dict):
-        raise TriggerError(f"conf must be a JSON object, got {type(conf).__name__}")
+        raise BadRequest(f"conf must be a JSON object, got {type(conf).__name__}: {conf!r}")
+    if dag.paused:
+        raise Conflict(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
     now = now or timezone.now()
     run = create_run(dag, run_type=DagRun.RunType.MANUAL, logical_date=now, conf=conf, now=now, triggered_by=triggered_by)
     # Start it at once instead of waiting for the next scheduler pass.

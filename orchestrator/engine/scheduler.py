@@ -20,8 +20,8 @@ from orchestrator.engine.clock import db_now
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.runs import advance_run, create_run
-from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
-from orchestrator.redis_conn import get_redis
+from orchestrator.models import Dag, DagRun, TaskInstance
+from orchestrator.redis_conn import job_statuses
 from retries.context import ExecutionContext
 from retries.states import PreExecutionReason, Reason, RunState, Source, TaskState
 
@@ -186,17 +186,13 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
     waiting = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True))
     if not waiting:
         return
-    pipe = get_redis().pipeline(transaction=False)
-    for ti in waiting:
-        pipe.hget(f"rq:job:{job_id_for(ti.pk, ti.attempt_token)}", "status")
-    for ti, status in zip(waiting, pipe.execute()):
-        status = status.decode() if isinstance(status, bytes) else status
+    for ti, status in zip(waiting, job_statuses([ti.job_id for ti in waiting])):
         if status in ("queued", "started", "deferred", "scheduled"):
             continue  # still on its way to a worker
         if status is None:
             if ti.queued_at is None or ti.queued_at >= cutoff:
                 continue
-            context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=job_id_for(ti.pk, ti.attempt_token))
+            context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=ti.job_id)
         else:
             # The job ended before our code claimed it: RQ gave up on it, or the claim failed.
             context = ExecutionContext.of(

@@ -47,6 +47,11 @@ def effective_args(task) -> dict[str, Any]:
     return merge_args(task.dag.default_args, task.args)
 
 
+def args_for(ti) -> dict[str, Any]:
+    """A task instance's effective arguments; a task removed from its DAG has only the DAG's."""
+    return merge_args(ti.dag_run.dag.default_args, ti.definition.args if ti.definition else {})
+
+
 def retry_args(args: dict[str, Any]) -> RetryArgs:
     return RetryArgs(
         retry_delay=float(args["retry_delay"]),

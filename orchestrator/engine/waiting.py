@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from orchestrator.engine.rules import Readiness, readiness
 from orchestrator.models import DagRun
-from retries.states import RunState, TaskState
-
-ACTIVE = frozenset({TaskState.SCHEDULED, TaskState.QUEUED, TaskState.RUNNING, TaskState.UP_FOR_RETRY})
+from retries.states import (
+    FINISHED_RUN_STATES,
+    IN_FLIGHT_TASK_STATES,
+    RunState,
+    TaskState,
+)
 
 
 def blocked_on_dead_letter(run: DagRun) -> bool:
@@ -15,7 +18,7 @@ def blocked_on_dead_letter(run: DagRun) -> bool:
     if TaskState.DEAD_LETTER not in states.values():
         return False
     for ti in instances:
-        if ti.state in ACTIVE:
+        if ti.state in IN_FLIGHT_TASK_STATES:
             return False
         if ti.state == TaskState.NONE and ti.definition is not None:
             upstream = [states.get(u, TaskState.REMOVED) for u in ti.definition.upstream]
@@ -26,8 +29,8 @@ def blocked_on_dead_letter(run: DagRun) -> bool:
 
 def wait_outcome(run: DagRun) -> str | None:
     """`success`, `failed`, `dead_letter`, or None while the run can still move on its own."""
-    if run.state in (RunState.SUCCESS, RunState.FAILED):
+    if run.state in FINISHED_RUN_STATES:
         return run.state
     if run.state == RunState.RUNNING and blocked_on_dead_letter(run):
-        return "dead_letter"
+        return TaskState.DEAD_LETTER.value
     return None

@@ -1,1 +1,1 @@
-"""DAG specs (contract §2): validation, import from YAML/JSON files, export back to YAML."""
+"""DAG specs: validation, import from YAML/JSON files, export back to YAML."""

@@ -17,8 +17,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from orchestrator.engine.schedules import PRESETS
+from orchestrator.importing import import_object
 from orchestrator.specs.errors import Problem
-from orchestrator.specs.imports import import_object
 
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_.\-]{1,250}$")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
@@ -128,7 +128,8 @@ def parse_datetime(value: object, tz: ZoneInfo) -> tuple[datetime, str]:
 
 def check_callable(path: object) -> str | None:
     """The problem with a task's python_callable, or None when it imports to something runnable."""
-    if not isinstance(path, str) or not path:
+    if not isinstance(path, str) or not path or not any(sep in path for sep in ".:"):
+        # A callable lives in a module: a bare name cannot be one.
         return f"must be a dotted path like 'package.module.function', not {show(path)}"
     try:
         obj = import_object(path)

@@ -1,4 +1,4 @@
-"""Validation of the `deadlines:` lists of a DAG and of its tasks (contract §2)."""
+"""Validation of the `deadlines:` lists of a DAG and of its tasks."""
 from __future__ import annotations
 
 import inspect
@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from deadlines import notifiers
 from deadlines.models import DAG_REFERENCES, TASK_REFERENCES, Reference
+from orchestrator.importing import import_object
 from orchestrator.specs.checks import (
     Problems,
     check_mapping,
@@ -18,7 +19,6 @@ from orchestrator.specs.checks import (
     show,
     unknown_keys,
 )
-from orchestrator.specs.imports import import_object
 
 DeadlineSpec = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""Validation of one DAG spec (contract §2) into a normalised dict.
+"""Validation of one DAG spec into a normalised dict.
 
 Pure apart from importing the callables the spec names and reading
 `settings.ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS`: no database. The file importer and the

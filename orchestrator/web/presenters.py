@@ -1,11 +1,8 @@
 """What the pages show, computed here so that templates hold no rules."""
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -13,19 +10,19 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.urls import reverse
 
-from orchestrator.actions import (
-    ACT_PERMISSION,
-    CLEARABLE,
+from orchestrator.actions import ACT_PERMISSION, TRIGGER_PERMISSION
+from orchestrator.engine.taskconfig import effective_args
+from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
+from retries.states import (
+    ACTIVE_TASK_STATES,
+    CLEAR_FROM,
     MARK_FAILED_FROM,
     MARK_SUCCESS_FROM,
-    TRIGGER_PERMISSION,
+    FINISHED_RUN_STATES,
+    AttemptKind,
 )
-from orchestrator.engine.taskconfig import merge_args
-from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
-from retries.states import ACTIVE_TASK_STATES, AttemptKind, RunState
 
 RECENT_RUNS_PER_DAG = 5
-FINISHED_RUN_STATES = frozenset({RunState.SUCCESS, RunState.FAILED})
 
 
 def pretty_json(value: Any) -> str:
@@ -72,7 +69,8 @@ class TaskRow:
 def task_rows(dag: Dag) -> list[TaskRow]:
     rows = []
     for task in dag.tasks.all():
-        args = merge_args(dag.default_args, task.args)
+        task.dag = dag
+        args = effective_args(task)
         rows.append(
             TaskRow(
                 task_id=task.task_id,
@@ -154,7 +152,7 @@ class TaskInstanceView:
 def allowed_actions(ti: TaskInstance, attempts: list[TaskAttempt]) -> list[str]:
     """The operator actions that apply to `ti` in its current state (orchestrator.actions rules)."""
     allowed = []
-    if ti.state in CLEARABLE:
+    if ti.state in CLEAR_FROM:
         allowed.append("clear")
     if ti.state in MARK_SUCCESS_FROM:
         allowed.append("mark_success")
@@ -205,19 +203,3 @@ def run_context(run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_e
 
 def may_trigger(user: AbstractBaseUser | AnonymousUser) -> bool:
     return user.has_perm(TRIGGER_PERMISSION)
-
-
-def dag_deadline_history(dag: Dag) -> Any:
-    """Deadline hit-rate history from the deadlines app, when it provides one.
-
-    Expected: `deadlines.history.dag_deadline_history(dag)` returning a list of rows, each a
-    dict with `label`, `met`, `missed` and `hit_rate` (0..1 or None).
-    """
-    if importlib.util.find_spec("deadlines.history") is None:
-        return None
-    history = getattr(importlib.import_module("deadlines.history"), "dag_deadline_history", None)
-    return history(dag) if history is not None else None
-
-
-def since_value(value: datetime | None) -> str:
-    return value.isoformat() if value else ""

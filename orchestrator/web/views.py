@@ -12,6 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from deadlines.history import dag_deadline_history
 from orchestrator import actions
 from orchestrator.api.queries import (
     failed_attempts,
@@ -61,7 +62,7 @@ def _dag_context(request: HttpRequest, dag, **extra) -> dict:
         "runs": DagRun.objects.filter(dag=dag).order_by("-queued_at", "-id")[:RECENT_RUNS],
         "may_trigger": presenters.may_trigger(request.user),
         "may_pause": request.user.has_perm("orchestrator.change_dag"),
-        "dag_deadline_history": presenters.dag_deadline_history(dag),
+        "dag_deadline_history": dag_deadline_history(dag),
         "default_args": presenters.pretty_json(dag.default_args),
         **extra,
     }

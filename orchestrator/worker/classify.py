@@ -162,25 +162,32 @@ def classify(outcome: Outcome) -> Verdict:
     return _died(outcome, final, base)
 
 
+def stop_context(stop: Stop, **metadata: Any) -> ExecutionContext:
+    """Why the supervisor stopped a task: what its on_kill is told, and what the attempt records."""
+    if stop.reason is Reason.EXECUTION_TIMEOUT:
+        return ExecutionContext.of(Reason.EXECUTION_TIMEOUT, Source.WORKER, timeout=stop.timeout, **metadata)
+    if stop.reason is Reason.WORKER_TERMINATION:
+        return ExecutionContext.of(Reason.WORKER_TERMINATION, Source.WORKER, **{**metadata, "signal": stop.shutdown_signal or "SIGTERM"})
+    if stop.reason is Reason.DB_CONNECTION_ERROR:
+        # The supervisor could not record the handshake: the metadata database is unreachable.
+        return ExecutionContext.of(Reason.DB_CONNECTION_ERROR, Source.WORKER, during="handshake", **metadata)
+    # No handshake in time: the process started but never reported running.
+    return _pre_execution(PreExecutionReason.KILLED, metadata, startup_timeout=stop.timeout)
+
+
 def _stopped(outcome: Outcome, base: dict[str, Any], expected: tuple[TaskState, ...]) -> Verdict:
     stop = outcome.stop
     assert stop is not None
     common = dict(base)
     if outcome.returncode is not None:  # there was a process to signal
         common.update(signal_sent="SIGTERM", sigkill_sent=stop.sigkill_sent, kill_grace=stop.kill_grace)
+    context = stop_context(stop, **common)
     if stop.reason is Reason.EXECUTION_TIMEOUT:
-        context = ExecutionContext.of(Reason.EXECUTION_TIMEOUT, Source.WORKER, timeout=stop.timeout, **common)
         return Verdict(False, context=context, error=f"execution_timeout of {stop.timeout:g}s exceeded", expected=expected)
     if stop.reason is Reason.WORKER_TERMINATION:
-        common["signal"] = stop.shutdown_signal or "SIGTERM"
-        context = ExecutionContext.of(Reason.WORKER_TERMINATION, Source.WORKER, **common)
-        return Verdict(False, context=context, error=f"worker stopped on {common['signal']}", expected=expected)
+        return Verdict(False, context=context, error=f"worker stopped on {context.metadata['signal']}", expected=expected)
     if stop.reason is Reason.DB_CONNECTION_ERROR:
-        # The supervisor could not record the handshake: the metadata database is unreachable.
-        context = ExecutionContext.of(Reason.DB_CONNECTION_ERROR, Source.WORKER, during="handshake", **common)
         return Verdict(False, context=context, error="could not record the running handshake", expected=(TaskState.QUEUED,))
-    # No handshake in time: the process started but never reported running.
-    context = _pre_execution(PreExecutionReason.KILLED, common, startup_timeout=stop.timeout)
     return Verdict(False, context=context, error="task process never reported running", expected=(TaskState.QUEUED,))
 
 

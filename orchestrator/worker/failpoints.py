@@ -1,4 +1,4 @@
-"""Failure injection for tests and game days (contract §5).
+"""Failure injection for tests and game days.
 
 ORCHESTRATOR_FAILPOINTS is a comma-separated list of `NAME[@TASK_ID]=ACTION[*K]`:
 

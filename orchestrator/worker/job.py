@@ -16,7 +16,7 @@ from django.db import InterfaceError, OperationalError, connection
 
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
-from orchestrator.engine.taskconfig import merge_args
+from orchestrator.engine.taskconfig import args_for
 from orchestrator.models import TaskInstance
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
@@ -79,7 +79,7 @@ def plan_for(ti: TaskInstance) -> Plan:
     task = ti.definition
     run = ti.dag_run
     dag = run.dag
-    args = merge_args(dag.default_args, task.args)
+    args = args_for(ti)
     timeout = args.get("execution_timeout")
     context = {
         "dag_id": dag.dag_id,

@@ -23,13 +23,13 @@ from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
-from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop
+from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, stop_context
 from orchestrator.worker.heartbeat import Heartbeat
 from orchestrator.worker.oom import oom_kill_count
 from orchestrator.worker.output import BoundedCapture
 from orchestrator.worker.shutdown import SHUTDOWN, ShutdownRequest
 from retries.context import ExecutionContext
-from retries.states import Reason, Source
+from retries.states import Reason
 
 log = logging.getLogger(__name__)
 
@@ -370,14 +370,8 @@ class Supervisor:
 
     def _begin_stop(self, reason: Reason, *, timeout: float | None) -> None:
         """Tell the task why, then SIGTERM its whole group; SIGKILL follows after kill_grace."""
-        if reason is Reason.EXECUTION_TIMEOUT:
-            context = ExecutionContext.of(reason, Source.WORKER, timeout=timeout, signal_sent="SIGTERM", kill_grace=self.plan.kill_grace)
-        elif reason is Reason.WORKER_TERMINATION:
-            context = ExecutionContext.of(reason, Source.WORKER, signal=self.shutdown.signal or "SIGTERM", kill_grace=self.plan.kill_grace)
-        elif reason is Reason.PRE_EXECUTION_FAILURE:
-            context = ExecutionContext.of(reason, Source.WORKER, pre_execution_reason="killed", startup_timeout=timeout)
-        else:
-            context = ExecutionContext.of(reason, Source.WORKER)
+        stop = Stop(reason=reason, timeout=timeout, kill_grace=self.plan.kill_grace, shutdown_signal=self.shutdown.signal)
+        context = stop_context(stop, signal_sent="SIGTERM", kill_grace=self.plan.kill_grace)
         log.warning("stopping %s: %s", self._label(), reason.value)
         self.stopping = _Stopping(reason=reason, context=context, started_at=time.monotonic(), timeout=timeout)
         send(self.control_fd, {"type": "stop", "context": context.to_dict()})

@@ -11,7 +11,6 @@ task's `on_kill(execution_context)` and exits. It dies with its supervisor (PR_S
 from __future__ import annotations
 
 import ctypes
-import importlib
 import inspect
 import json
 import os
@@ -24,6 +23,7 @@ from typing import Any, Callable, NoReturn
 
 from django.core.exceptions import AppRegistryNotReady
 
+from orchestrator.importing import ObjectImportError, import_object
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import exception_facts
 
@@ -56,15 +56,19 @@ def render(command: str, context: dict[str, Any]) -> str:
 
 
 def import_callable(path: str) -> Any:
-    """`package.module.attribute` → the attribute; a clear error names the path."""
-    module_name, _, attribute = path.rpartition(".")
-    if not module_name:
-        raise ImportError(f"python_callable {path!r} is not a dotted path (module.attribute)")
-    module = importlib.import_module(module_name)
+    """The task's callable, by the same resolver the spec validation used.
+
+    A module that uses Django models needs the apps loaded: only then is that cost paid.
+    """
     try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ImportError(f"python_callable {path!r}: module {module_name!r} has no attribute {attribute!r}") from None
+        return import_object(path)
+    except ObjectImportError as exc:
+        if not isinstance(exc.__cause__, AppRegistryNotReady):
+            raise
+    import django
+
+    django.setup()
+    return import_object(path)
 
 
 def accepts_context(function: Callable) -> bool:
@@ -140,14 +144,7 @@ def load_task(payload: dict[str, Any]) -> PythonTask | BashTask:
     path = payload.get("python_callable") or ""
     if not path:
         raise ImportError(f"task {payload.get('task_id')!r} has neither python_callable nor bash_command")
-    try:
-        target = import_callable(path)
-    except AppRegistryNotReady:
-        # The task's module uses Django models: only then pay for loading every app.
-        import django
-
-        django.setup()
-        target = import_callable(path)
+    target = import_callable(path)
     return PythonTask(target, dict(payload.get("op_kwargs") or {}), context)
 
 

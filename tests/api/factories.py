@@ -11,6 +11,7 @@ import factory
 from django.utils import timezone
 
 from orchestrator.engine.dispatch import dispatch
+from orchestrator.engine.transitions import transition
 from orchestrator.engine.reporting import (
     WorkerInfo,
     claim,
@@ -63,6 +64,9 @@ def instance(run: DagRun, task_id: str) -> TaskInstance:
 def start(run: DagRun, task_id: str) -> TaskInstance:
     """Dispatch the task, let a worker claim it and report running."""
     ti = instance(run, task_id)
+    if ti.state == "none":  # what the scheduler's settling does once the upstreams are done
+        assert transition(ti.pk, expected=["none"], token=ti.attempt_token, state="scheduled")
+        ti = instance(run, task_id)
     if ti.state != "queued":  # advance_run may have dispatched it already
         assert dispatch(ti, timezone.now()), f"could not dispatch {task_id} ({ti.state})"
         ti = instance(run, task_id)

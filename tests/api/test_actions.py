@@ -41,7 +41,7 @@ def failed_run(dag_id: str = "etl", **default_args) -> DagRun:
 
 
 def test_it_clears_a_failed_task_and_gives_it_retries_again(alice):
-    """Clear: state none, max_tries = try_number + retries, counters reset, user_action context, run reopened."""
+    """Clear: state none, max_tries = try_number + retries + 1, counters reset, user_action context, run reopened."""
     run = failed_run(retries=1)
     pause(run.dag)
     ti = instance(run, "extract")
@@ -51,7 +51,7 @@ def test_it_clears_a_failed_task_and_gives_it_retries_again(alice):
 
     ti = instance(run, "extract")
     assert ti.state == TaskState.NONE
-    assert ti.max_tries == 3
+    assert ti.max_tries == 4  # tried twice, then a fresh retries + 1 = 2 tries
     assert ti.next_retry_at is None
     assert (ti.fingerprint_streak, ti.retry_is_platform, ti.pre_execution_tries) == (0, False, 0)
     context = ti.last_failure_context
@@ -72,7 +72,7 @@ def test_it_dispatches_a_cleared_task_at_once(alice):
     actions.clear(instance(run, "extract"), alice)
     ti = instance(run, "extract")
     assert ti.state == TaskState.QUEUED
-    assert (ti.try_number, ti.max_tries) == (3, 3)
+    assert (ti.try_number, ti.max_tries) == (3, 4)
     assert ti.attempts.count() == 3
 
 
@@ -215,12 +215,13 @@ def test_it_reclassifies_a_user_failure_as_the_platforms(alice):
     assert (attempt.context["metadata"]["note"], attempt.context["metadata"]["user"]) == ("node was drained", "alice")
 
     ti = instance(run, "extract")
-    assert ti.max_tries == 2
     assert ti.infrastructure_try_number == 1
     assert (ti.last_failure_context["category"], ti.last_failure_context["reason"]) == ("user_action", "manual_reclassify")
-    # Scheduled and dispatched at once as the next user try, paid for by the try given back.
-    assert ti.state == TaskState.QUEUED and (ti.try_number, ti.max_tries) == (2, 2)
-    assert ti.attempts.order_by("-attempt_token").first().infrastructure_try_number == 1
+    # Scheduled and dispatched at once, repeating the same try the way a platform retry does:
+    # it never reads as more tries than it was allowed.
+    assert ti.state == TaskState.QUEUED and (ti.try_number, ti.max_tries) == (1, 1)
+    latest = ti.attempts.order_by("-attempt_token").first()
+    assert (latest.try_number, latest.infrastructure_try_number) == (1, 1)
     assert instance(run, "transform").state == TaskState.NONE
     assert run_state(run) == "running"
     assert (entry.action, entry.prior_state, entry.new_state) == ("reclassify", "failed", "scheduled")
@@ -244,20 +245,21 @@ def test_it_reschedules_a_dead_lettered_task(alice):
     actions.reclassify(ti, alice)
 
     ti = instance(run, "extract")
-    assert (ti.state, ti.retry_is_platform, ti.next_retry_at) == ("scheduled", False, None)
+    assert (ti.state, ti.retry_is_platform, ti.next_retry_at) == ("scheduled", True, None)
     assert ti.fingerprint_streak == 1
-    assert ti.max_tries == 5
+    assert (ti.try_number, ti.max_tries, ti.infrastructure_try_number) == (2, 4, 1)
     # Only the latest user failure was reclassified.
     assert list(ti.attempts.order_by("attempt_token").values_list("kind", flat=True)) == ["user", "platform"]
 
 
 def test_it_gives_the_retry_back_to_a_task_waiting_to_retry(alice):
-    """A task that is up_for_retry keeps its state and gets one more try."""
+    """A task that is up_for_retry keeps its state; its next dispatch repeats the try it lost."""
     run = make_run(chain_dag("waiting", retries=2))
     fail(run, "extract")
     actions.reclassify(instance(run, "extract"), alice)
     ti = instance(run, "extract")
-    assert (ti.state, ti.max_tries, ti.infrastructure_try_number) == ("up_for_retry", 4, 1)
+    assert (ti.state, ti.try_number, ti.max_tries, ti.infrastructure_try_number) == ("up_for_retry", 1, 3, 1)
+    assert ti.retry_is_platform
 
 
 def test_it_refuses_to_reclassify_without_a_user_failure(alice):
@@ -289,3 +291,26 @@ def test_it_refuses_to_trigger_a_paused_dag_or_a_bad_conf(alice):
     with pytest.raises(Conflict, match="paused"):
         actions.trigger(dag, alice, conf={})
     assert not DagRun.objects.filter(dag=dag).exists()
+
+
+def test_a_cleared_task_with_no_retries_reads_true(alice):
+    """retries: 0, failed on try 1, cleared: the next dispatch is try 2 of 2, never "2 of 1"."""
+    run = failed_run("no_retries", retries=0)
+    actions.clear(instance(run, "extract"), alice)
+    ti = instance(run, "extract")
+    assert (ti.state, ti.try_number, ti.max_tries) == ("queued", 2, 2)
+
+
+def test_a_clear_fences_out_a_dispatch_that_read_the_task_before_it(alice):
+    """The clear takes a new attempt token, so a dispatcher holding the old read loses."""
+    run = failed_run("fenced", retries=0)
+    pause(run.dag)
+    before = instance(run, "extract")
+    actions.clear(before, alice)
+    assert instance(run, "extract").attempt_token == before.attempt_token + 1
+    before.state = "scheduled"  # what a stale reader might have seen
+    from orchestrator.engine.dispatch import dispatch
+    from django.utils import timezone
+
+    assert not dispatch(before, timezone.now())
+    assert instance(run, "extract").state == "none"

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
 
-# Contract §3, field by field.
+# The run document, field by field.
 RUN_FIELDS = {"dag_id", "run_id", "state", "queued_at", "start_date", "end_date", "logical_date", "task_instances", "deadlines"}
 TASK_FIELDS = {
     "task_id", "state", "try_number", "max_tries", "infrastructure_try_number", "infrastructure_retry_limit",
@@ -59,8 +59,8 @@ def test_it_refuses_bad_run_filters(bob_client, etl, query, message):
     assert message in response.json()["error"]
 
 
-def test_it_serves_the_run_document_of_the_contract(bob_client, etl):
-    """The run document has the field names of contract §3, down to attempts and contexts."""
+def test_it_serves_the_documented_run_document(bob_client, etl):
+    """The run document has the field names, down to attempts and contexts."""
     run = make_run(etl, at=T0)
     succeed(run, "extract")
     fail(run, "transform", stdout="working\n", stderr="Traceback ...\nValueError: bad row\n")

@@ -188,6 +188,8 @@ def test_it_warns_once_before_the_miss_with_real_processes(spawn, tmp_path):
     run = create_manual_run(dag)
     wait_until(lambda: DagRun.objects.get(pk=run.pk).state == "success", timeout=60, message="run finished")
     wait_until(lambda: len(read_calls(out)) >= 2, timeout=30, message="two callbacks")
+    # The callback wrote its line just before its worker records the callback's success.
+    wait_until(lambda: run.deadlines.get().callback_state != "running", timeout=10, message="callback recorded")
     deadline = run.deadlines.get()
     assert (deadline.state, deadline.callback_state, deadline.warn_callback_state) == ("missed", "success", "success")
     assert [c["context"]["at_risk"] for c in read_calls(out)] == [True, False]

@@ -27,7 +27,7 @@ S, F, UF, SK, N, R, DL = "success", "failed", "upstream_failed", "skipped", "non
     ],
 )
 def test_it_applies_trigger_rules(rule, upstream, expected):
-    """Each trigger rule of the contract gives the documented readiness."""
+    """Each trigger rule gives the documented readiness."""
     assert readiness(rule, upstream) is expected
 
 

@@ -1,4 +1,4 @@
-"""Backoff and jitter (contract §4): `exp = min(retry_max_delay, retry_delay * 2 ** (try_number - 1))`."""
+"""Backoff and jitter: `exp = min(retry_max_delay, retry_delay * 2 ** (try_number - 1))`."""
 from __future__ import annotations
 
 import random
@@ -20,8 +20,8 @@ jitters = st.sampled_from(["full", "equal", "none"])
 seeds = st.integers(min_value=0, max_value=2**32)
 
 
-def contract_exp(try_number: int, retry_delay: float, backoff: str, max_delay: float) -> float:
-    """The contract's formula, in exact arithmetic so that it cannot overflow or round."""
+def documented_exp(try_number: int, retry_delay: float, backoff: str, max_delay: float) -> float:
+    """The documented formula, in exact arithmetic so that it cannot overflow or round."""
     if backoff == "fixed":
         return float(min(Fraction(max_delay), Fraction(retry_delay)))
     return float(min(Fraction(max_delay), Fraction(retry_delay) * 2 ** (try_number - 1)))
@@ -44,7 +44,7 @@ def test_it_waits_exactly_the_ceiling_without_jitter() -> None:
 
 
 def test_it_draws_full_jitter_as_uniform_from_zero_to_the_ceiling() -> None:
-    """`full` waits uniform(0, exp): the same draw as the contract's formula from the same seed."""
+    """`full` waits uniform(0, exp): the same draw as the documented formula from the same seed."""
     got = delay(4, jitter="full", seed=7, retry_delay=2.0, max_delay=600.0)
     assert got == random.Random(7).uniform(0, 16.0)
 
@@ -115,11 +115,11 @@ def test_it_draws_from_its_own_random_source_when_none_is_given() -> None:
 
 @FAST
 @given(try_number=tries, retry_delay=delays, max_delay=delays, backoff=backoffs)
-def test_it_computes_the_ceiling_exactly_as_the_contract(
+def test_it_computes_the_ceiling_exactly_as_documented(
     try_number: int, retry_delay: float, max_delay: float, backoff: str
 ) -> None:
     """`ceiling` equals the formula computed in exact arithmetic."""
-    assert ceiling(try_number, retry_delay, backoff, max_delay) == contract_exp(try_number, retry_delay, backoff, max_delay)
+    assert ceiling(try_number, retry_delay, backoff, max_delay) == documented_exp(try_number, retry_delay, backoff, max_delay)
 
 
 @FAST
@@ -128,7 +128,7 @@ def test_it_keeps_full_jitter_between_zero_and_the_ceiling(
     try_number: int, retry_delay: float, max_delay: float, backoff: str, seed: int
 ) -> None:
     """Full jitter: 0 <= wait <= exp <= max_delay."""
-    exp = contract_exp(try_number, retry_delay, backoff, max_delay)
+    exp = documented_exp(try_number, retry_delay, backoff, max_delay)
     wait = delay(try_number, jitter="full", seed=seed, retry_delay=retry_delay, backoff=backoff, max_delay=max_delay)
     assert 0 <= wait <= exp <= max_delay
 
@@ -139,7 +139,7 @@ def test_it_keeps_equal_jitter_in_the_upper_half_of_the_ceiling(
     try_number: int, retry_delay: float, max_delay: float, backoff: str, seed: int
 ) -> None:
     """Equal jitter: exp/2 <= wait <= exp <= max_delay."""
-    exp = contract_exp(try_number, retry_delay, backoff, max_delay)
+    exp = documented_exp(try_number, retry_delay, backoff, max_delay)
     wait = delay(try_number, jitter="equal", seed=seed, retry_delay=retry_delay, backoff=backoff, max_delay=max_delay)
     assert exp / 2 <= wait <= exp <= max_delay
 
@@ -150,7 +150,7 @@ def test_it_waits_the_ceiling_itself_without_jitter(
     try_number: int, retry_delay: float, max_delay: float, backoff: str, seed: int
 ) -> None:
     """No jitter: wait == exp."""
-    exp = contract_exp(try_number, retry_delay, backoff, max_delay)
+    exp = documented_exp(try_number, retry_delay, backoff, max_delay)
     wait = delay(try_number, jitter="none", seed=seed, retry_delay=retry_delay, backoff=backoff, max_delay=max_delay)
     assert wait == exp
 

@@ -1,4 +1,4 @@
-"""ExecutionContext (contract §3): category, reason, source and metadata, stored and served as plain JSON."""
+"""ExecutionContext: category, reason, source and metadata, stored and served as plain JSON."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ json_values = st.recursive(
 
 
 def test_it_derives_the_category_from_the_reason() -> None:
-    """Callers name only the reason; the category follows from the contract's table."""
+    """Callers name only the reason; the category follows from CATEGORY_OF_REASON."""
     assert ExecutionContext.of(Reason.WORKER_LOST, Source.SCHEDULER).category is Category.INFRASTRUCTURE
     assert ExecutionContext.of(Reason.NONZERO_EXIT, Source.WORKER).category is Category.APPLICATION
     assert ExecutionContext.of(Reason.EXECUTION_TIMEOUT, Source.WORKER).category is Category.TIMEOUT

@@ -1,4 +1,4 @@
-"""Failure fingerprints (contract §4): the same bug gives the same 12 hex digits, whatever its message."""
+"""Failure fingerprints: the same bug gives the same 12 hex digits, whatever its message."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,4 @@
-"""The decision table (contract §4): which budget a failed attempt charges and where the task goes next."""
+"""The decision table: which budget a failed attempt charges and where the task goes next."""
 from __future__ import annotations
 
 import random
@@ -25,7 +25,7 @@ from retries.states import (
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
 FP_A = "4a7c1d9e02bb"
 FP_B = "0123456789ab"
-ARGS = RetryArgs()  # retry_delay 2 s, exponential, cap 600 s, full jitter, platform limit 5, poison threshold 2
+ARGS = RetryArgs(poison_threshold=2)  # retry_delay 2 s, exponential, cap 600 s, full jitter, platform limit 5
 PLATFORM = PlatformSettings()  # platform retry after 10 s, 1 pre-execution retry per user try, "error" excluded
 FAST = settings(deadline=None, max_examples=150)
 
@@ -767,3 +767,39 @@ def test_it_bounds_every_budget_over_a_whole_task_life(
     else:
         # Still alive: the user budget cannot have been used up.
         assert user_attempts < max_tries
+
+
+# --- operator actions -------------------------------------------------------------------------------
+
+from retries.policy import cleared_max_tries, reclassified  # noqa: E402
+
+
+@given(try_number=st.integers(0, 1000), retries=st.integers(0, 100))
+def test_a_clear_gives_a_fresh_set_of_tries_on_top_of_those_used(try_number, retries):
+    assert cleared_max_tries(try_number, retries) == try_number + retries + 1
+    assert cleared_max_tries(try_number, retries) > try_number  # the next try always fits
+
+
+def test_reclassifying_the_last_try_of_a_failed_task_repeats_it_on_the_platform_budget():
+    budget = Budget(try_number=3, max_tries=3, infrastructure_try_number=1, last_fingerprint="aa", fingerprint_streak=1)
+    given = reclassified(TaskState.FAILED, budget, attempt_try_number=3, attempt_fingerprint="bb")
+    assert given.next_state is TaskState.SCHEDULED
+    assert given.repeat_try and given.infrastructure_try_number == 2
+    assert given.fingerprint_streak == 1  # another fingerprint: the streak is not this failure's
+
+
+def test_reclassifying_shrinks_the_poison_streak_it_was_part_of():
+    budget = Budget(try_number=2, max_tries=4, infrastructure_try_number=0, last_fingerprint="aa", fingerprint_streak=2)
+    given = reclassified(TaskState.DEAD_LETTER, budget, attempt_try_number=2, attempt_fingerprint="aa")
+    assert (given.next_state, given.fingerprint_streak, given.repeat_try) == (TaskState.SCHEDULED, 1, True)
+
+
+def test_reclassifying_an_older_failure_of_a_finished_task_changes_no_state():
+    budget = Budget(try_number=2, max_tries=3, infrastructure_try_number=0)
+    given = reclassified(TaskState.SUCCESS, budget, attempt_try_number=1, attempt_fingerprint=None)
+    assert (given.next_state, given.repeat_try, given.infrastructure_try_number) == (TaskState.SUCCESS, False, 1)
+
+
+def test_poison_detection_is_off_unless_asked_for():
+    """RetryArgs' default agrees with the system default: 0, never dead-letter."""
+    assert RetryArgs().poison_threshold == 0

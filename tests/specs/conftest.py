@@ -70,7 +70,7 @@ BASELINE: dict[str, Any] = {
 
 @pytest.fixture
 def baseline() -> dict[str, Any]:
-    """A fresh copy of a valid spec using every field of contract §2."""
+    """A fresh copy of a valid spec using every field."""
     return copy.deepcopy(BASELINE)
 
 

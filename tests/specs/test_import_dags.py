@@ -38,7 +38,7 @@ def rejected(*paths: Path | str) -> str:
     return str(info.value)
 
 
-def test_it_imports_every_field_of_the_contract(baseline, spec_file) -> None:
+def test_it_imports_every_field_of_the_spec_format(baseline, spec_file) -> None:
     """A DAG, its tasks, overrides and deadlines are stored as written."""
     output = import_dags(spec_file(baseline))
     assert "created settlement" in output

@@ -1,4 +1,4 @@
-"""The pure validator: every rule of contract §2, with the field and the bad value named."""
+"""The pure validator: every rule, with the field and the bad value named."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -175,7 +175,7 @@ def allowed_webhooks(settings) -> None:
     settings.ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]
 
 
-def test_it_accepts_the_full_contract_example(baseline) -> None:
+def test_it_accepts_the_full_documented_example(baseline) -> None:
     """A spec using every documented field validates cleanly into the normalised form."""
     spec, problems = validate_dag(baseline)
     assert problems == []

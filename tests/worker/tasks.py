@@ -122,3 +122,11 @@ def database_unreachable_once(context: dict[str, Any]) -> str:
 
         psycopg.connect("postgresql://nobody@127.0.0.1:1/none", connect_timeout=2)
     return "connected"
+
+
+class Greeter:
+    """A task named by `tests.worker.tasks.Greeter.greet`: a class's static method."""
+
+    @staticmethod
+    def greet(name: str) -> str:
+        return f"hello {name}"

@@ -156,3 +156,14 @@ def test_it_drops_a_job_whose_attempt_is_no_longer_current(worker, make_dag, que
     stale_job = Queue(queue_name, connection=get_redis()).fetch_job(f"ti-{ti.pk}-{stale_token}")
     assert stale_job.return_value() == "stale"
     assert TaskInstance.objects.get(pk=ti.pk).try_number == 1
+
+
+@pytest.mark.integration
+def test_it_runs_a_class_method_named_by_its_dotted_path(worker, make_dag):
+    """`pkg.mod.Class.method` passes the spec validation and runs in the task process as well."""
+    dag = make_dag([{"task_id": "greet", "python_callable": "tests.worker.tasks.Greeter.greet", "op_kwargs": {"name": "ada"}}])
+    run = trigger(dag)
+    worker()
+    ti = settle(run, "greet", ("success", "failed", "up_for_retry"))
+    assert ti.state == "success"
+    assert ti.attempts.get().result == "hello ada"

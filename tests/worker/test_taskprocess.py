@@ -71,9 +71,9 @@ def test_it_stores_a_result_that_is_not_json_as_its_repr():
 
 
 def test_it_names_the_path_of_a_callable_it_cannot_import():
-    with pytest.raises(ImportError, match="'tests.worker.tasks.nope'.*no attribute 'nope'"):
+    with pytest.raises(ImportError, match="'tests.worker.tasks' has no attribute 'nope'"):
         import_callable("tests.worker.tasks.nope")
-    with pytest.raises(ImportError, match="not a dotted path"):
+    with pytest.raises(ImportError, match="no module named 'nope'"):
         import_callable("nope")
 
 

@@ -1,4 +1,4 @@
-"""`manage.py import_dags PATH [PATH ...]`: load DAG spec files (contract §2), all or nothing."""
+"""`manage.py import_dags PATH [PATH ...]`: load DAG spec files, all or nothing."""
 from __future__ import annotations
 
 from typing import Any

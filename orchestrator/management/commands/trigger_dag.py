@@ -15,8 +15,9 @@ from typing import Callable
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db.models import Count
 
-from orchestrator.engine.runs import TriggerError, create_manual_run
+from orchestrator.engine.runs import create_manual_run
 from orchestrator.engine.waiting import wait_outcome
+from orchestrator.exceptions import ActionError
 from orchestrator.models import Dag, DagRun
 from retries.states import FINISHED_TASK_STATES, TaskState
 
@@ -41,7 +42,7 @@ class Command(BaseCommand):
             raise CommandError(f"unknown DAG '{dag_id}'")
         try:
             run = create_manual_run(dag, conf=conf_value, triggered_by="cli")
-        except TriggerError as exc:
+        except ActionError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(run.run_id)
         self.stdout.flush()
