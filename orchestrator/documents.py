@@ -5,6 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
+from retries.states import HOLD_FROM
 
 
 def iso(value: datetime | None) -> str | None:
@@ -49,6 +50,8 @@ def task_instance_document(ti: TaskInstance) -> dict[str, Any]:
         "queue": ti.queue,
         "failure_fingerprint": ti.failure_fingerprint,
         "last_failure_context": ti.last_failure_context,
+        # Only a task that is ready but held waits for something; a stale value is not shown.
+        "waiting_for": ti.waiting_for if ti.state in HOLD_FROM else None,
         "attempts": [attempt_document(a) for a in ti.attempts.all()],
     }
 

@@ -41,6 +41,12 @@ class ListenerSpec:
     @hookspec
     def on_deadline_missed(self, deadline): ...
 
+    @hookspec
+    def on_circuit_opened(self, circuit): ...
+
+    @hookspec
+    def on_circuit_closed(self, circuit): ...
+
 
 _manager: pluggy.PluginManager | None = None
 _loaded_from: tuple[str, ...] = ()

@@ -9,7 +9,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from retries.states import AttemptKind, RunState, TaskState, TriggerRule, choices
+from retries.states import AttemptKind, CircuitState, RunState, TaskState, TriggerRule, choices
 
 IDENTIFIER = RegexValidator(r"^[A-Za-z0-9_.\-]{1,250}$", "Use 1-250 letters, digits, '_', '.' or '-'.")
 
@@ -25,6 +25,8 @@ class Dag(models.Model):
     catchup = models.BooleanField(default=False)
     paused = models.BooleanField(default=False)
     max_active_runs = models.PositiveIntegerField(default=16)
+    # At most this many of the DAG's tasks queued or running over all its runs; null = no limit.
+    max_active_tasks = models.PositiveIntegerField(blank=True, null=True)
     default_args = models.JSONField(default=dict, blank=True)
     # Scheduler bookkeeping: the logical date of the next scheduled run.
     next_run_logical_date = models.DateTimeField(blank=True, null=True)
@@ -126,6 +128,17 @@ class TaskInstance(models.Model):
     hostname = models.CharField(max_length=255, blank=True, default="")
     worker_name = models.CharField(max_length=255, blank=True, default="")
     pid = models.IntegerField(blank=True, null=True)
+    # Copied from the task's settings when the run is created, as `queue` is: what it holds
+    # and whom it waits behind.
+    pool = models.CharField(max_length=250, blank=True, null=True)
+    pool_slots = models.PositiveIntegerField(default=1)
+    priority_weight = models.IntegerField(default=1)
+    circuit = models.CharField(max_length=250, blank=True, null=True)
+    # Null, or {"kind", "name", "since"} while the task is ready but held by a pool, a limit,
+    # a circuit or a paused queue.
+    waiting_for = models.JSONField(blank=True, null=True)
+    # Its turn in a circuit's ramp after the circuit closed: not dispatched before this.
+    release_at = models.DateTimeField(blank=True, null=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -140,6 +153,9 @@ class TaskInstance(models.Model):
             ),
             # /api/v1/failures and the failures page.
             models.Index(fields=["state", "dag_run"], name="ti_state_run"),
+            # Slots a pool has given out, tasks a circuit holds.
+            models.Index(fields=["pool", "state"], name="ti_pool_state", condition=Q(pool__isnull=False)),
+            models.Index(fields=["circuit", "state"], name="ti_circuit_state", condition=Q(circuit__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -228,3 +244,44 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"token of {self.user} ({self.created_at:%Y-%m-%d})"
+
+
+class Pool(models.Model):
+    """Named slots: tasks naming the pool hold `pool_slots` of them while queued or running."""
+
+    name = models.CharField(max_length=250, unique=True, validators=[IDENTIFIER])
+    slots = models.PositiveIntegerField()
+    description = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.slots})"
+
+
+class Circuit(models.Model):
+    """A circuit breaker over the tasks that call one downstream; created when a task names it.
+
+    The tunables are null when the setting's default applies.
+    """
+
+    name = models.CharField(max_length=250, unique=True, validators=[IDENTIFIER])
+    state = models.CharField(max_length=10, choices=choices(CircuitState), default=CircuitState.CLOSED)
+    opened_at = models.DateTimeField(blank=True, null=True)
+    closed_at = models.DateTimeField(blank=True, null=True)
+    # The half-open circuit's one probe: the task instance and the attempt token it went with.
+    probe_task_instance_id = models.IntegerField(blank=True, null=True)
+    probe_token = models.PositiveIntegerField(blank=True, null=True)
+    window = models.FloatField(blank=True, null=True, help_text="Seconds; empty = ORCHESTRATOR_CIRCUIT_WINDOW.")
+    min_attempts = models.PositiveIntegerField(blank=True, null=True, help_text="Empty = ORCHESTRATOR_CIRCUIT_MIN_ATTEMPTS.")
+    failure_rate = models.FloatField(blank=True, null=True, help_text="0-1; empty = ORCHESTRATOR_CIRCUIT_FAILURE_RATE.")
+    cooldown = models.FloatField(blank=True, null=True, help_text="Seconds; empty = ORCHESTRATOR_CIRCUIT_COOLDOWN.")
+    ramp = models.FloatField(blank=True, null=True, help_text="Seconds; empty = ORCHESTRATOR_CIRCUIT_RAMP.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"

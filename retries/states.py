@@ -22,8 +22,6 @@ class TaskState(StrEnum):
     REMOVED = "removed"
 
 
-
-
 class RunState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
@@ -83,6 +81,36 @@ MARK_SUCCESS_FROM = frozenset(
 MARK_FAILED_FROM = (MARK_SUCCESS_FROM - {TaskState.FAILED}) | {TaskState.SUCCESS}
 # Reclassify gives back the retry a failure took: these states go back on the schedule.
 RESCHEDULED_BY_RECLASSIFY = frozenset({TaskState.FAILED, TaskState.DEAD_LETTER})
+# A task held by a pool, a limit or a circuit waits in these states; setting or clearing
+# its `waiting_for` is legal only from them (dispatch clears it on its way to queued).
+HOLD_FROM = WAITING_TO_RUN_STATES
+# Tasks that hold pool slots and count against max_active_tasks / max_active_tis_per_dag.
+SLOT_HOLDING_STATES = ACTIVE_TASK_STATES
+
+
+class WaitKind(StrEnum):
+    """What a ready task is held by (its `waiting_for.kind`)."""
+
+    POOL = "pool"
+    MAX_ACTIVE_TASKS = "max_active_tasks"
+    MAX_ACTIVE_TIS_PER_DAG = "max_active_tis_per_dag"
+    CIRCUIT = "circuit"
+    QUEUE = "queue"  # its queue is paused by an infrastructure storm
+
+
+class CircuitState(StrEnum):
+    CLOSED = "closed"
+    HALF_OPEN = "half_open"
+    OPEN = "open"
+
+
+# The gauge value of orchestrator_circuit_state for each state.
+CIRCUIT_GAUGE = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2}
+# An operator may open a circuit from any state, close one that is not closed, and force a
+# probe of one that is open (skipping the rest of its cool-down).
+CIRCUIT_OPEN_FROM = frozenset({CircuitState.CLOSED, CircuitState.HALF_OPEN, CircuitState.OPEN})
+CIRCUIT_CLOSE_FROM = frozenset({CircuitState.HALF_OPEN, CircuitState.OPEN})
+CIRCUIT_PROBE_FROM = frozenset({CircuitState.OPEN, CircuitState.HALF_OPEN})
 
 
 class Category(StrEnum):
@@ -173,3 +201,9 @@ class TriggerRule(StrEnum):
 def choices(enum: type[StrEnum]) -> list[tuple[str, str]]:
     """Django `choices` for a StrEnum."""
     return [(member.value, member.value) for member in enum]
+
+
+# Failures that count against a circuit: the downstream answered badly or too slowly.
+CIRCUIT_FAILURE_CATEGORIES = frozenset({Category.APPLICATION, Category.TIMEOUT})
+# Failures that count towards pausing a queue: the machines behind it, not the task, broke.
+STORM_REASONS = frozenset({Reason.WORKER_LOST, Reason.PRE_EXECUTION_FAILURE})

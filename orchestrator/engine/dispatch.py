@@ -42,6 +42,8 @@ def dispatch(ti: TaskInstance, now: datetime) -> bool:
             retry_is_platform=False,
             queued_at=now,
             next_retry_at=None,
+            waiting_for=None,
+            release_at=None,
             heartbeat_at=None,
             hostname="",
             worker_name="",

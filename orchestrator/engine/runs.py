@@ -14,7 +14,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from deadlines import lifecycle
-from orchestrator.engine.dispatch import dispatch
+from orchestrator.engine.limitconfig import limit_args
+from orchestrator.engine.limits import dispatch_ready
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.taskconfig import effective_args
 from orchestrator.engine.transitions import transition
@@ -56,6 +57,7 @@ def create_run(
         for task in dag.tasks.all():
             task.dag = dag
             args = effective_args(task)
+            limits = limit_args(task.args)
             instances.append(
                 TaskInstance(
                     dag_run=run,
@@ -64,6 +66,10 @@ def create_run(
                     max_tries=int(args["retries"]) + 1,
                     infrastructure_retry_limit=int(args["infrastructure_retry_limit"]),
                     queue=str(args["queue"]),
+                    pool=limits["pool"],
+                    pool_slots=int(limits["pool_slots"]),
+                    priority_weight=int(limits["priority_weight"]),
+                    circuit=limits["circuit"],
                 )
             )
         TaskInstance.objects.bulk_create(instances)
@@ -113,7 +119,6 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
             return 0, False
         if run.dag.paused:
             return 0, False
-        dispatched = 0
         # Settling one task can make its downstream ready: repeat until nothing changes.
         changed = True
         while changed:
@@ -123,8 +128,10 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
             for ti in instances:
                 if ti.state == TaskState.NONE:
                     changed |= _settle(ti, states, now)
-                elif _due(ti, now) and dispatch(ti, now):
-                    dispatched += 1
+        # Pools, limits and circuits decide which of the ready tasks go now.
+        for ti in instances:
+            ti.dag_run = run
+        dispatched = dispatch_ready(run, [ti for ti in instances if _due(ti, now)], now)
         return dispatched, _finish_if_done(run, states.values(), now)
 
 
@@ -147,6 +154,10 @@ def _due(ti: TaskInstance, now: datetime) -> bool:
 
 
 def _start_run(run: DagRun, now: datetime) -> bool:
+    # The DAG row is locked while counting and starting: two schedulers (or a trigger and a
+    # scheduler) starting runs of one DAG at once would each count the same running runs.
+    if connection.vendor == "postgresql":
+        Dag.objects.select_for_update().filter(pk=run.dag_id).values_list("pk", flat=True).first()
     running = DagRun.objects.filter(dag_id=run.dag_id, state=RunState.RUNNING).count()
     if running >= run.dag.max_active_runs:
         return False

@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from orchestrator.engine import schedules
+from orchestrator.engine import circuits, schedules
 from orchestrator.engine.clock import db_now
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
@@ -40,7 +40,7 @@ def schedule_once(now: datetime | None = None) -> PassReport:
     """One scheduler pass. Each step handles its own items and never stops the others."""
     now = now or timezone.now()
     report = PassReport()
-    for step in (_create_due_runs, _advance_unfinished_runs, _find_lost_tasks):
+    for step in (_create_due_runs, _evaluate_circuits, _advance_unfinished_runs, _find_lost_tasks):
         try:
             step(now, report)
         except Exception:
@@ -92,6 +92,11 @@ def create_due_run(dag: Dag, now: datetime) -> DagRun | None:
                 return create_run(dag, run_type=DagRun.RunType.SCHEDULED, logical_date=due, now=now)
         except IntegrityError:
             return None
+
+
+def _evaluate_circuits(now: datetime, report: PassReport) -> None:
+    # Cool-downs end with time, not with a report: someone must look.
+    circuits.evaluate_all(now)
 
 
 def _advance_unfinished_runs(now: datetime, report: PassReport) -> None:

@@ -10,7 +10,7 @@ from django.db.models import Prefetch
 
 from deadlines.models import DeadlineDefinition
 from orchestrator.models import Dag, Task
-from orchestrator.specs.schema import ARG_KEYS, DAG_DEFAULTS
+from orchestrator.specs.schema import ARG_KEYS, DAG_DEFAULTS, LIMIT_KEYS
 from retries.states import TriggerRule
 
 
@@ -59,6 +59,8 @@ def dag_spec(dag: Dag) -> dict[str, Any]:
     spec["catchup"] = dag.catchup
     spec["paused"] = dag.paused
     spec["max_active_runs"] = dag.max_active_runs
+    if dag.max_active_tasks is not None:
+        spec["max_active_tasks"] = dag.max_active_tasks
     if dag.default_args:
         spec["default_args"] = _args(dag.default_args)
     deadlines = [deadline_spec(row) for row in dag.dag_deadlines]
@@ -84,6 +86,7 @@ def task_spec(task: Task) -> dict[str, Any]:
     if deadlines:
         spec["deadlines"] = deadlines
     spec.update(_args(task.args))
+    spec.update({key: task.args[key] for key in LIMIT_KEYS if key in (task.args or {})})
     return spec
 
 

@@ -22,13 +22,17 @@ from deadlines.models import (
 from orchestrator.models import Dag, Task
 from orchestrator.specs.errors import Problem
 from orchestrator.specs.exporter import task_spec
+from orchestrator.specs.pools import unknown_pool_problems
 from orchestrator.specs.schema import (
     ARG_KEYS,
     DAG_KEYS,
+    LIMIT_KEYS,
     validate_dag,
     validate_deadline_list,
 )
 
+# What the task form's JSON "Other overrides" may hold: default_args keys and the limit keys.
+OVERRIDE_KEYS = ARG_KEYS + LIMIT_KEYS
 LIST_SEPARATOR = re.compile(r"[\s,]+")
 PATH_HEAD = re.compile(r"[.\[]")
 TASK_PATH = re.compile(r"^tasks\[(\d+)\]")
@@ -129,7 +133,8 @@ class TaskForm(forms.ModelForm):
         required=False,
         widget=SMALL_JSON,
         label="Other overrides",
-        help_text="Other default_args keys for this task only, as JSON, e.g. {\"retry_delay\": 5}.",
+        help_text="Other default_args keys for this task only, and its pool, pool_slots, priority_weight, "
+        "max_active_tis_per_dag and circuit, as JSON, e.g. {\"retry_delay\": 5, \"pool\": \"warehouse\"}.",
     )
 
     class Meta:
@@ -160,9 +165,9 @@ class TaskForm(forms.ModelForm):
         value = json_mapping(self.cleaned_data.get("args"))
         if not isinstance(value, dict):
             raise ValidationError("Must be a JSON object.")
-        unknown = [key for key in value if key not in ARG_KEYS]
+        unknown = [key for key in value if key not in OVERRIDE_KEYS]
         if unknown:
-            raise ValidationError(f"Unknown key {unknown[0]!r}; allowed: {', '.join(ARG_KEYS)}.")
+            raise ValidationError(f"Unknown key {unknown[0]!r}; allowed: {', '.join(OVERRIDE_KEYS)}.")
         return value
 
     def clean(self) -> dict[str, Any]:
@@ -179,6 +184,8 @@ class TaskForm(forms.ModelForm):
                     self.add_error(key, f"Also set in {self.fields['args'].label}; set it in one place.")
                 merged[key] = value
             cleaned["args"] = merged
+            for problem in unknown_pool_problems([{"task_id": cleaned.get("task_id"), "args": merged}]):
+                self.add_error("args", problem.message)
         return cleaned
 
     def raw_spec(self) -> dict[str, Any]:
@@ -192,7 +199,7 @@ class TaskForm(forms.ModelForm):
         return raw
 
     def show_problems(self, problems: list[Problem], prefix: str) -> None:
-        aliases = {key: "args" for key in ARG_KEYS if key not in self.fields}
+        aliases = {key: "args" for key in OVERRIDE_KEYS if key not in self.fields}
         add_problems(self, problems, prefix, aliases)
 
 

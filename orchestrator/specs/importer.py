@@ -12,10 +12,11 @@ from django.db import transaction
 from django.db.models import Model
 
 from deadlines.models import DeadlineDefinition, Reference
-from orchestrator.models import Dag, Task
+from orchestrator.models import Circuit, Dag, Task
 from orchestrator.specs.checks import parse_datetime
 from orchestrator.specs.errors import SpecError, dag_label, located
 from orchestrator.specs.files import FileError, read_spec_file, spec_paths
+from orchestrator.specs.pools import known_pools, unknown_pool_problems
 from orchestrator.specs.schema import DagSpec, validate_dag
 
 # A change to any of these moves the DAG's next scheduled run: the scheduler recomputes it.
@@ -48,6 +49,7 @@ def load_specs(paths: Iterable[str | Path]) -> list[DagSpec]:
     messages: list[str] = []
     specs: list[DagSpec] = []
     seen: dict[str, str] = {}
+    pools = known_pools()
     for path in paths:
         try:
             files = spec_paths(Path(path))
@@ -64,6 +66,8 @@ def load_specs(paths: Iterable[str | Path]) -> list[DagSpec]:
                 dag_id = raw.data.get("dag_id") if isinstance(raw.data, dict) else None
                 label = dag_label(dag_id, raw.index)
                 spec, problems = validate_dag(raw.data)
+                if not problems:
+                    problems = unknown_pool_problems(spec["tasks"], pools)
                 messages.extend(located(raw.source, label, problem) for problem in problems)
                 if isinstance(dag_id, str) and dag_id in seen:
                     messages.append(located(raw.source, label, f"dag_id: {dag_id!r} is also defined in {seen[dag_id]}"))
@@ -104,6 +108,7 @@ def write_dag(spec: DagSpec) -> str:
         "start_date": spec["start_date"],
         "catchup": spec["catchup"],
         "max_active_runs": spec["max_active_runs"],
+        "max_active_tasks": spec["max_active_tasks"],
         "default_args": spec["default_args"],
     }
     if spec["paused"] is not None:
@@ -137,6 +142,9 @@ def write_dag(spec: DagSpec) -> str:
             task.save()
             touched = True
         touched |= sync_deadlines(dag, task, task_spec["deadlines"])
+        circuit = task_spec["args"].get("circuit")
+        if circuit:
+            Circuit.objects.get_or_create(name=circuit)  # so operators see it before its first failure
     touched |= sync_deadlines(dag, None, spec["deadlines"])
     if created:
         return "created"

@@ -9,9 +9,12 @@ The normalised form (`DagSpec`, a plain dict):
 
     dag_id, description, schedule (str | None), timezone, start_date (aware | None),
     catchup, paused (bool | None: None = not given, keep what is stored), max_active_runs,
-    default_args (only the keys given), deadlines: [DeadlineSpec],
+    max_active_tasks (int | None), default_args (only the keys given), deadlines: [DeadlineSpec],
     tasks: [{task_id, python_callable, bash_command, op_kwargs, upstream, trigger_rule,
-             args (default_args keys set on the task), deadlines: [DeadlineSpec]}]
+             args (default_args keys and LIMIT_KEYS set on the task), deadlines: [DeadlineSpec]}]
+
+Whether a task's pool exists is a database question: the importer and the admin forms ask
+it (`orchestrator.specs.pools`), not this module.
 
     DeadlineSpec: reference, interval (float), datetime (aware | None), datetime_text,
     callback, callback_kwargs, warn, days, skip_dates (ISO date strings)
@@ -22,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from orchestrator.engine.limitconfig import LIMIT_KEYS
 from orchestrator.engine.taskconfig import (
     ARG_KEYS,  # also the order the exporter writes them in
 )
@@ -54,6 +58,7 @@ DAG_KEYS = (
     "catchup",
     "paused",
     "max_active_runs",
+    "max_active_tasks",
     "default_args",
     "deadlines",
     "tasks",
@@ -67,6 +72,7 @@ TASK_KEYS = (
     "trigger_rule",
     "deadlines",
     *ARG_KEYS,
+    *LIMIT_KEYS,
 )
 
 DAG_DEFAULTS: dict[str, Any] = {
@@ -75,6 +81,7 @@ DAG_DEFAULTS: dict[str, Any] = {
     "timezone": "UTC",
     "catchup": False,
     "max_active_runs": 16,
+    "max_active_tasks": None,
 }
 
 
@@ -120,11 +127,33 @@ def _validate_task(raw: object, prefix: str, tz: ZoneInfo, problems: Problems) -
         "op_kwargs": check_mapping(raw.get("op_kwargs"), join(prefix, "op_kwargs"), problems, reserved=("context",)),
         "upstream": list(upstream),
         "trigger_rule": trigger_rule,
-        "args": check_args(raw, ARG_KEYS, prefix, problems),
+        "args": {**check_args(raw, ARG_KEYS, prefix, problems), **_check_limits(raw, prefix, problems)},
         "deadlines": validate_deadlines(
             raw.get("deadlines"), join(prefix, "deadlines"), task_level=True, tz=tz, problems=problems
         ),
     }
+
+
+def _check_limits(raw: Mapping, prefix: str, problems: Problems) -> dict[str, Any]:
+    """The LIMIT_KEYS present in `raw`, each checked (whether the pool exists is checked later)."""
+    limits: dict[str, Any] = {}
+    for key in LIMIT_KEYS:
+        if key not in raw:
+            continue
+        value = limits[key] = raw[key]
+        if key in ("pool", "circuit"):
+            if value is not None and (not isinstance(value, str) or not IDENTIFIER.match(value)):
+                problems.add(join(prefix, key), f"must be a name of 1-250 letters, digits, '_', '.' or '-', or null; not {show(value)}")
+        elif key == "pool_slots":
+            if not is_int(value) or value < 1:
+                problems.add(join(prefix, key), f"must be a whole number >= 1, not {show(value)}")
+        elif key == "priority_weight":
+            if not is_int(value):
+                problems.add(join(prefix, key), f"must be a whole number, not {show(value)}")
+        elif key == "max_active_tis_per_dag":
+            if value is not None and (not is_int(value) or value < 1):
+                problems.add(join(prefix, key), f"must be a whole number >= 1, or null for no limit; not {show(value)}")
+    return limits
 
 
 def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
@@ -225,6 +254,10 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
     if not is_int(max_active_runs) or max_active_runs < 1:
         problems.add("max_active_runs", f"must be a whole number >= 1, not {show(max_active_runs)}")
 
+    max_active_tasks = raw.get("max_active_tasks", DAG_DEFAULTS["max_active_tasks"])
+    if max_active_tasks is not None and (not is_int(max_active_tasks) or max_active_tasks < 1):
+        problems.add("max_active_tasks", f"must be a whole number >= 1, or null for no limit; not {show(max_active_tasks)}")
+
     default_args: dict[str, Any] = {}
     raw_args = raw.get("default_args")
     if raw_args is not None and not isinstance(raw_args, Mapping):
@@ -254,6 +287,7 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
         "catchup": catchup,
         "paused": paused,
         "max_active_runs": max_active_runs,
+        "max_active_tasks": max_active_tasks,
         "default_args": default_args,
         "deadlines": deadlines,
         "tasks": tasks,

@@ -1,0 +1,21 @@
+"""A task's limit keys (pool, pool_slots, priority_weight, max_active_tis_per_dag, circuit):
+their defaults and how they are read from the task's `args`. No database."""
+from __future__ import annotations
+
+from typing import Any
+
+# Per-task keys that protect what the task calls; kept in the task's `args` with its overrides.
+LIMIT_KEYS = ("pool", "pool_slots", "priority_weight", "max_active_tis_per_dag", "circuit")
+LIMIT_DEFAULTS: dict[str, Any] = {
+    "pool": None,
+    "pool_slots": 1,
+    "priority_weight": 1,
+    "max_active_tis_per_dag": None,
+    "circuit": None,
+}
+
+
+def limit_args(task_args: dict[str, Any] | None) -> dict[str, Any]:
+    """The task's limit keys with their defaults filled in (`task_args` is Task.args)."""
+    args = task_args or {}
+    return {key: args.get(key, default) for key, default in LIMIT_DEFAULTS.items()}
