@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics
+from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now
 from orchestrator.engine.runs import advance_run_now
 from orchestrator.engine.taskconfig import args_for, platform_settings, retry_args
@@ -136,6 +137,7 @@ def report_success(
             return False
         lifecycle.task_finished(ti, now)
     notify("on_task_instance_success", task_instance=ti)
+    attempt_ended(ti.pk)  # its circuit may close (or open) on this attempt
     advance_run_now(ti.dag_run_id)
     return True
 
@@ -262,6 +264,7 @@ def _after_failure(
     )
     if decision.next_state is TaskState.DEAD_LETTER:
         notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
+    attempt_ended(ti.pk)  # its circuit may open on this attempt
     retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= timezone.now()
     if decision.next_state is TaskState.FAILED or retry_due_now:
         advance_run_now(ti.dag_run_id)
