@@ -12,7 +12,9 @@ operator may do to a run or task. Each action:
 - reopens a finished run when the change means the run is no longer finished, then calls
   `advance_run()`, which settles downstream tasks, dispatches ready ones and ends the run.
 
-Tasks that a worker may hold (`queued`, `running`) are never acted on: `Conflict` (409).
+Tasks that a worker may hold (`queued`, `running`) are acted on only by `mark_failed`, which
+stops them: it wins the task from the worker (state and token fenced), the worker's next
+heartbeat is refused and it kills the task's group. Other actions on them: `Conflict` (409).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.runs import advance_run_now, create_manual_run
 from orchestrator.engine.taskconfig import args_for
 from orchestrator.engine.transitions import transition
-from orchestrator.exceptions import Conflict, NotFound
+from orchestrator.exceptions import ActionError, Conflict, NotFound
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
 from retries.policy import Budget, cleared_max_tries, reclassified
@@ -103,11 +105,23 @@ def set_paused(dag: Dag, user: User, *, paused: bool) -> AuditLog | None:
     return _audit(user, "pause" if paused else "unpause", dag.dag_id, "", "", before, after, {})
 
 
-def trigger(dag: Dag, user: User, *, conf: Any = None) -> DagRun:
-    """Create a manual run with `conf` (a JSON object). Paused DAG: Conflict; other conf: BadRequest."""
-    run = create_manual_run(dag, conf=conf, triggered_by=_username(user))
-    _audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, {"conf": conf or {}})
+def trigger(dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None) -> DagRun:
+    """Create a manual run with `conf` (a JSON object). Paused DAG: Conflict; other conf: BadRequest.
+
+    `triggered_by` defaults to the user's name; the CLI passes no user and "cli".
+    """
+    by = triggered_by if triggered_by is not None else _username(user)
+    run = create_manual_run(dag, conf=conf, triggered_by=by)
+    details: dict[str, Any] = {"conf": conf or {}}
+    if by != _username(user):  # e.g. "cli": who asked, when no user did
+        details["triggered_by"] = by
+    _audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details)
     return run
+
+
+def record_edit(user: User, dag_id: str, action: str, details: dict[str, Any]) -> AuditLog:
+    """An edit made outside these actions (a DAG or task saved in the admin), for the audit log."""
+    return _audit(user, action, dag_id, "", "", "", "", details)
 
 
 def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, note: str = "") -> AuditLog:
@@ -172,22 +186,31 @@ def mark_success(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
 
 
 def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
-    """Set the task to `failed` without retrying it.
+    """Set the task to `failed` without retrying it; a queued or running task is stopped.
 
     Allowed from success, up_for_retry, dead_letter, upstream_failed, none, scheduled and
-    skipped. Downstream tasks still waiting get `upstream_failed` from the run's next
-    settling (`advance_run`), per their trigger rules; a succeeded run is reopened so that
-    it ends `failed`.
+    skipped, and from queued and running: the task is taken from its worker (fenced by state
+    and attempt token, so a report that wins the race makes this a Conflict), its attempt
+    row ends `failed` with the same `user_action/manual_mark_failed` context, and the
+    worker, whose next heartbeat is refused, kills the task's process group and passes that
+    context (read from `last_failure_context`) to `on_kill`. Downstream tasks still waiting
+    get `upstream_failed` from the run's next settling (`advance_run`), per their trigger
+    rules; a succeeded run is reopened so that it ends `failed`.
     """
-    _refuse_unless(ti, MARK_FAILED_FROM, "mark failed")
+    _refuse_unless(ti, MARK_FAILED_FROM | ACTIVE_TASK_STATES, "mark failed")
     now = timezone.now()
-    context = _user_context(Reason.MANUAL_MARK_FAILED, user, note, ti.state, now)
+    stopping = ti.state in ACTIVE_TASK_STATES
+    context = _user_context(Reason.MANUAL_MARK_FAILED, user, note, ti.state, now, **({"stop": True} if stopping else {}))
     with transaction.atomic():
         _finish_one(ti, TaskState.FAILED, context, now)
+        if stopping:
+            TaskAttempt.objects.filter(
+                task_instance=ti, attempt_token=ti.attempt_token, state__in=[TaskAttempt.State.QUEUED, TaskAttempt.State.RUNNING]
+            ).update(state=TaskAttempt.State.FAILED, end_date=now, context=context)
         _reopen_if_unfinished(ti.dag_run)
         entry = _audit(
             user, "mark_failed", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.FAILED,
-            {"note": note},
+            {"note": note, "stopped": stopping, "worker_name": ti.worker_name if stopping else ""},
         )
     advance_run_now(ti.dag_run_id)
     return entry
@@ -278,6 +301,36 @@ TASK_ACTIONS = {
 }
 
 
+# --- bulk actions -------------------------------------------------------------------------------
+
+
+def act_on_many(action: str, instances: Iterable[TaskInstance], user: User, *, note: str = "", **options: Any) -> tuple[list[str], list[str]]:
+    """Apply one task action to each instance (each audited on its own).
+
+    Returns the task instances done and the errors ("dag/run/task: why") of those refused,
+    so that one task a worker took meanwhile does not stop the rest.
+    """
+    done, errors = [], []
+    for ti in instances:
+        label = f"{ti.dag_run.dag.dag_id}/{ti.dag_run.run_id}/{ti.task_id}"
+        try:
+            TASK_ACTIONS[action](ti, user, note=note, **options)
+        except ActionError as exc:
+            errors.append(f"{label}: {exc}")
+        else:
+            done.append(label)
+    return done, errors
+
+
+def failed_in_run(run: DagRun) -> list[TaskInstance]:
+    """The run's failed tasks, for "clear all failed" (upstream_failed ones follow by themselves)."""
+    return list(
+        TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition")
+        .filter(dag_run=run, state=TaskState.FAILED)
+        .order_by("id")
+    )
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 
@@ -340,6 +393,11 @@ def _reset_upstream_failed(ti: TaskInstance) -> list[dict[str, str]]:
             raise _changed_meanwhile(other)
         touched.append({"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value})
     return touched
+
+
+def downstream_of(ti: TaskInstance) -> list[TaskInstance]:
+    """Every task of `ti`'s run downstream of it, directly or not (what an action may touch)."""
+    return _downstream(ti, _run_instances(ti))
 
 
 def _run_instances(ti: TaskInstance) -> list[TaskInstance]:

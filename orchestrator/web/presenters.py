@@ -6,13 +6,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import F, Window
+from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 from django.urls import reverse
 
 from orchestrator.actions import ACT_PERMISSION, TRIGGER_PERMISSION
 from orchestrator.engine.taskconfig import effective_args
 from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.console.text import Row, attempt_label, context_rows
+from orchestrator.engine.taskconfig import args_for
+from retries.policy import cleared_max_tries
 from retries.states import (
     ACTIVE_TASK_STATES,
     CLEAR_FROM,
@@ -20,6 +23,8 @@ from retries.states import (
     MARK_SUCCESS_FROM,
     FINISHED_RUN_STATES,
     AttemptKind,
+    Category,
+    TaskState,
 )
 
 RECENT_RUNS_PER_DAG = 5
@@ -42,8 +47,10 @@ def dag_rows() -> list[DagRow]:
     """Every DAG with its last few runs (newest first), in two queries."""
     dags = list(Dag.objects.order_by("dag_id"))
     rows = {dag.pk: DagRow(dag) for dag in dags}
+    dead = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state=TaskState.DEAD_LETTER)
     recent = (
         DagRun.objects.annotate(
+            needs_attention=Exists(dead),
             position=Window(RowNumber(), partition_by=F("dag_id"), order_by=[F("queued_at").desc(), F("id").desc()])
         )
         .filter(position__lte=RECENT_RUNS_PER_DAG)
@@ -91,17 +98,22 @@ class AttemptView:
     category: str
     reason: str
     source: str
-    metadata: str
+    metadata: list[Row]
+    traceback: str  # '' when stderr already holds it: it is shown once
 
     @classmethod
     def of(cls, attempt: TaskAttempt) -> AttemptView:
         context = attempt.context or {}
+        traceback = str((context.get("metadata") or {}).get("traceback") or "")
+        if traceback and traceback.strip()[-200:] in (attempt.stderr or ""):
+            traceback = ""
         return cls(
             attempt=attempt,
             category=context.get("category", ""),
             reason=context.get("reason", ""),
             source=context.get("source", ""),
-            metadata=pretty_json(context.get("metadata")),
+            metadata=[r for r in context_rows(context, skip=frozenset({"traceback"})) if r.key not in ("category", "reason", "source")],
+            traceback=traceback,
         )
 
 
@@ -115,9 +127,31 @@ ACTION_LABELS = {
 
 @dataclass(frozen=True)
 class ActionButton:
+    """One action offered on the run page, shaped like console.taskinstance.ActionChoice."""
+
     name: str
     label: str
     url: str
+    explanation: str = ""
+    danger: bool = False
+    downstream_option: bool = False
+
+
+def explain(ti: TaskInstance, name: str) -> str:
+    """What the action will do, in words (the task page spells out more: downstream tasks by name)."""
+    if name == "clear":
+        more = cleared_max_tries(ti.try_number, int(args_for(ti)["retries"])) - ti.try_number
+        return f"the task runs again with {more} more tr{'y' if more == 1 else 'ies'}; its upstream_failed downstream tasks run after it."
+    if name == "mark_success":
+        return "the task is recorded as succeeded without running; its downstream tasks may start."
+    if name == "mark_failed":
+        if ti.state in ACTIVE_TASK_STATES:
+            return f"stops the {ti.state} task (SIGTERM, then SIGKILL after the kill grace) and records it as failed, not retried."
+        return "the task is recorded as failed and not retried."
+    return (
+        f"its last user-charged failure is charged to the platform: that try repeats (attempt {ti.try_number} of "
+        f"{ti.max_tries} again), using platform retry {ti.infrastructure_try_number + 1} of {ti.infrastructure_retry_limit}."
+    )
 
 
 @dataclass
@@ -126,8 +160,13 @@ class TaskInstanceView:
     attempts: list[AttemptView]
     last_category: str
     last_reason: str
-    last_context: str
+    last_is_history: bool  # the task succeeded since, or an operator acted: not a current failure
+    url: str
     buttons: list[ActionButton]
+
+    @property
+    def tries(self) -> str:
+        return attempt_label(self.ti.try_number, self.ti.max_tries)
 
     def button(self, name: str) -> ActionButton | None:
         return next((b for b in self.buttons if b.name == name), None)
@@ -156,7 +195,7 @@ def allowed_actions(ti: TaskInstance, attempts: list[TaskAttempt]) -> list[str]:
         allowed.append("clear")
     if ti.state in MARK_SUCCESS_FROM:
         allowed.append("mark_success")
-    if ti.state in MARK_FAILED_FROM:
+    if ti.state in MARK_FAILED_FROM or ti.state in ACTIVE_TASK_STATES:  # stops a queued or running task
         allowed.append("mark_failed")
     user_failure = any(a.kind == AttemptKind.USER and a.state == TaskAttempt.State.FAILED for a in attempts)
     if ti.state not in ACTIVE_TASK_STATES and user_failure:
@@ -167,7 +206,8 @@ def allowed_actions(ti: TaskInstance, attempts: list[TaskAttempt]) -> list[str]:
 def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> list[TaskInstanceView]:
     may_act = user.has_perm(ACT_PERMISSION)
     views = []
-    for ti in run.task_instances.order_by("id").prefetch_related("attempts"):
+    for ti in run.task_instances.select_related("definition").order_by("id").prefetch_related("attempts"):
+        ti.dag_run = run
         attempts = list(ti.attempts.all())
         context = ti.last_failure_context or {}
         views.append(
@@ -176,7 +216,8 @@ def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> 
                 attempts=[AttemptView.of(a) for a in attempts],
                 last_category=context.get("category", ""),
                 last_reason=context.get("reason", ""),
-                last_context=pretty_json(context),
+                last_is_history=bool(context) and (ti.state == TaskState.SUCCESS or context.get("category") == Category.USER_ACTION),
+                url=reverse("web:task_detail", args=[run.dag.dag_id, run.run_id, ti.task_id]),
                 buttons=[_button(run, ti, name) for name in allowed_actions(ti, attempts)] if may_act else [],
             )
         )
@@ -185,19 +226,22 @@ def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> 
 
 def _button(run: DagRun, ti: TaskInstance, name: str) -> ActionButton:
     url = reverse(f"web:task_{name}", args=[run.dag.dag_id, run.run_id, ti.task_id])
-    return ActionButton(name=name, label=ACTION_LABELS[name], url=url)
+    return ActionButton(name, ACTION_LABELS[name], url, explain(ti, name), danger=name == "mark_failed", downstream_option=name == "clear")
 
 
 def run_context(run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "") -> dict[str, Any]:
     """The context of the run page and of its #run-body partial."""
+    views = task_instance_views(run, user)
     return {
         "dag": run.dag,
         "run": run,
         "finished": run.state in FINISHED_RUN_STATES,
-        "task_instances": task_instance_views(run, user),
+        "task_instances": views,
         "deadlines": list(run.deadlines.all().order_by("need_by", "id")),
         "conf": pretty_json(run.conf),
         "action_error": action_error,
+        "may_act": user.has_perm(ACT_PERMISSION),
+        "has_failed": any(v.ti.state == TaskState.FAILED for v in views),
     }
 
 

@@ -15,11 +15,19 @@ urlpatterns = [
     path("dags/<str:dag_id>/trigger", views.dag_trigger, name="dag_trigger"),
     path("dags/<str:dag_id>/pause", views.dag_pause, name="dag_pause"),
     path(f"{RUN}/", views.run_detail, name="run_detail"),
+    path(f"{RUN}/clear_failed", views.run_clear_failed, name="run_clear_failed"),
+    path(f"{RUN}/tasks/<str:task_id>", views.task_detail, name="task_detail"),
+    path(f"{RUN}/tasks/<str:task_id>/attempts/<int:token>/<str:stream>.txt", views.task_output, name="task_output"),
     *[
         path(f"{RUN}/tasks/<str:task_id>/{action}", views.task_action, {"action": action}, name=f"task_{action}")
         for action in TASK_ACTIONS
     ],
     path("failures/", views.failures, name="failures"),
+    path("fingerprints/<str:fingerprint>/", views.fingerprint, name="fingerprint"),
+    path("dead-letters/", views.dead_letters, name="dead_letters"),
+    path("dead-letters/act", views.dead_letter_action, name="dead_letter_action"),
+    path("workers/", views.workers, name="workers"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("audit/", views.audit_log, name="audit_log"),
     # Any other /api/ path answers like the API does (401 JSON when anonymous), not with a page.
     re_path(r"^api/", api_views.not_found, name="api_not_found"),

@@ -5,21 +5,21 @@ import json
 from collections.abc import Callable
 from typing import TypeVar
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.templatetags.static import static
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
-from orchestrator.api.queries import (
-    failed_attempts,
-    failure_counts,
-    parse_failure_filter,
-    parse_limit,
-)
+from orchestrator.api.queries import parse_limit
+from orchestrator.console import charts, deadletters, grid, taskinstance
+from orchestrator.console import failures as failure_pages
+from orchestrator.console import workers as worker_pages
 from orchestrator.exceptions import ActionError, BadRequest, NotFound
 from orchestrator.models import AuditLog, DagRun
 from orchestrator.web import presenters
@@ -56,10 +56,13 @@ def dag_list(request: HttpRequest) -> HttpResponse:
 
 
 def _dag_context(request: HttpRequest, dag, **extra) -> dict:
+    dag_grid = grid.build(dag, limit=RECENT_RUNS)
     return {
         "dag": dag,
         "tasks": presenters.task_rows(dag),
-        "runs": DagRun.objects.filter(dag=dag).order_by("-queued_at", "-id")[:RECENT_RUNS],
+        "grid": dag_grid,
+        "runs": dag_grid.runs[::-1],
+        "deadline_chart": charts.deadline_history([r.run for r in dag_grid.runs]),
         "may_trigger": presenters.may_trigger(request.user),
         "may_pause": request.user.has_perm("orchestrator.change_dag"),
         "dag_deadline_history": dag_deadline_history(dag),
@@ -71,7 +74,12 @@ def _dag_context(request: HttpRequest, dag, **extra) -> dict:
 @login_required
 @require_GET
 def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
+    """The DAG page; an htmx poll gets the #dag-grid partial, and status 286 once no run is active."""
     dag = _lookup(actions.find_dag, dag_id)
+    if is_htmx(request):
+        dag_grid = grid.build(dag, limit=RECENT_RUNS)
+        status = 200 if dag_grid.active else STOP_POLLING
+        return TemplateResponse(request, "web/dag_detail.html#dag_grid", {"dag": dag, "grid": dag_grid}, status=status)
     return TemplateResponse(request, "web/dag_detail.html", _dag_context(request, dag))
 
 
@@ -134,6 +142,8 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
             actions.TASK_ACTIONS[action](ti, request.user, note=note)
     except ActionError as exc:
         error, status = str(exc), exc.status
+    if request.POST.get("back") == "task":
+        return _after_task_action(request, dag_id, run_id, task_id, error, status)
     run = _lookup(actions.find_run, dag_id, run_id)
     if is_htmx(request):
         # htmx swaps only 2xx responses: the error is shown inside the partial.
@@ -145,28 +155,129 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     return HttpResponseRedirect(run_url(run), status=303)
 
 
+def _after_task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, error: str, status: int) -> HttpResponse:
+    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id)
+    context = taskinstance.context(ti, request.user, action_error=error)
+    if is_htmx(request):
+        return TemplateResponse(request, "web/task_detail.html#task_body", context)
+    if error:
+        return TemplateResponse(request, "web/task_detail.html", context, status=status)
+    return HttpResponseRedirect(taskinstance.task_url(dag_id, run_id, task_id), status=303)
+
+
+@login_required
+@require_GET
+def task_detail(request: HttpRequest, dag_id: str, run_id: str, task_id: str) -> HttpResponse:
+    """One task instance: attempts to scale, contexts, output, and the actions it allows."""
+    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id)
+    context = taskinstance.context(ti, request.user)
+    if is_htmx(request):
+        status = STOP_POLLING if context["finished"] else 200
+        return TemplateResponse(request, "web/task_detail.html#task_body", context, status=status)
+    return TemplateResponse(request, "web/task_detail.html", context)
+
+
+@login_required
+@require_GET
+def task_output(request: HttpRequest, dag_id: str, run_id: str, task_id: str, token: int, stream: str) -> HttpResponse:
+    """The whole stored stdout or stderr of one attempt, as plain text (never rendered as HTML)."""
+    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id)
+    text = taskinstance.output_text(ti, token, stream)
+    if text is None:
+        raise Http404("no such attempt output")
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@login_required
+@require_GET
+def fingerprint(request: HttpRequest, fingerprint: str) -> HttpResponse:
+    """Every task instance that failed the same way (same fingerprint)."""
+    rows, found = taskinstance.same_failure(fingerprint)
+    context = {"fingerprint": fingerprint, "rows": rows, "more": found > len(rows)}
+    return TemplateResponse(request, "web/fingerprint.html", context)
+
+
+def _require_act(request: HttpRequest) -> None:
+    if not request.user.has_perm(actions.ACT_PERMISSION):
+        raise PermissionDenied(f"permission '{actions.ACT_PERMISSION}' required")
+
+
+def _bulk_message(request: HttpRequest, verb: str, done: list[str], errors: list[str]) -> None:
+    messages.info(request, f"{verb}: {len(done)} task instance{'s' if len(done) != 1 else ''}.")
+    for error in errors:
+        messages.error(request, error)
+
+
+@login_required
+@require_POST
+def run_clear_failed(request: HttpRequest, dag_id: str, run_id: str) -> HttpResponse:
+    """Clear every failed task of the run (their upstream_failed downstream tasks follow)."""
+    _require_act(request)
+    run = _lookup(actions.find_run, dag_id, run_id)
+    note = request.POST.get("note", "").strip()
+    done, errors = actions.act_on_many("clear", actions.failed_in_run(run), request.user, note=note)
+    _bulk_message(request, "Cleared", done, errors)
+    return HttpResponseRedirect(run_url(run), status=303)
+
+
+@login_required
+@require_GET
+def dead_letters(request: HttpRequest) -> HttpResponse:
+    context = {"groups": deadletters.groups(), "may_act": request.user.has_perm(actions.ACT_PERMISSION)}
+    return TemplateResponse(request, "web/dead_letters.html", context)
+
+
+BULK_DEAD_LETTER_ACTIONS = {"clear": "Cleared", "mark_failed": "Marked failed"}
+
+
+@login_required
+@require_POST
+def dead_letter_action(request: HttpRequest) -> HttpResponse:
+    """Clear or mark failed every dead-lettered task instance of one fingerprint group."""
+    _require_act(request)
+    action = request.POST.get("action", "")
+    if action not in BULK_DEAD_LETTER_ACTIONS:
+        return HttpResponse("action must be clear or mark_failed", status=400, content_type="text/plain")
+    group = deadletters.in_group(request.POST.get("fingerprint", "").strip())
+    note = request.POST.get("note", "").strip()
+    done, errors = actions.act_on_many(action, group, request.user, note=note)
+    _bulk_message(request, BULK_DEAD_LETTER_ACTIONS[action], done, errors)
+    return HttpResponseRedirect(reverse("web:dead_letters"), status=303)
+
+
 @login_required
 @require_GET
 def failures(request: HttpRequest) -> HttpResponse:
-    """Failed attempts, filtered by category, reason, DAG and time, with counts."""
+    """Failed attempts over a window, counted by category, reason, DAG, task, host and fingerprint."""
     context = {
+        "windows": list(failure_pages.WINDOWS),
         "categories": [c.value for c in Category],
         "reasons": [r.value for r in Reason],
         "params": request.GET,
     }
     try:
-        failure_filter = parse_failure_filter(request.GET)
+        flt = failure_pages.parse(request.GET)
     except BadRequest as exc:
         context["filter_error"] = str(exc)
         return TemplateResponse(request, "web/failures.html", context, status=400)
-    rows = failed_attempts(failure_filter)
-    context.update(
-        failure_filter=failure_filter,
-        total=rows.count(),
-        counts=failure_counts(rows),
-        failures=[presenters.AttemptView.of(a) for a in rows[: failure_filter.limit]],
-    )
+    context.update(failure_pages.page(flt), flt=flt)
     return TemplateResponse(request, "web/failures.html", context)
+
+
+@login_required
+@require_GET
+def workers(request: HttpRequest) -> HttpResponse:
+    """Live workers with what they run, and queues with their depth; unattended queues flagged."""
+    rows = worker_pages.workers()
+    context = {"workers": rows, "queues": worker_pages.queues(rows)}
+    return TemplateResponse(request, "web/workers.html", context)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page says: send them to the static icon."""
+    return HttpResponseRedirect(static("favicon.svg"), status=301)
 
 
 @login_required

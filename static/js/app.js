@@ -1,13 +1,14 @@
-// Small helpers for the run page's 2-second refresh (htmx polling of #run-body).
+// Small helpers for the pages' 2-second refreshes (htmx polling of #run-body, #task-body).
 (function () {
   "use strict";
 
-  // Do not replace the page under an operator who is typing a note or holding a form.
-  window.orchestratorMayRefresh = function () {
-    var body = document.getElementById("run-body");
+  // Do not replace a part of the page under an operator who is typing a note or has an action open.
+  window.orchestratorMayRefresh = function (id) {
+    var body = document.getElementById(id || "run-body");
     if (!body) return true;
     var active = document.activeElement;
     if (active && body.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) return false;
+    if (body.querySelector("details.confirm[open]")) return false;
     var notes = body.querySelectorAll("input[name=note]");
     for (var i = 0; i < notes.length; i++) {
       if (notes[i].value) return false;
@@ -18,7 +19,7 @@
   // Keep expanded <details> (attempts, logs) open across refreshes.
   var open = [];
   document.addEventListener("htmx:beforeSwap", function () {
-    open = Array.prototype.map.call(document.querySelectorAll("#run-body details[open][id]"), function (d) {
+    open = Array.prototype.map.call(document.querySelectorAll("details[open][id]:not(.confirm)"), function (d) {
       return d.id;
     });
   });

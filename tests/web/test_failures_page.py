@@ -1,10 +1,13 @@
-"""The failures page: filters and counts by category and reason."""
+"""The failures page: a window, counts every way, a chart, the error on each row, filters."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
+from orchestrator.models import TaskAttempt, TaskInstance
 from retries.states import Reason
 from tests.api.factories import chain_dag, fail, make_run
 
@@ -14,41 +17,79 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def failures():
     run = make_run(chain_dag("etl", retries=5))
-    fail(run, "extract")
-    fail(run, "extract")
+    fail(run, "extract", message="bad row 7")
+    fail(run, "extract", message="bad row 7")
     fail(run, "extract", Reason.WORKER_LOST, fingerprint=None)
     other = make_run(chain_dag("ops", retries=5))
     fail(other, "extract", Reason.EXECUTION_TIMEOUT, fingerprint=None)
 
 
 def count_cell(html: str, name: str) -> int:
-    match = re.search(rf">{name}(?:</span>)?</td><td class=\"num\">(\d+)</td>", html)
+    match = re.search(rf">{name}(?:</span>)?</a></td><td class=\"num\">(\d+)</td>", html)
     assert match, f"no count for {name}"
     return int(match.group(1))
 
 
-def test_it_counts_failures_by_category_and_reason(bob_client, failures):
-    """Counts by category and by reason, and one row per failed attempt."""
+def test_it_counts_failures_every_way(bob_client, failures):
+    """Counts by category, reason, DAG, task, host and fingerprint; one row per failed attempt."""
     html = bob_client.get("/failures/").content.decode()
     assert count_cell(html, "application") == 2
     assert count_cell(html, "infrastructure") == 1
     assert count_cell(html, "task_exception") == 2
     assert count_cell(html, "execution_timeout") == 1
+    assert count_cell(html, "etl") == 3 and count_cell(html, "ops") == 1
+    assert count_cell(html, "4a7c1d9e02bb") == 2
+    assert "By worker host" in html and "By task" in html
     assert "(4 of 4, newest first)" in html
+    assert "ValueError: bad row 7" in html  # the error on the row
+    assert '<svg class="chart"' in html
+    assert 'href="/dags/etl/runs/' in html and "/tasks/extract" in html
 
 
-def test_it_filters_by_category_reason_and_dag(bob_client, failures):
-    """The filters narrow both the rows and the counts, and stay selected in the form."""
+def test_it_filters_and_keeps_the_filter_selected(bob_client, failures):
     html = bob_client.get("/failures/?category=application&dag_id=etl").content.decode()
     assert "(2 of 2, newest first)" in html
     assert '<option value="application" selected>' in html
-    assert "execution_timeout</td>" not in html
     assert "(1 of 1" in bob_client.get("/failures/?reason=worker_lost").content.decode()
     assert "(1 of 1" in bob_client.get("/failures/?dag_id=ops").content.decode()
+    assert "(2 of 2" in bob_client.get("/failures/?fingerprint=4a7c1d9e02bb").content.decode()
+    assert "(4 of 4" in bob_client.get("/failures/?host=test-host").content.decode()
 
 
-def test_it_explains_a_bad_filter(bob_client):
-    """A bad filter value is a 400 page naming it (escaped)."""
-    response = bob_client.get("/failures/?since=<b>soon</b>")
+def test_the_window_leaves_older_failures_out(bob_client, failures):
+    TaskAttempt.objects.filter(context__reason="execution_timeout").update(end_date=timezone.now() - timedelta(days=2))
+    assert "(3 of 3" in bob_client.get("/failures/?window=24h").content.decode()
+    assert "(4 of 4" in bob_client.get("/failures/?window=7d").content.decode()
+
+
+def test_reason_poisoned_finds_dead_lettered_tasks(bob_client):
+    """The attempt keeps task_exception; the dead-lettered task reads poisoned: either matches."""
+    run = make_run(chain_dag("etl", retries=9, poison_threshold=2))
+    fail(run, "extract")
+    TaskInstance.objects.filter(task_id="extract").update(next_retry_at=timezone.now() - timedelta(seconds=1))
+    assert fail(run, "extract").state == "dead_letter"
+    html = bob_client.get("/failures/?reason=poisoned").content.decode()
+    assert "(2 of 2" in html
+    assert ">poisoned</span>" in html
+
+
+@pytest.mark.parametrize("query", ["window=2y", "reason=nope", "category=%00"])
+def test_it_explains_a_bad_filter(bob_client, query):
+    response = bob_client.get(f"/failures/?{query}")
     assert response.status_code == 400
-    assert "invalid since &#x27;&lt;b&gt;soon&lt;/b&gt;&#x27;" in response.content.decode()
+    assert 'class="error"' in response.content.decode()
+
+
+def test_it_escapes_error_text(bob_client):
+    run = make_run(chain_dag("etl", retries=0))
+    fail(run, "extract", message="<script>alert(1)</script>")
+    html = bob_client.get("/failures/").content.decode()
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_its_query_count_does_not_grow_with_history(bob_client, django_assert_max_num_queries):
+    run = make_run(chain_dag("etl", retries=30))
+    for _ in range(12):
+        fail(run, "extract")
+    with django_assert_max_num_queries(14):
+        assert bob_client.get("/failures/").status_code == 200

@@ -15,7 +15,7 @@ from typing import Callable
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db.models import Count
 
-from orchestrator.engine.runs import create_manual_run
+from orchestrator import actions
 from orchestrator.engine.waiting import wait_outcome
 from orchestrator.exceptions import ActionError
 from orchestrator.models import Dag, DagRun
@@ -41,7 +41,7 @@ class Command(BaseCommand):
         if dag is None:
             raise CommandError(f"unknown DAG '{dag_id}'")
         try:
-            run = create_manual_run(dag, conf=conf_value, triggered_by="cli")
+            run = actions.trigger(dag, None, conf=conf_value, triggered_by="cli")  # audited like the API and pages
         except ActionError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(run.run_id)

@@ -1,0 +1,1 @@
+"""What the operator console shows: one module per page's data, no HTTP and no templates."""

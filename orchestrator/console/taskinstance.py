@@ -1,0 +1,234 @@
+"""The task instance page: every physical attempt to scale, why each failed, its output, and
+what each operator action would do, spelled out before anyone confirms it.
+
+Queries: the attempts (output cut to its head and tail in the database), the run's task
+instances (for the downstream tasks an action touches) and one count of the task instances
+that failed with the same fingerprint; none grows with the history.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models.functions import Left, Length, Right
+from django.urls import reverse
+from django.utils import timezone
+
+from orchestrator import actions
+from orchestrator.console.grid import waiting_text
+from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows, duration, excerpt, seconds_between
+from orchestrator.engine.taskconfig import args_for
+from orchestrator.models import TaskAttempt, TaskInstance
+from retries.policy import cleared_max_tries
+from retries.states import (
+    ACTIVE_TASK_STATES,
+    CLEAR_FROM,
+    MARK_FAILED_FROM,
+    MARK_SUCCESS_FROM,
+    AttemptKind,
+    Category,
+    TaskState,
+)
+
+# Bytes of each stream read from the database for the excerpt; the whole text is one link away.
+OUTPUT_WINDOW = 16_000
+STREAMS = ("stdout", "stderr")
+
+
+@dataclass(frozen=True)
+class Output:
+    stream: str
+    excerpt: Excerpt
+    size: int
+    url: str
+    cut_in_database: bool  # the stored text is longer than the two windows read
+
+
+@dataclass
+class AttemptView:
+    attempt: TaskAttempt
+    number: int  # 1-based position among the physical attempts
+    category: str
+    reason: str
+    source: str
+    duration: str
+    offset_percent: float
+    width_percent: float
+    context: list[Row]
+    traceback: str
+    outputs: list[Output] = field(default_factory=list)
+
+    @property
+    def kind_label(self) -> str:
+        return "platform retry" if self.attempt.kind == AttemptKind.PLATFORM else "user try"
+
+
+@dataclass(frozen=True)
+class ActionChoice:
+    name: str
+    label: str
+    url: str
+    explanation: str
+    danger: bool = False
+    downstream_option: bool = False
+
+
+def task_url(dag_id: str, run_id: str, task_id: str) -> str:
+    return reverse("web:task_detail", args=[dag_id, run_id, task_id])
+
+
+def attempt_views(ti: TaskInstance, base_url: str, now: datetime) -> list[AttemptView]:
+    windows = {}
+    for stream in STREAMS:
+        windows[f"{stream}_head"] = Left(stream, OUTPUT_WINDOW)
+        windows[f"{stream}_tail"] = Right(stream, OUTPUT_WINDOW)
+        windows[f"{stream}_size"] = Length(stream)
+    attempts = list(ti.attempts.defer(*STREAMS).annotate(**windows).order_by("attempt_token"))
+    starts = [a.start_date or a.queued_at for a in attempts]
+    ends = [a.end_date or (now if a.state in ("queued", "running") else (a.start_date or a.queued_at)) for a in attempts]
+    first = min(starts, default=now)
+    span = max((seconds_between(first, max(ends, default=now)) or 0.0), 0.001)
+    views = []
+    for number, (attempt, start, end) in enumerate(zip(attempts, starts, ends), start=1):
+        context = attempt.context or {}
+        metadata = context.get("metadata") or {}
+        traceback = str(metadata.get("traceback") or "")
+        outputs = _outputs(attempt, f"{base_url}/attempts/{attempt.attempt_token}")
+        # The traceback is shown once: in stderr when the task printed it there, else here.
+        if traceback and any(traceback.strip()[-200:] in (o.excerpt.head + o.excerpt.tail) for o in outputs):
+            traceback = ""
+        secs = seconds_between(attempt.start_date, attempt.end_date or (now if attempt.state == "running" else None))
+        views.append(
+            AttemptView(
+                attempt=attempt,
+                number=number,
+                category=context.get("category", ""),
+                reason=context.get("reason", ""),
+                source=context.get("source", ""),
+                duration=duration(secs) if secs is not None else ("did not start" if attempt.state == "failed" else ""),
+                offset_percent=round(100 * (seconds_between(first, start) or 0.0) / span, 2),
+                width_percent=max(0.6, round(100 * (seconds_between(start, end) or 0.0) / span, 2)),
+                context=context_rows(context, skip=frozenset({"traceback"})),
+                traceback=traceback,
+                outputs=outputs,
+            )
+        )
+    return views
+
+
+def _outputs(attempt: TaskAttempt, base: str) -> list[Output]:
+    out = []
+    for stream in STREAMS:
+        size = getattr(attempt, f"{stream}_size") or 0
+        if not size:
+            continue
+        head, tail = getattr(attempt, f"{stream}_head"), getattr(attempt, f"{stream}_tail")
+        cut = size > 2 * OUTPUT_WINDOW
+        if size <= OUTPUT_WINDOW:
+            text = head
+        elif not cut:  # the two windows overlap: join them without repeating the overlap
+            text = head + tail[2 * OUTPUT_WINDOW - size :]
+        else:
+            text = head + "\n" + tail
+        out.append(Output(stream, excerpt(text), size, f"{base}/{stream}.txt", cut))
+    return out
+
+
+def choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url: str, has_user_failure: bool) -> list[ActionChoice]:
+    """The actions `user` may take on `ti` now, each with what it will do."""
+    if not user.has_perm(actions.ACT_PERMISSION):
+        return []
+    out = []
+    state = ti.state
+    downstream = actions.downstream_of(ti)
+    waiting_downstream = [d.task_id for d in downstream if d.state == TaskState.UPSTREAM_FAILED]
+    if state in CLEAR_FROM:
+        retries = int(args_for(ti)["retries"])
+        more = cleared_max_tries(ti.try_number, retries) - ti.try_number
+        text = f"The task runs again with {more} more tr{'y' if more == 1 else 'ies'} (up to attempt {ti.try_number + more})"
+        if waiting_downstream:
+            text += f"; {', '.join(waiting_downstream)} (upstream_failed) will run after it"
+        text += ". With downstream, every finished downstream task runs again too."
+        out.append(ActionChoice("clear", "Clear", f"{base_url}/clear", text, downstream_option=bool(downstream)))
+    if state in MARK_SUCCESS_FROM:
+        text = "The task is recorded as succeeded without running"
+        text += f"; {', '.join(waiting_downstream)} will run." if waiting_downstream else "; its downstream tasks may start."
+        out.append(ActionChoice("mark_success", "Mark success", f"{base_url}/mark_success", text))
+    if state in MARK_FAILED_FROM or state in ACTIVE_TASK_STATES:
+        if state in ACTIVE_TASK_STATES:
+            where = f" on {ti.worker_name}" if ti.worker_name else ""
+            text = f"Stops the {state} task{where}: its process group gets SIGTERM, then SIGKILL after the kill grace; it is not retried."
+        else:
+            text = "The task is recorded as failed and not retried."
+        pending = [d.task_id for d in downstream if d.state in (TaskState.NONE, TaskState.SCHEDULED)]
+        if pending:
+            text += f" Downstream tasks waiting on it ({', '.join(pending)}) may become upstream_failed."
+        out.append(ActionChoice("mark_failed", "Mark failed", f"{base_url}/mark_failed", text, danger=True))
+    if state not in ACTIVE_TASK_STATES and has_user_failure:
+        used, limit = ti.infrastructure_try_number, ti.infrastructure_retry_limit
+        text = (
+            "Its last user-charged failure is charged to the platform instead: that try is given back and "
+            f"repeats (attempt {ti.try_number} of {ti.max_tries} again), using platform retry {used + 1} of {limit}."
+        )
+        if state in (TaskState.FAILED, TaskState.DEAD_LETTER):
+            text += " The task is scheduled again."
+        out.append(ActionChoice("reclassify", "Reclassify as platform failure", f"{base_url}/reclassify", text))
+    return out
+
+
+def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "") -> dict[str, Any]:
+    now = timezone.now()
+    run, dag = ti.dag_run, ti.dag_run.dag
+    base_url = task_url(dag.dag_id, run.run_id, ti.task_id).rstrip("/")
+    attempts = attempt_views(ti, base_url, now)
+    has_user_failure = any(a.attempt.kind == AttemptKind.USER and a.attempt.state == "failed" for a in attempts)
+    last = ti.last_failure_context or {}
+    return {
+        "dag": dag,
+        "run": run,
+        "ti": ti,
+        "finished": ti.state not in ACTIVE_TASK_STATES and ti.state not in (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY),
+        "attempt_label": attempt_label(ti.try_number, ti.max_tries),
+        "waiting": waiting_text(getattr(ti, "waiting_for", None)),
+        "attempts": attempts,
+        "last_failure": context_rows(last, skip=frozenset({"traceback"})),
+        # After a success (or an operator's action) the last failure is history, not the state.
+        "last_failure_is_history": bool(last) and (ti.state == TaskState.SUCCESS or last.get("category") == Category.USER_ACTION),
+        "choices": choices(ti, user, base_url, has_user_failure),
+        "fingerprint_url": reverse("web:fingerprint", args=[ti.failure_fingerprint]) if ti.failure_fingerprint else "",
+        "action_error": action_error,
+        "duration": duration(seconds_between(ti.start_date, ti.end_date or (now if ti.state == "running" else None))),
+    }
+
+
+def same_failure(fingerprint: str, limit: int = 200) -> tuple[list[dict[str, Any]], int]:
+    """Every task instance with an attempt that failed with `fingerprint`, newest first (capped)."""
+    rows = (
+        TaskAttempt.objects.filter(fingerprint=fingerprint, state=TaskAttempt.State.FAILED)
+        .values("task_instance_id", "task_instance__dag_run__dag__dag_id", "task_instance__dag_run__run_id", "task_instance__task_id", "task_instance__state")
+        .order_by("task_instance_id")
+        .distinct()
+    )
+    found = list(rows.order_by("-task_instance_id")[: limit + 1])
+    out = [
+        {
+            "dag_id": r["task_instance__dag_run__dag__dag_id"],
+            "run_id": r["task_instance__dag_run__run_id"],
+            "task_id": r["task_instance__task_id"],
+            "state": r["task_instance__state"],
+            "url": task_url(r["task_instance__dag_run__dag__dag_id"], r["task_instance__dag_run__run_id"], r["task_instance__task_id"]),
+        }
+        for r in found[:limit]
+    ]
+    return out, len(found)
+
+
+def output_text(ti: TaskInstance, attempt_token: int, stream: str) -> str | None:
+    """The whole stored text of one attempt's stream (None: no such attempt)."""
+    if stream not in STREAMS:
+        return None
+    row = TaskAttempt.objects.filter(task_instance=ti, attempt_token=attempt_token).values_list(stream, flat=True).first()
+    return row
+
