@@ -10,7 +10,7 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
 from deadlines.models import DeadlineDefinition
-from orchestrator.actions import set_paused
+from orchestrator.actions import record_edit, set_paused
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.exceptions import ActionError
 from orchestrator.models import (
@@ -118,12 +118,14 @@ class DagAdmin(admin.ModelAdmin):
         if change and SCHEDULE_FIELDS & set(form.changed_data):
             obj.next_run_logical_date = None  # the scheduler recomputes it
         super().save_model(request, obj, form, change)
+        record_edit(request.user, obj.dag_id, "admin_change_dag" if change else "admin_add_dag", {"fields": list(form.changed_data)})
 
     def save_formset(self, request: HttpRequest, form: DagForm, formset: BaseInlineFormSet, change: bool) -> None:
         if formset.model is DeadlineDefinition:
             save_in_order(formset, task_id=None)
         else:
             save_in_order(formset)
+            _audit_task_rows(request, form.instance.dag_id, formset)
 
     def save_related(self, request: HttpRequest, form: DagForm, formsets: list, change: bool) -> None:
         super().save_related(request, form, formsets, change)
@@ -196,6 +198,21 @@ class TaskAdmin(admin.ModelAdmin):
         self, request: HttpRequest, form: StandaloneTaskForm, formset: BaseInlineFormSet, change: bool
     ) -> None:
         save_in_order(formset, dag_id=form.instance.dag_id)
+
+    def save_model(self, request: HttpRequest, obj: Task, form: StandaloneTaskForm, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        details = {"task_id": obj.task_id, "fields": list(form.changed_data)}
+        record_edit(request.user, obj.dag.dag_id, "admin_change_task" if change else "admin_add_task", details)
+
+
+def _audit_task_rows(request: HttpRequest, dag_id: str, formset: BaseInlineFormSet) -> None:
+    """One audit entry for the task rows a DAG's admin page added, changed or deleted."""
+    # save_in_order's formset.save(commit=False) filled these lists.
+    added = [obj.task_id for obj in formset.new_objects]
+    changed = [obj.task_id for obj, _fields in formset.changed_objects]
+    deleted = [obj.task_id for obj in formset.deleted_objects]
+    if added or changed or deleted:
+        record_edit(request.user, dag_id, "admin_change_tasks", {"added": added, "changed": changed, "deleted": deleted})
 
 
 # --- browsing only -------------------------------------------------------------------------

@@ -14,6 +14,8 @@ def healthz(request):
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    # RQ's own views (jobs, registries); django-rq requires a staff user on each of them.
+    path("django-rq/", include("django_rq.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("deadlines.urls")),

@@ -2,7 +2,7 @@
 from django.urls import path
 
 from orchestrator.actions import TASK_ACTIONS
-from orchestrator.api import views
+from orchestrator.api import console, views
 
 app_name = "api"
 
@@ -20,4 +20,6 @@ urlpatterns = [
         for action in TASK_ACTIONS
     ],
     path("failures", views.failures, name="failures"),
+    path("dead_letters", console.dead_letters, name="dead_letters"),
+    path("workers", console.workers, name="workers"),
 ]
