@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from deadlines import lifecycle
@@ -105,6 +106,21 @@ def heartbeat(task_instance_id: int, token: int) -> bool:
         token=token,
         heartbeat_at=Now(),
     )
+
+
+def heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """One heartbeat for all of a worker's attempts: one fenced statement while every one is
+    current; returns the (task_instance_id, token) pairs that were refused (superseded)."""
+    if not attempts:
+        return set()
+    current = Q()
+    for task_instance_id, token in attempts:
+        current |= Q(pk=task_instance_id, attempt_token=token)
+    rows = TaskInstance.objects.filter(current, state__in=[str(s) for s in HEARTBEAT_FROM])
+    if rows.update(heartbeat_at=Now()) == len(attempts):
+        return set()
+    still = set(rows.values_list("pk", "attempt_token"))
+    return {attempt for attempt in attempts if attempt not in still}
 
 
 def report_success(

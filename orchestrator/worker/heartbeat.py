@@ -1,16 +1,21 @@
-"""The attempt's heartbeat, on a thread of its own so a slow database never stalls the
-supervisor's loop (its timeouts, its shutdown grace, its kills).
+"""One heartbeat for all the attempts of a worker, on a thread of its own, so a slow database
+never stalls a supervisor's loop (its timeouts, its shutdown grace, its kills).
 
-It also keeps the attempt's lease: with the database out of reach the task may go on only
-while the scheduler cannot yet have presumed it lost, which it does HEARTBEAT_TIMEOUT after the
-last heartbeat it recorded (recorded after we sent it). `lease_expired()` turns true a margin
-(one interval) before that, so a copy started elsewhere never runs beside this one.
+Every interval it sends one fenced statement for every attempt the worker holds
+(`reporting.heartbeat_many`); an attempt whose row no longer matches (a newer dispatch, an
+operator's mark) is refused, and its supervisor kills its task at once.
+
+It also keeps each attempt's lease: with the database out of reach a task may go on only while
+the scheduler cannot yet have presumed it lost, which it does HEARTBEAT_TIMEOUT after the last
+heartbeat it recorded (recorded after we sent it). `expired()` turns true a margin (one
+interval) before that, so a copy started elsewhere never runs beside this one.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 from django.db import InterfaceError, OperationalError, connection
@@ -20,65 +25,75 @@ from orchestrator.engine import reporting
 log = logging.getLogger(__name__)
 
 
-class Heartbeat:
-    def __init__(
-        self,
-        task_instance_id: int,
-        token: int,
-        *,
-        interval: float,
-        timeout: float,
-        on_beat: Callable[[], None] | None = None,
-    ) -> None:
-        self.task_instance_id = task_instance_id
-        self.token = token
+@dataclass(eq=False)
+class AttemptLease:
+    task_instance_id: int
+    token: int
+    timeout: float
+    margin: float
+    lease_from: float = field(default_factory=time.monotonic)  # the claim just recorded a heartbeat
+    refused: bool = False  # the attempt is no longer current
+
+    def expired(self, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        return now - self.lease_from >= self.timeout - self.margin
+
+
+class Heartbeats:
+    def __init__(self, *, interval: float, timeout: float, on_beat: Callable[[], None] | None = None) -> None:
         self.interval = interval
         self.timeout = timeout
-        self.on_beat = on_beat
-        self.lease_from = time.monotonic()  # when the last heartbeat that got through was sent
-        self.refused = False  # the attempt is no longer current
+        self.on_beat = on_beat  # RQ's own records of the running jobs
+        self._leases: set[AttemptLease] = set()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def beat(self) -> bool:
-        """One heartbeat, in the calling thread; False once the attempt is no longer current."""
-        sent = time.monotonic()
-        try:
-            current = reporting.heartbeat(self.task_instance_id, self.token)
-        except (OperationalError, InterfaceError):
-            log.warning("heartbeat of task instance %s attempt %s failed; will retry", self.task_instance_id, self.token, exc_info=True)
-            connection.close()
-            return not self.refused
-        if current:
-            self.lease_from = sent
-        else:
-            self.refused = True
+    def watch(self, task_instance_id: int, token: int) -> AttemptLease:
+        lease = AttemptLease(task_instance_id, token, self.timeout, min(self.interval, self.timeout / 2))
+        with self._lock:
+            self._leases.add(lease)
+        return lease
+
+    def forget(self, lease: AttemptLease) -> None:
+        with self._lock:
+            self._leases.discard(lease)
+
+    def beat(self) -> None:
+        """One heartbeat for every attempt held now."""
+        with self._lock:
+            leases = list(self._leases)
+        if leases:
+            sent = time.monotonic()
+            try:
+                refused = reporting.heartbeat_many([(lease.task_instance_id, lease.token) for lease in leases])
+            except (OperationalError, InterfaceError):
+                log.warning("heartbeat of %d attempts failed; will retry", len(leases), exc_info=True)
+                connection.close()
+            else:
+                for lease in leases:
+                    if (lease.task_instance_id, lease.token) in refused:
+                        lease.refused = True
+                    else:
+                        lease.lease_from = sent
         if self.on_beat is not None:
             try:
                 self.on_beat()
             except Exception:
                 log.warning("queue heartbeat failed", exc_info=True)
-        return current
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.task_instance_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            # A heartbeat stuck on an unreachable database must not hold up the report.
             self._thread.join(timeout=self.interval + 1)
-
-    def lease_expired(self, now: float | None = None) -> bool:
-        now = time.monotonic() if now is None else now
-        margin = min(self.interval, self.timeout / 2)
-        return now - self.lease_from >= self.timeout - margin
 
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.interval):
-                if not self.beat():
-                    return
+                self.beat()
         finally:
             connection.close()  # this thread's own connection

@@ -12,7 +12,7 @@ import time
 from typing import Callable, TypeVar
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
@@ -20,18 +20,14 @@ from orchestrator.engine.taskconfig import args_for
 from orchestrator.models import TaskInstance
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
-from orchestrator.worker.rqworker import (
-    current_worker_name,
-    default_worker_name,
-    rq_heartbeat,
-)
+from orchestrator.worker.rqworker import WorkerRuntime, default_worker_name, runtime
 from orchestrator.worker.shutdown import SHUTDOWN
 from orchestrator.worker.supervisor import Limits, Plan, Supervised, Supervisor
 from retries.states import Reason
 
 log = logging.getLogger(__name__)
 
-# Reporting waits out a database blip this many times (about half a minute in all).
+# Reporting waits out a database blip this many times (about 15 seconds in all).
 REPORT_ATTEMPTS = 6
 
 T = TypeVar("T")
@@ -39,8 +35,11 @@ T = TypeVar("T")
 
 def run_task_instance(task_instance_id: int, token: int) -> str:
     """Run one attempt of a task instance; returns what happened, for RQ's job result."""
+    shared = runtime()
+    if shared is None:
+        raise RuntimeError("run_task_instance runs only in a worker started by run_worker")
     worker = worker_info()
-    ti = reporting.claim(task_instance_id, token, worker)
+    ti = _with_db_retries(lambda: shared.db.call(reporting.claim, task_instance_id, token, worker))
     if ti is None:
         log.info("dropping job for task instance %s attempt %s: the attempt is no longer current", task_instance_id, token)
         return "stale"
@@ -48,20 +47,29 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     if SHUTDOWN.requested:
         # Stopping: start nothing new; another worker takes it on the platform budget.
         outcome = Outcome(handshake=False, stop=Stop(Reason.WORKER_TERMINATION, shutdown_signal=SHUTDOWN.signal), metadata=_metadata(worker))
-        return _report(ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
+        return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
     if ti.definition is None:
         outcome = Outcome(started=False, start_error="the task was removed from its DAG", metadata=_metadata(worker))
-        return _report(ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
-    plan = plan_for(ti)
-    supervised = Supervisor(plan, worker, limits(), on_heartbeat=rq_heartbeat).run()
+        return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
+    supervisor = Supervisor(
+        plan_for(ti),
+        worker,
+        limits(),
+        launcher=shared.launcher,
+        heartbeats=shared.heartbeats,
+        db=shared.db.call,
+        passthrough=tuple(settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH),
+    )
+    supervised = supervisor.run()
     if supervised.superseded:
         log.warning("task instance %s attempt %s was superseded; nothing reported", ti.pk, token)
         return "superseded"
-    return _report(ti.pk, token, classify(supervised.outcome), supervised)
+    return _report(shared, ti.pk, token, classify(supervised.outcome), supervised)
 
 
 def worker_info() -> WorkerInfo:
-    return WorkerInfo(hostname=socket.gethostname(), worker_name=current_worker_name() or default_worker_name(), pid=os.getpid())
+    shared = runtime()
+    return WorkerInfo(hostname=socket.gethostname(), worker_name=shared.name if shared else default_worker_name(), pid=os.getpid())
 
 
 def limits() -> Limits:
@@ -110,14 +118,15 @@ def plan_for(ti: TaskInstance) -> Plan:
     )
 
 
-def _report(task_instance_id: int, token: int, verdict: Verdict, supervised: Supervised) -> str:
+def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: Verdict, supervised: Supervised) -> str:
     output = dict(stdout=supervised.stdout, stderr=supervised.stderr, output_truncated=supervised.output_truncated)
     if verdict.success:
-        won = _with_db_retries(lambda: reporting.report_success(task_instance_id, token, result=verdict.result, **output))
+        won = _with_db_retries(lambda: shared.db.call(reporting.report_success, task_instance_id, token, result=verdict.result, **output))
         return "success" if won else "stale"
     assert verdict.context is not None
     decision = _with_db_retries(
-        lambda: reporting.report_failure(
+        lambda: shared.db.call(
+            reporting.report_failure,
             task_instance_id,
             token,
             verdict.context,
@@ -147,7 +156,6 @@ def _with_db_retries(report: Callable[[], T]) -> T:
             if attempt == REPORT_ATTEMPTS - 1:
                 raise
             log.warning("could not report; retrying in %.1fs", delay, exc_info=True)
-            connection.close()
             time.sleep(delay)
             delay = min(delay * 2, 8.0)
     raise AssertionError("unreachable")

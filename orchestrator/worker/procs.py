@@ -1,25 +1,14 @@
-"""Process-group plumbing for the supervisor: signal a group, see who is left, reap them."""
+"""Process-group plumbing for the supervisor: signal a group, see who is left, reap them.
+
+The watchdog that kills every task group when the worker dies is the fork server (forkserver.py).
+"""
 from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
 import sys
 
 PR_SET_CHILD_SUBREAPER = 36
-
-# Kills the task's process group when the supervisor dies, whatever kills it: the kernel closes
-# the supervisor's end of the pipe, `read` sees end-of-file. A normal end writes "done" first.
-_WATCHDOG = (
-    "import os, signal, sys\n"
-    "line = sys.stdin.readline()\n"
-    "if line.strip() != 'done':\n"
-    "    try:\n"
-    "        os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
-    "    except OSError:\n"
-    "        pass\n"
-)
-
 
 def become_subreaper() -> bool:
     """Orphaned descendants (a task's bash children) become our children, so we can reap them."""
@@ -77,35 +66,6 @@ def has_exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
-
-
-def start_watchdog(pgid: int) -> subprocess.Popen | None:
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(pgid)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # outside the worker's group: a kill of the worker's group must not take it
-        )
-    except OSError:
-        return None
-
-
-def stop_watchdog(watchdog: subprocess.Popen | None) -> None:
-    if watchdog is None:
-        return
-    try:
-        assert watchdog.stdin is not None
-        watchdog.stdin.write(b"done\n")
-        watchdog.stdin.close()
-    except OSError:
-        pass
-    try:
-        watchdog.wait(timeout=2)
-    except subprocess.TimeoutExpired:
-        watchdog.kill()
-        watchdog.wait()
 
 
 def pidfd(pid: int) -> int | None:

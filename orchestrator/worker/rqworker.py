@@ -1,11 +1,19 @@
-"""The RQ worker class behind `run_worker`.
+"""The RQ worker behind `run_worker`: one process, N slots.
 
-It runs each job in its own process (like RQ's SimpleWorker): the job is a supervisor that
-starts the task process itself, so RQ's own work-horse fork would only be an extra layer.
-It replaces RQ's signal handling: RQ's warm shutdown waits for the job forever and its cold
-shutdown kills it without a word. Here SIGTERM or SIGINT stops taking jobs and lets the running
-task go on for ORCHESTRATOR_WORKER_SHUTDOWN_GRACE seconds, after which the supervisor stops it
-and reports `infrastructure/worker_termination`; a second signal ends the grace at once.
+The main thread is RQ's own loop; it takes a job only when a slot is free, so queued work stays
+in Redis for other workers. Each job runs in a slot (a thread) that claims the attempt and
+supervises its task process; task processes come from the worker's fork server (`launcher.py`),
+which is also its watchdog. One heartbeat thread beats for every attempt at once, and every
+database call of the slots goes through a pool of two connections (`DatabasePool`), so the
+number of connections does not grow with the concurrency. RQ's registries (started, finished,
+failed), `rq info` and django-rq keep telling the truth with N jobs in flight: each job has its
+own RQ execution.
+
+It replaces RQ's signal handling: RQ's warm shutdown waits for the jobs forever and its cold
+shutdown kills them without a word. Here SIGTERM or SIGINT stops taking jobs and lets the
+running tasks go on for ORCHESTRATOR_WORKER_SHUTDOWN_GRACE seconds, after which each supervisor
+stops its task and reports `infrastructure/worker_termination`; a second signal ends the grace
+at once.
 """
 from __future__ import annotations
 
@@ -13,47 +21,129 @@ import logging
 import os
 import signal
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any, Callable
 
-from django.db import close_old_connections, connections
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from rq.exceptions import StopRequested
+from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
+from rq.timeouts import BaseDeathPenalty
 from rq.worker import SimpleWorker, WorkerStatus
 
 from orchestrator.worker.classify import signal_name
+from orchestrator.worker.heartbeat import Heartbeats
+from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.shutdown import SHUTDOWN
 
 log = logging.getLogger(__name__)
+
+DATABASE_CONNECTIONS = 2  # for the slots; the heartbeat thread has one more of its own
 
 
 def default_worker_name() -> str:
     return f"{socket.gethostname()}.{os.getpid()}"
 
 
-@dataclass
-class _Current:
-    worker: OrchestratorWorker
-    job: Job
+class NoDeathPenalty(BaseDeathPenalty):
+    """The supervisor enforces execution_timeout; RQ's SIGALRM would only work in one thread."""
+
+    def setup_death_penalty(self) -> None:
+        pass
+
+    def cancel_death_penalty(self) -> None:
+        pass
 
 
-_current: _Current | None = None
+class DatabasePool:
+    """Runs database calls on a fixed number of threads, each with its own connection."""
+
+    def __init__(self, size: int) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="db")
+
+    def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._executor.submit(self._run, function, args, kwargs).result()
+
+    @staticmethod
+    def _run(function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except (OperationalError, InterfaceError):
+            connection.close()  # a broken connection is not kept for the next call
+            raise
+
+    def close(self) -> None:
+        self._executor.submit(connection.close)  # best effort; the threads end with the process
+        self._executor.shutdown(wait=True)
 
 
-def current_worker_name() -> str | None:
-    return _current.worker.name if _current is not None else None
+@dataclass(frozen=True)
+class WorkerRuntime:
+    """What every slot of the worker shares."""
+
+    name: str
+    launcher: Launcher
+    heartbeats: Heartbeats
+    db: DatabasePool
 
 
-def rq_heartbeat() -> None:
-    """Keep RQ's own records of the running job alive (its registries, its dashboards)."""
-    if _current is None:
-        return
-    for execution in list(_current.worker.executions.values()):
-        _current.worker.maintain_heartbeats(_current.job, execution)
+_runtime: WorkerRuntime | None = None
+
+
+def runtime() -> WorkerRuntime | None:
+    return _runtime
 
 
 class OrchestratorWorker(SimpleWorker):
+    death_penalty_class = NoDeathPenalty
+
+    def __init__(self, *args: Any, concurrency: int = 1, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.concurrency = max(1, int(concurrency))
+        self._free_slots = threading.Semaphore(self.concurrency)
+        self._slots: set[threading.Thread] = set()
+        self._running: dict[str, tuple[Job, Execution]] = {}
+        self._busy_lock = threading.Lock()
+        self._dequeuing = False
+
+    # --- start and stop ---------------------------------------------------------------------------
+
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        global _runtime
+        launcher = Launcher()
+        launcher.start()  # warm before the first job: imports happen once, here
+        heartbeats = Heartbeats(
+            interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
+            timeout=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT),
+            on_beat=self._rq_heartbeats,
+        )
+        _runtime = WorkerRuntime(self.name, launcher, heartbeats, DatabasePool(DATABASE_CONNECTIONS))
+        heartbeats.start()
+        try:
+            return super().work(*args, **kwargs)
+        finally:
+            runtime_, _runtime = _runtime, None
+            heartbeats.stop()
+            launcher.close()
+            runtime_.db.close()
+
+    def register_birth(self) -> None:
+        super().register_birth()
+        # The operator pages and the API show how many attempts this worker runs at once.
+        self.connection.hset(self.key, "concurrency", self.concurrency)
+
+    def teardown(self) -> None:
+        # Stopping: every slot finishes its attempt (within the shutdown grace) before we go.
+        for thread in list(self._slots):
+            thread.join()
+        super().teardown()
+        connections.close_all()
+
     def _install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._request_shutdown)
         signal.signal(signal.SIGINT, self._request_shutdown)
@@ -63,26 +153,66 @@ class OrchestratorWorker(SimpleWorker):
         again = SHUTDOWN.requested
         SHUTDOWN.request(name)
         self._stop_requested = True
-        if self.get_state() != WorkerStatus.BUSY:
-            raise StopRequested()
         if again:
-            log.warning("worker %s: %s again; stopping the running task now", self.name, name)
+            log.warning("worker %s: %s again; stopping the running tasks now", self.name, name)
         else:
-            log.warning(
-                "worker %s: %s; taking no new job, the running task may go on for its shutdown grace", self.name, name
-            )
+            log.warning("worker %s: %s; taking no new job, running tasks may go on for the shutdown grace", self.name, name)
+        if self._dequeuing or not self._slots:
+            raise StopRequested()  # leave the blocking wait for a job or a slot at once
+
+    # --- taking jobs ------------------------------------------------------------------------------
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None):
+        """Wait for a free slot, then for a job; None (stop) when a stop was requested meanwhile."""
+        self._dequeuing = True
+        try:
+            while not self._free_slots.acquire(timeout=1.0):
+                self.heartbeat()
+            if self._stop_requested:
+                self._free_slots.release()
+                return None
+            result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        except BaseException:
+            self._free_slots.release()
+            raise
+        finally:
+            self._dequeuing = False
+        if result is None:
+            self._free_slots.release()
+        return result
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        global _current
-        # Like django-rq: never carry a connection that may have gone stale across jobs.
-        close_old_connections()
-        _current = _Current(self, job)
-        try:
-            super().execute_job(job, queue)
-        finally:
-            _current = None
-            close_old_connections()
+        """Start the job in a slot and return at once: the main loop goes back for the next."""
+        execution = self.prepare_execution(job)
+        with self._busy_lock:
+            self._running[job.id] = (job, execution)
+        thread = threading.Thread(target=self._run_slot, args=(job, queue, execution), name=f"slot-{job.id}", daemon=True)
+        self._slots.add(thread)
+        thread.start()
 
-    def teardown(self) -> None:
-        super().teardown()
-        connections.close_all()
+    def _run_slot(self, job: Job, queue: Queue, execution: Execution) -> None:
+        try:
+            self.perform_job(job, queue, execution)
+        except Exception:
+            log.exception("worker %s: job %s failed outside its task", self.name, job.id)
+        finally:
+            close_old_connections()
+            connection.close()  # a job that used the database in this thread (a deadline callback)
+            with self._busy_lock:
+                self._running.pop(job.id, None)
+                idle = not self._running
+            if idle:
+                try:
+                    self.set_state(WorkerStatus.IDLE)
+                except Exception:
+                    pass
+            self._slots.discard(threading.current_thread())
+            self._free_slots.release()
+
+    def _rq_heartbeats(self) -> None:
+        """Keep RQ's records of every running job alive (its registries, its dashboards)."""
+        with self._busy_lock:
+            running = list(self._running.values())
+        self.heartbeat()
+        for job, execution in running:
+            self.maintain_heartbeats(job, execution)

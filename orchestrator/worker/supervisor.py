@@ -11,20 +11,20 @@ import logging
 import os
 import selectors
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, stop_context
-from orchestrator.worker.heartbeat import Heartbeat
+from orchestrator.worker.environment import task_environment
+from orchestrator.worker.heartbeat import AttemptLease, Heartbeats
+from orchestrator.worker.launcher import Launcher, TaskHandle
 from orchestrator.worker.oom import oom_kill_count
 from orchestrator.worker.output import BoundedCapture
 from orchestrator.worker.shutdown import SHUTDOWN, ShutdownRequest
@@ -92,31 +92,37 @@ class _Streams:
     open_fds: set[int] = field(default_factory=set)
 
 
+def run_in_this_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return function(*args, **kwargs)
+
+
 class Supervisor:
+    """One attempt in one of the worker's slots (a thread of the worker process)."""
+
     def __init__(
         self,
         plan: Plan,
         worker: WorkerInfo,
         limits: Limits,
         *,
+        launcher: Launcher,
+        heartbeats: Heartbeats,
         shutdown: ShutdownRequest = SHUTDOWN,
-        on_heartbeat: Callable[[], None] | None = None,
+        db: Callable[..., Any] = run_in_this_thread,
+        passthrough: tuple[str, ...] = (),
     ) -> None:
         self.plan = plan
         self.worker = worker
         self.limits = limits
         self.shutdown = shutdown
-        self.heartbeat = Heartbeat(
-            plan.task_instance_id,
-            plan.token,
-            interval=limits.heartbeat_interval,
-            timeout=limits.heartbeat_timeout,
-            on_beat=on_heartbeat,
-        )
-        self.proc: subprocess.Popen | None = None
+        self.launcher = launcher
+        self.heartbeats = heartbeats
+        self.db = db  # database calls go through the worker's small pool of connections
+        self.passthrough = passthrough
+        self.lease: AttemptLease | None = None
+        self.proc: TaskHandle | None = None
         self.pgid = 0
         self.control_fd = -1
-        self.watchdog: subprocess.Popen | None = None
         self.selector = selectors.DefaultSelector()
         self.streams: _Streams | None = None
         self.pid_fd: int | None = None
@@ -133,22 +139,22 @@ class Supervisor:
     def run(self) -> Supervised:
         metadata = {"worker_name": self.worker.worker_name, "hostname": self.worker.hostname}
         oom_before = oom_kill_count()
-        if not self.heartbeat.beat():
-            return Supervised(superseded=True, outcome=Outcome(started=False, metadata=metadata))
+        self.lease = self.heartbeats.watch(self.plan.task_instance_id, self.plan.token)
         try:
-            self._spawn()
-        except OSError as exc:
-            log.error("could not start the task process for %s: %s", self._label(), exc)
-            return Supervised(
-                superseded=False,
-                outcome=Outcome(is_bash=self.plan.is_bash, started=False, start_error=f"{type(exc).__name__}: {exc}", metadata=metadata),
-            )
-        self.heartbeat.start()
-        try:
-            self._supervise()
+            try:
+                self._spawn()
+            except OSError as exc:
+                log.error("could not start the task process for %s: %s", self._label(), exc)
+                return Supervised(
+                    superseded=False,
+                    outcome=Outcome(is_bash=self.plan.is_bash, started=False, start_error=f"{type(exc).__name__}: {exc}", metadata=metadata),
+                )
+            try:
+                self._supervise()
+            finally:
+                self._finish()
         finally:
-            self.heartbeat.stop()
-            self._finish()
+            self.heartbeats.forget(self.lease)
         assert self.proc is not None and self.streams is not None
         metadata["pid"] = self.proc.pid
         stop = None
@@ -181,38 +187,32 @@ class Supervisor:
         )
 
     def _spawn(self) -> None:
+        stdout_read, stdout_write = os.pipe()
+        stderr_read, stderr_write = os.pipe()
         control_read, control_write = os.pipe()
         message_read, message_write = os.pipe()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.setdefault("DJANGO_SETTINGS_MODULE", os.environ.get("DJANGO_SETTINGS_MODULE", "orchestrator.settings"))
+        theirs = [stdout_write, stderr_write, control_read, message_write]
+        ours = [stdout_read, stderr_read, control_write, message_read]
+        env = {**task_environment(os.environ, self.passthrough), "PYTHONUNBUFFERED": "1"}
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.worker.taskprocess", str(control_read), str(message_write), str(os.getpid())],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(control_read, message_write),
-                start_new_session=True,  # its own process group: one signal reaches all it starts
-                env=env,
-            )
+            self.proc = self.launcher.spawn(theirs, env)
         except BaseException:
-            for fd in (control_write, message_read):
+            for fd in ours:
                 os.close(fd)
             raise
         finally:
-            os.close(control_read)
-            os.close(message_write)
+            for fd in theirs:  # the task process has its own copies now
+                os.close(fd)
         self.spawned_at = time.monotonic()
-        self.pgid = self.proc.pid
+        self.pgid = self.proc.pgid
         self.control_fd = control_write
-        self.watchdog = procs.start_watchdog(self.pgid)
-        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.stdout_fd, self.stderr_fd = stdout_read, stderr_read
         self.streams = _Streams(
             stdout=BoundedCapture(self.limits.head_bytes, self.limits.tail_bytes),
             stderr=BoundedCapture(self.limits.head_bytes, self.limits.tail_bytes),
             messages=LineReader(message_read),
         )
-        for fd in (self.proc.stdout.fileno(), self.proc.stderr.fileno(), message_read):
+        for fd in (stdout_read, stderr_read, message_read):
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ)
             self.streams.open_fds.add(fd)
@@ -225,15 +225,16 @@ class Supervisor:
         assert self.proc is not None
         while not self.superseded:
             self._pump(TICK)
-            if self.heartbeat.refused:
+            if self.lease.refused:
                 self.superseded = True
-            elif self.heartbeat.lease_expired():
+            elif self.lease.expired():
                 log.error("%s: no heartbeat got through for too long; killing the task before the scheduler presumes it lost", self._label())
                 self.superseded = True
             if self.superseded:
                 break
             self._enforce(time.monotonic())
-            if procs.has_exited(self.proc.pid):
+            if self.proc.exited():
+                self._bash_outcome()
                 break
         if self.superseded:
             # Another attempt owns the task now: never let two copies run at once.
@@ -241,6 +242,16 @@ class Supervisor:
             procs.signal_group(self.pgid, signal.SIGKILL)
             return
         self._let_stragglers_go()
+
+    def _bash_outcome(self) -> None:
+        """A bash task's process is bash itself: its exit status is its outcome."""
+        if not self.plan.is_bash or self.handshake_at is None or self.final is not None:
+            return
+        code = self.proc.returncode
+        if code is not None and code >= 0:
+            self.final = {"type": "success", "result": None} if code == 0 else {"type": "bash_exit", "exit_code": code}
+            self.final_at = time.monotonic()
+            self.final_before_stop = self.stopping is None
 
     def _let_stragglers_go(self) -> None:
         """The task process ended. Its group's other processes get the rest of the stop's grace
@@ -257,7 +268,7 @@ class Supervisor:
     def _finish(self) -> None:
         """Reap everything, read the last output, release every descriptor."""
         assert self.proc is not None and self.streams is not None
-        if not procs.has_exited(self.proc.pid):
+        if not self.proc.exited():
             procs.signal_group(self.pgid, signal.SIGKILL)
         self.proc.wait()
         deadline = time.monotonic() + DRAIN_SECONDS
@@ -267,17 +278,15 @@ class Supervisor:
         deadline = time.monotonic() + DRAIN_SECONDS
         while not procs.reap_group(self.pgid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        procs.stop_watchdog(self.watchdog)
+        self.proc.release()  # its group was SIGKILLed: the fork server may reap it now
         for fd in list(self.streams.open_fds):
             self._close_stream(fd)
         if self.pid_fd is not None:
             self.selector.unregister(self.pid_fd)
             os.close(self.pid_fd)
         self.selector.close()
-        os.close(self.control_fd)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
+        for fd in (self.control_fd, self.stdout_fd, self.stderr_fd):
+            os.close(fd)
 
     # --- one round of the loop ------------------------------------------------------------------
 
@@ -298,7 +307,7 @@ class Supervisor:
                 if self.streams.messages.eof:
                     self._close_stream(fd)
                 continue
-            capture = self.streams.stdout if fd == self.proc.stdout.fileno() else self.streams.stderr
+            capture = self.streams.stdout if fd == self.stdout_fd else self.streams.stderr
             try:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
@@ -316,7 +325,7 @@ class Supervisor:
             self.streams.open_fds.discard(fd)
             self.selector.unregister(fd)
             if fd == self.streams.messages.fd:
-                os.close(fd)
+                os.close(fd)  # stdout's and stderr's are closed in _finish
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -332,14 +341,13 @@ class Supervisor:
 
     def _handshake(self) -> None:
         assert self.proc is not None
-        if self.handshake_at is not None or self.stopping is not None or procs.has_exited(self.proc.pid):
+        if self.handshake_at is not None or self.stopping is not None or self.proc.exited():
             return  # a handshake read after the process died must not mark it running
         try:
-            won = reporting.mark_running(self.plan.task_instance_id, self.plan.token, pid=self.proc.pid)
+            won = self.db(reporting.mark_running, self.plan.task_instance_id, self.plan.token, pid=self.proc.pid)
         except (OperationalError, InterfaceError):
             # It never ran as far as the database knows; stop it before user code starts.
             log.exception("could not record that %s is running", self._label())
-            connection.close()
             self._begin_stop(Reason.DB_CONNECTION_ERROR, timeout=None)
             return
         if not won:

@@ -1,12 +1,13 @@
-"""The task process: a fresh Python process, in its own process group, that runs one attempt.
+"""The task process: forked warm by the worker's fork server, in its own session and process
+group, it runs one attempt (`run_forked`).
 
-    python -m orchestrator.worker.taskprocess CONTROL_FD MESSAGE_FD SUPERVISOR_PID
-
-It reads its payload from CONTROL_FD, imports the task, fires `task.before_running`, sends the
-"running" handshake on MESSAGE_FD and waits for the supervisor's "go" (the supervisor owns all
-database reporting), fires `task.after_running`, runs the user code and sends the outcome. On
-SIGTERM it reads why it is being stopped (the supervisor writes the reason first), calls the
-task's `on_kill(execution_context)` and exits. It dies with its supervisor (PR_SET_PDEATHSIG).
+It reads its payload from the control pipe, imports the task, fires `task.before_running`, sends
+the "running" handshake on the message pipe and waits for the supervisor's "go" (the supervisor
+owns all database reporting), fires `task.after_running`, runs the user code and sends the
+outcome. A bash task execs bash at that point instead. On SIGTERM a Python task reads why it is
+being stopped (the supervisor writes the reason first), calls the task's
+`on_kill(execution_context)` and exits. It dies with the fork server (PR_SET_PDEATHSIG), which
+dies with the worker.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import traceback
 from typing import Any, Callable, NoReturn
@@ -119,22 +119,13 @@ class BashTask:
         self.context = context
 
     def on_kill(self) -> Callable | None:
-        return None  # bash got the same SIGTERM: it is in the task's process group
+        return None  # bash gets the supervisor's SIGTERM itself
 
-    def run(self) -> dict[str, Any]:
+    def exec(self) -> NoReturn:
+        """Become bash: same pid, same process group, the supervisor's signals reach it directly."""
         sys.stdout.flush()
         sys.stderr.flush()
-        parent = os.getpid()
-        # Same process group (so the supervisor's signals reach it); dies with this process.
-        proc = subprocess.Popen(
-            ["bash", "-c", self.command],
-            stdin=subprocess.DEVNULL,
-            preexec_fn=lambda: set_parent_death_signal(parent),
-        )
-        code = proc.wait()
-        if code == 0:
-            return {"type": "success", "result": None}
-        return {"type": "bash_exit", "exit_code": code}
+        os.execvp("bash", ["bash", "-c", self.command])
 
 
 def load_task(payload: dict[str, Any]) -> PythonTask | BashTask:
@@ -153,37 +144,41 @@ def context_environment(context: dict[str, Any]) -> dict[str, str]:
     return {f"ORCHESTRATOR_{name.upper()}": str(context[name]) for name in TEMPLATE_NAMES if name in context}
 
 
-def main(argv: list[str]) -> NoReturn:
-    control_fd, message_fd, supervisor_pid = (int(a) for a in argv[1:4])
-    set_parent_death_signal(supervisor_pid)
+def run_forked(control_fd: int, message_fd: int) -> int:
+    """The life of a task process once the fork server forked it; returns its exit code.
+
+    A bash task's process becomes bash itself after the handshake (exec), so nothing of
+    Python stays between the supervisor and the command.
+    """
     for fd in (control_fd, message_fd):
         os.set_inheritable(fd, False)  # bash and user subprocesses must not hold them
     control = LineReader(control_fd)
     payload = control.receive()
     if payload is None:
-        _exit(1)
+        return 1
     os.environ.update(context_environment(payload["context"]))
+    ids = {"task_instance_id": payload["task_instance_id"], "task_id": payload["task_id"]}
     try:
-        # Settings only (failpoints, Redis), not django.setup(): loading every app would cost
-        # more than most tasks take to run.
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
         from orchestrator.worker import failpoints
 
         task = load_task(payload)
-        failpoints.fire(failpoints.TASK_BEFORE_RUNNING, task_instance_id=payload["task_instance_id"], task_id=payload["task_id"])
+        failpoints.fire(failpoints.TASK_BEFORE_RUNNING, **ids)
     except BaseException as exc:
         traceback.print_exc()
         send(message_fd, {"type": "startup_error", "exception": exception_facts(exc)})
-        _exit(1)
+        return 1
 
     send(message_fd, {"type": "running", "pid": os.getpid()})
     reply = control.receive()
     if reply is None or reply.get("type") != "go":
-        _exit(0)  # the supervisor refused the handshake (stale attempt) or is gone
+        return 0  # the supervisor refused the handshake (stale attempt) or is gone
 
+    if isinstance(task, BashTask):
+        failpoints.fire(failpoints.TASK_AFTER_RUNNING, **ids)
+        task.exec()  # never returns: bash's exit status is the outcome
     signal.signal(signal.SIGTERM, _terminate_handler(task, control, message_fd))
     try:
-        failpoints.fire(failpoints.TASK_AFTER_RUNNING, task_instance_id=payload["task_instance_id"], task_id=payload["task_id"])
+        failpoints.fire(failpoints.TASK_AFTER_RUNNING, **ids)
         outcome = task.run()
     except SystemExit as exc:
         if exc.code in (None, 0):
@@ -191,13 +186,13 @@ def main(argv: list[str]) -> NoReturn:
         else:
             traceback.print_exc()
             send(message_fd, {"type": "failure", "exception": exception_facts(exc)})
-            _exit(1)
+            return 1
     except BaseException as exc:
         traceback.print_exc()
         send(message_fd, {"type": "failure", "exception": exception_facts(exc)})
-        _exit(1)
+        return 1
     send(message_fd, outcome)
-    _exit(0 if outcome["type"] == "success" else 1)
+    return 0 if outcome["type"] == "success" else 1
 
 
 def _terminate_handler(task: PythonTask | BashTask, control: LineReader, message_fd: int) -> Callable:
@@ -233,5 +228,3 @@ def _exit(code: int) -> NoReturn:
     os._exit(code)
 
 
-if __name__ == "__main__":
-    main(sys.argv)

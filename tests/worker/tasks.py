@@ -69,7 +69,7 @@ def stubborn_with_child(seconds: float, marker: str) -> None:
 
 
 def _stubborn_on_kill(execution_context: Any) -> None:
-    _write_context(os.environ["ORCHESTRATOR_TEST_ON_KILL_FILE"], execution_context)
+    _write_context(os.environ["TEST_ON_KILL_FILE"], execution_context)
     time.sleep(60)  # ignore the stop: only SIGKILL ends this
 
 

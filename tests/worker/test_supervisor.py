@@ -42,7 +42,7 @@ def test_it_kills_a_task_past_its_timeout_and_its_whole_process_group(worker, ma
         execution_timeout=1,
         kill_grace=0.5,
     )
-    worker(ORCHESTRATOR_TEST_ON_KILL_FILE=str(on_kill_file))
+    worker(TEST_ON_KILL_FILE=str(on_kill_file))
     run = trigger(dag)
     pid = running_pid(run, "slow")
     ti = settle(run, "slow", ("failed",), timeout=10)

@@ -1,4 +1,4 @@
-"""python manage.py run_worker [QUEUE ...]: an RQ worker for the project's queues."""
+"""python manage.py run_worker [QUEUE ...] [--concurrency N]: an RQ worker for the project's queues."""
 from __future__ import annotations
 
 import redis
@@ -17,8 +17,16 @@ class Command(BaseCommand):
         parser.add_argument("queues", nargs="*", metavar="QUEUE", help="Queues to take jobs from, in priority order.")
         parser.add_argument("--burst", action="store_true", help="Exit when the queues are empty.")
         parser.add_argument("--name", default=None, help="Worker name (default: HOSTNAME.PID).")
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="Attempts run at once, each in its own task process (default: ORCHESTRATOR_WORKER_CONCURRENCY, 16).",
+        )
 
-    def handle(self, *args, queues: list[str], burst: bool, name: str | None, **options):
+    def handle(self, *args, queues: list[str], burst: bool, name: str | None, concurrency: int | None, **options):
+        if concurrency is not None and concurrency < 1:
+            raise CommandError(f"--concurrency must be at least 1, not {concurrency}")
         try:
             failpoints.configured()
         except failpoints.FailpointError as exc:
@@ -27,5 +35,10 @@ class Command(BaseCommand):
         become_subreaper()
         # A connection of its own: RQ lengthens its socket timeout for blocking dequeues.
         connection = redis.Redis.from_url(settings.REDIS_URL)
-        worker = OrchestratorWorker(queues or ["default"], connection=connection, name=name or default_worker_name())
+        worker = OrchestratorWorker(
+            queues or ["default"],
+            connection=connection,
+            name=name or default_worker_name(),
+            concurrency=concurrency or settings.ORCHESTRATOR_WORKER_CONCURRENCY,
+        )
         worker.work(burst=burst, logging_level=None)

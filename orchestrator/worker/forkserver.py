@@ -1,0 +1,258 @@
+"""The worker's fork server: a warm process that forks one task process per attempt.
+
+    python -m orchestrator.worker.forkserver SOCKET_FD
+
+It imports the task runner, Django's apps and the modules named in
+ORCHESTRATOR_PRELOAD_MODULES once, then serves requests on a SOCK_SEQPACKET socket from its
+worker: each `spawn` carries the attempt's pipes (SCM_RIGHTS) and the task's environment, and
+gets back the new pid. A forked child starts warm (no interpreter start-up, nothing to import),
+in its own session and process group, holding only the descriptors it was sent.
+
+It is also the worker's watchdog and reaper:
+- it is every task process's parent, so it learns each exit status (reported to the worker as
+  `exited`); orphans of a task's group go to the worker, a child subreaper, which reaps them;
+- a task process's zombie is kept until the worker sends `release`, so the pid, and so the
+  process group id the worker signals, cannot be reused while the worker may still signal it;
+- it runs in a session of its own, so a kill of the worker's process group does not take it:
+  when the worker dies, however it dies, the socket reaches end-of-file and it SIGKILLs every
+  task group it started before it exits. Each task process also dies with it (PR_SET_PDEATHSIG).
+
+It never opens a database or Redis connection, so no child can inherit one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+MAX_MESSAGE = 1 << 20  # a spawn request: the task's environment, well under a megabyte
+FDS_PER_SPAWN = 4  # stdout, stderr, control (read end), messages (write end)
+
+
+def preload(modules: list[str]) -> None:
+    """Import what every task would otherwise import itself."""
+    import django
+
+    django.setup()  # tasks that use Django models need the apps; no connection is opened
+    import orchestrator.worker.taskprocess  # noqa: F401  the runner itself
+
+    for name in modules:
+        try:
+            __import__(name)
+        except Exception as exc:  # a bad preload must not stop the worker; the task will say why
+            print(f"fork server: could not preload {name!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+class ForkServer:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.children: dict[int, int | None] = {}  # pid -> exit status once known (Popen convention)
+        self.pidfds: dict[int, int] = {}  # pidfd -> pid, for children still running
+        self.polled: set[int] = set()  # running children without a pidfd (old kernels)
+        self.wakeup_read, self.wakeup_write = os.pipe()
+        os.set_blocking(self.wakeup_write, False)
+        os.set_blocking(self.wakeup_read, False)
+        self.selector = selectors.DefaultSelector()
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        signal.set_wakeup_fd(self.wakeup_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the loop through the pipe
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the worker's group may get a SIGTERM: not ours
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.selector.register(self.sock, selectors.EVENT_READ)
+        self.selector.register(self.wakeup_read, selectors.EVENT_READ)
+        while True:
+            for key, _ in self.selector.select(timeout=1.0):
+                if key.fileobj is self.sock:
+                    if not self._take_request():
+                        self._kill_everything()
+                        return
+                elif key.fileobj == self.wakeup_read:
+                    self._drain_wakeups()
+                    self._poll_children()
+                else:
+                    self._on_exit(self.pidfds.pop(key.fd), key.fd)
+            self._poll_children()
+
+    def _take_request(self) -> bool:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, FDS_PER_SPAWN)
+        except (ConnectionResetError, OSError):
+            return False
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return False  # the worker is gone
+        request = json.loads(data)
+        op = request.get("op")
+        if op == "spawn":
+            self._spawn(request, fds)
+        elif op == "release":
+            self._release(int(request["pid"]))
+        else:
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    # --- steps ------------------------------------------------------------------------------------
+
+    def _spawn(self, request: dict[str, Any], fds: list[int]) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            self._send({"op": "spawn_failed", "id": request["id"], "error": f"{type(exc).__name__}: {exc}"})
+            return
+        if pid == 0:
+            _become_task_process(request, fds, server_pid=os.getppid())  # never returns
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = None
+        self._watch(pid)
+        self._send({"op": "spawned", "id": request["id"], "pid": pid})
+
+    def _watch(self, pid: int) -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.polled.add(pid)
+            return
+        self.pidfds[fd] = pid
+        self.selector.register(fd, selectors.EVENT_READ)
+
+    def _on_exit(self, pid: int, pidfd: int) -> None:
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        self._report_if_ended(pid)
+
+    def _poll_children(self) -> None:
+        """Children without a pidfd are looked at on every SIGCHLD and every second."""
+        for pid in list(self.polled):
+            if self._report_if_ended(pid):
+                self.polled.discard(pid)
+
+    def _report_if_ended(self, pid: int) -> bool:
+        """Send the exit status of an ended task process, keeping its zombie until released."""
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = None
+            status = -signal.SIGKILL  # gone without a trace: as good as killed
+        else:
+            if info is None:
+                return False
+            status = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        self.children[pid] = status
+        self._send({"op": "exited", "pid": pid, "status": status})
+        return True
+
+    def _release(self, pid: int) -> None:
+        """The worker is done with this task's group: the zombie may go now."""
+        if self.children.get(pid) is None:
+            return  # unknown, or still running: nothing to release yet
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        del self.children[pid]
+
+    def _kill_everything(self) -> None:
+        """The worker died: no task of it may outlive it, nor anything its tasks started."""
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in list(self.children):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    def _send(self, message: dict[str, Any]) -> None:
+        try:
+            self.sock.send(json.dumps(message).encode())
+        except OSError:
+            pass  # the worker is gone: the loop sees it on the next read
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wakeup_read, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: int) -> None:
+    """In the forked child: become the attempt's task process. Never returns."""
+    code = 1
+    try:
+        os.setsid()  # its own session and process group: one signal reaches all it starts
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        from orchestrator.worker.taskprocess import run_forked, set_parent_death_signal
+
+        set_parent_death_signal(server_pid)
+        stdout_fd, stderr_fd, control_fd, message_fd = fds
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(stdout_fd, 1)
+        os.dup2(stderr_fd, 2)
+        keep = {0, 1, 2, control_fd, message_fd}
+        # Nothing of the server's (its socket, its wakeup pipe) reaches the task.
+        for fd in _open_fds():
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        from orchestrator import redis_conn
+
+        redis_conn._clients.clear()  # never share a Redis socket with the fork server (it has none)
+        code = run_forked(control_fd, message_fd)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 256))
+
+
+def main(argv: list[str]) -> None:
+    sock = socket.socket(fileno=int(argv[1]))
+    os.set_inheritable(sock.fileno(), False)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+    modules = [m.strip() for m in os.environ.get("ORCHESTRATOR_PRELOAD_MODULES", "").split(",") if m.strip()]
+    preload(modules)
+    sock.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
+    ForkServer(sock).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

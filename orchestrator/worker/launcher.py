@@ -1,0 +1,214 @@
+"""The worker's side of its fork server: start it, ask it for task processes, learn how they end.
+
+One `Launcher` per worker process, shared by all its slots. Requests go out on one
+SOCK_SEQPACKET socket under a lock; one reader thread takes every reply and exit status and
+hands each to the slot waiting for it. If the fork server dies, every task group it started is
+killed (nothing may run unwatched) and the next spawn starts a new server.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 120.0  # the server imports Django and the preloaded modules first
+REPLY_TIMEOUT = 30.0
+
+
+class LaunchError(OSError):
+    """The task process could not be started."""
+
+
+@dataclass
+class TaskHandle:
+    """A task process started by the fork server (not our child: its status comes from there)."""
+
+    pid: int
+    launcher: Launcher
+    _ended: threading.Event = field(default_factory=threading.Event)
+    returncode: int | None = None  # Popen convention: negative = killed by that signal
+
+    @property
+    def pgid(self) -> int:
+        return self.pid  # a session leader: its pid is its group's id
+
+    def exited(self) -> bool:
+        return self._ended.is_set()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._ended.wait(timeout)
+        return self.returncode
+
+    def release(self) -> None:
+        """We are done signalling its group: the fork server may reap it."""
+        self.launcher._send({"op": "release", "pid": self.pid})
+
+    def _end(self, status: int) -> None:
+        self.returncode = status
+        self._ended.set()
+
+
+class Launcher:
+    def __init__(self, environment: dict[str, str] | None = None) -> None:
+        self.environment = environment  # the fork server's own (the worker's by default)
+        self._lock = threading.Lock()  # one request on the socket at a time
+        self._state_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[threading.Event, dict]] = {}
+        self._handles: dict[int, TaskHandle] = {}
+        self._sock: socket.socket | None = None
+        self._server: subprocess.Popen | None = None
+        self.server_pid: int | None = None
+
+    # --- life of the server ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the fork server and wait until it has imported everything it preloads."""
+        with self._state_lock:
+            if self._sock is not None:
+                return
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self._server = subprocess.Popen(
+                    [sys.executable, "-m", "orchestrator.worker.forkserver", str(theirs.fileno())],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    # Outside the worker's group: a kill of that group must leave it alive to
+                    # kill the task groups. It notices the worker's death by end-of-file.
+                    start_new_session=True,
+                    env=self.environment,
+                )
+            finally:
+                theirs.close()
+            ours.settimeout(START_TIMEOUT)
+            try:
+                ready = json.loads(ours.recv(4096) or b"{}")
+            except (OSError, ValueError) as exc:
+                ours.close()
+                self._server.kill()
+                self._server.wait()
+                raise LaunchError(f"the fork server did not start: {exc}") from exc
+            if ready.get("op") != "ready":
+                ours.close()
+                self._server.kill()
+                self._server.wait()
+                raise LaunchError("the fork server did not start (see the worker's log for its error)")
+            ours.settimeout(None)
+            self._sock = ours
+            self.server_pid = self._server.pid
+            threading.Thread(target=self._read_replies, args=(ours,), name="fork-server-reader", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the server: it SIGKILLs any task group still alive, then exits."""
+        with self._state_lock:
+            sock, server = self._sock, self._server
+            self._sock = None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        if server is not None:
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def spawn(self, fds: list[int], env: dict[str, str]) -> TaskHandle:
+        """A new task process holding `fds` (stdout, stderr, control read end, message write end)."""
+        self.start()
+        request_id = next(self._ids)
+        done = threading.Event()
+        reply: dict = {}
+        with self._state_lock:
+            self._pending[request_id] = (done, reply)
+        message = json.dumps({"op": "spawn", "id": request_id, "env": env}).encode()
+        try:
+            with self._lock:
+                sock = self._sock
+                if sock is None:
+                    raise LaunchError("the fork server is gone")
+                socket.send_fds(sock, [message], fds)
+        except OSError as exc:
+            with self._state_lock:
+                self._pending.pop(request_id, None)
+            raise LaunchError(f"could not reach the fork server: {exc}") from exc
+        if not done.wait(REPLY_TIMEOUT) or reply.get("op") != "spawned":
+            with self._state_lock:
+                self._pending.pop(request_id, None)
+            raise LaunchError(reply.get("error") or "the fork server did not answer")
+        return reply["handle"]
+
+    def _send(self, message: dict) -> None:
+        try:
+            with self._lock:
+                if self._sock is not None:
+                    self._sock.send(json.dumps(message).encode())
+        except OSError:
+            pass
+
+    # --- replies --------------------------------------------------------------------------------
+
+    def _read_replies(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                self._server_gone(sock)
+                return
+            message = json.loads(data)
+            op = message.get("op")
+            if op in ("spawned", "spawn_failed"):
+                # The server sends "spawned" before it can see that child exit: order holds.
+                with self._state_lock:
+                    handle = None
+                    if op == "spawned":
+                        handle = self._handles[message["pid"]] = TaskHandle(message["pid"], self)
+                    done, reply = self._pending.pop(message["id"], (None, None))
+                if done is not None:
+                    reply.update(message, handle=handle)
+                    done.set()
+            elif op == "exited":
+                with self._state_lock:
+                    handle = self._handles.pop(message["pid"], None)
+                if handle is not None:
+                    handle._end(int(message["status"]))
+
+    def _server_gone(self, sock: socket.socket) -> None:
+        """The fork server died: its task processes died with it (PR_SET_PDEATHSIG); kill what
+        they started too, and let the next spawn start a new server."""
+        with self._state_lock:
+            if self._sock is sock:
+                self._sock = None
+                log.error("the fork server exited; killing its task groups and starting a new one on the next task")
+            handles, self._handles = self._handles, {}
+            pending, self._pending = self._pending, {}
+        for handle in handles.values():
+            try:
+                os.killpg(handle.pgid, signal.SIGKILL)
+            except OSError:
+                pass
+            handle._end(-signal.SIGKILL)
+        for done, reply in pending.values():
+            reply["error"] = "the fork server exited"
+            done.set()
+        if self._server is not None:
+            try:
+                self._server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
