@@ -16,8 +16,10 @@ from orchestrator.exceptions import ActionError
 from orchestrator.models import (
     ApiToken,
     AuditLog,
+    Circuit,
     Dag,
     DagRun,
+    Pool,
     Task,
     TaskAttempt,
     TaskInstance,
@@ -324,3 +326,25 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# --- pools and circuits ---------------------------------------------------------------------
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    """Pools made here or with `manage.py set_pool`; tasks name them with `pool:`."""
+
+    list_display = ("name", "slots", "description")
+    search_fields = ("name", "description")
+
+
+@admin.register(Circuit)
+class CircuitAdmin(admin.ModelAdmin):
+    """The tunables may be changed here; the state moves by the rules or by the API's open/close/probe."""
+
+    list_display = ("name", "state", "opened_at", "closed_at")
+    list_filter = ("state",)
+    search_fields = ("name",)
+    fields = ("name", "state", "opened_at", "closed_at", "window", "min_attempts", "failure_rate", "cooldown", "ramp")
+    readonly_fields = ("state", "opened_at", "closed_at")
