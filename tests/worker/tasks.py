@@ -130,3 +130,32 @@ class Greeter:
     @staticmethod
     def greet(name: str) -> str:
         return f"hello {name}"
+
+
+def guarded_with_child(path: str, seconds: float, context: dict[str, Any]) -> str:
+    """`exclusive`, plus a grandchild in its process group whose pid it records: on its first
+    platform try it runs long, so a test can kill its worker mid-task."""
+    if context["infrastructure_try_number"] == 0:
+        child = subprocess.Popen(["sleep", "60"])
+        _append(path + ".children", {"pid": child.pid, "task_pid": os.getpid()})
+    return exclusive(path, seconds, context)
+
+
+def window(path: str, seconds: float, context: dict[str, Any]) -> str:
+    """Records when it ran (start, end), so a test can see how many ran at once."""
+    _append(path, {"event": "start", "task_id": context["task_id"], "at": time.time()})
+    time.sleep(seconds)
+    _append(path, {"event": "end", "task_id": context["task_id"], "at": time.time()})
+    return "done"
+
+
+def environment() -> dict[str, str]:
+    """The task process's whole environment, as its result."""
+    return dict(os.environ)
+
+
+def count_dags() -> int:
+    """A task that uses Django models: the fork server must not share its connection."""
+    from orchestrator.models import Dag
+
+    return Dag.objects.count()
