@@ -5,33 +5,82 @@ partial instead, so a page can load the same record in place.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 
 from deadlines.history import DEFAULT_LAST, MAX_LAST, history
-from orchestrator.api.decorators import api_view
-from orchestrator.exceptions import BadRequest, NotFound
+from orchestrator.api.declarations import Operation, Reply, choice, component, integer, nullable, string
+from orchestrator.api.decorators import endpoint
+from orchestrator.exceptions import NotFound
 from orchestrator.models import Dag
 
+NUMBER = nullable({"type": "number"})
+SUMMARY = component(
+    "DeadlineSummary",
+    {
+        "type": "object",
+        "required": ["total", "pending", "met", "missed", "warned", "hit_rate"],
+        "properties": {
+            "total": {"type": "integer"},
+            "pending": {"type": "integer"},
+            "met": {"type": "integer"},
+            "missed": {"type": "integer"},
+            "warned": {"type": "integer"},
+            "hit_rate": {**NUMBER, "description": "met / (met + missed); null before any deadline settled."},
+            "median_lateness_seconds": NUMBER,
+            "mean_lateness_missed_seconds": NUMBER,
+            "max_lateness_seconds": NUMBER,
+        },
+    },
+)
+HISTORY = component(
+    "DeadlineHistory",
+    {
+        "type": "object",
+        "required": ["dag_id", "task_id", "last", "runs", "summary", "recent"],
+        "properties": {
+            "dag_id": {"type": "string"},
+            "task_id": nullable({"type": "string"}),
+            "last": {"type": "integer"},
+            "runs": {"type": "integer", "description": "How many runs the record covers."},
+            "summary": SUMMARY,
+            "recent": {"type": "array", "items": {"type": "object"}},
+            "tasks": {
+                "type": "object",
+                "additionalProperties": SUMMARY,
+                "description": "Without task_id: each task's own deadlines, by task id.",
+            },
+        },
+    },
+)
 
-@api_view(["GET"])
-def history_view(request: HttpRequest, dag_id: str) -> HttpResponse:
+
+@endpoint(
+    Operation(
+        "GET",
+        "/dags/{dag_id}/deadlines/history",
+        "How often the DAG (or one task) met its deadlines over its last runs",
+        {
+            200: Reply(
+                "The record; HTML (the page's partial) with ?format=html or an HX-Request header.",
+                {"application/json": HISTORY, "text/html": {"type": "string"}},
+            )
+        },
+        query=(
+            string("task_id", "One task's deadlines instead of the DAG's."),
+            integer("last", "How many of the newest runs to cover.", maximum=MAX_LAST, default=DEFAULT_LAST),
+            choice("format", "html for the page's partial.", ["json", "html"]),
+        ),
+        tag="deadlines",
+    )
+)
+def history_view(request: HttpRequest, dag_id: str, query: dict[str, Any]) -> HttpResponse:
     dag = Dag.objects.filter(dag_id=dag_id).first()
     if dag is None:
         raise NotFound(f"no DAG {dag_id!r}")
-    record = history(dag, task_id=request.GET.get("task_id") or None, last=_last(request.GET.get("last")))
-    if request.headers.get("HX-Request") or request.GET.get("format") == "html":
+    record = history(dag, task_id=query["task_id"] or None, last=query["last"])
+    if request.headers.get("HX-Request") or query["format"] == "html":
         return TemplateResponse(request, "deadlines/_history.html", {"history": record})
     return JsonResponse(record)
-
-
-def _last(raw: str | None) -> int:
-    if raw in (None, ""):
-        return DEFAULT_LAST
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_LAST:
-        raise BadRequest(f"last must be a whole number from 1 to {MAX_LAST}, not {raw!r}")
-    return value

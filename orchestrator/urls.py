@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.http import JsonResponse
 from django.urls import include, path
 
+from orchestrator.api import errors
 from orchestrator.api.metrics import metrics_view
 
 
@@ -23,3 +24,9 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("", include("orchestrator.web.urls")),
 ]
+
+# JSON errors under /api/ and /metrics, Django's pages elsewhere.
+handler400 = errors.bad_request
+handler403 = errors.permission_denied
+handler404 = errors.page_not_found
+handler500 = errors.server_error

@@ -1,6 +1,7 @@
 """Query parameters of the read endpoints, and the failures query the API and the web page share.
 
-A bad parameter is a BadRequest naming the parameter and the value.
+Parameters are declared once (api.declarations.Param) and read with those declarations by the
+API and the pages alike. A bad parameter is a BadRequest naming the parameter and the value.
 """
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from orchestrator.api.declarations import Param, choice, integer, read_query, string
 from orchestrator.documents import iso
 from orchestrator.exceptions import BadRequest
 from orchestrator.models import TaskAttempt
-from retries.states import Category, Reason, RunState
+from retries.states import Category, Reason
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -40,35 +42,19 @@ class FailureFilter:
         return {k: v for k, v in params.items() if v}
 
 
+LIMIT = integer("limit", "How many rows at most.", maximum=MAX_LIMIT, default=DEFAULT_LIMIT)
+
+
 def parse_limit(params: QueryDict, default: int = DEFAULT_LIMIT) -> int:
-    raw = params.get("limit", "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_LIMIT:
-        raise BadRequest(f"invalid limit '{raw}': expected a whole number from 1 to {MAX_LIMIT}")
-    return value
+    return LIMIT.read(params, default)
 
 
-def parse_choice(params: QueryDict, name: str, allowed: type[Any]) -> str:
-    raw = params.get(name, "").strip()
-    if raw and raw not in {m.value for m in allowed}:
-        raise BadRequest(f"invalid {name} '{raw}': expected one of {', '.join(m.value for m in allowed)}")
-    return raw
-
-
-def parse_since(raw: str) -> datetime | None:
+def parse_since(raw: str) -> datetime:
     """An ISO 8601 date or date-time; naive means UTC.
 
     A '+' of an offset that arrived unescaped in a query string was decoded as a space:
     it is put back before giving up.
     """
-    raw = raw.strip()
-    if not raw:
-        return None
     candidates = [raw]
     if " " in raw:
         head, _, tail = raw.rpartition(" ")
@@ -79,25 +65,40 @@ def parse_since(raw: str) -> datetime | None:
             if value is None:
                 day = parse_date(candidate)
                 value = datetime.combine(day, time.min) if day else None
-        except ValueError:
-            value = None
-        if value is not None:
-            return value if timezone.is_aware(value) else value.replace(tzinfo=dt_timezone.utc)
+            if value is not None:
+                return _in_range(value if timezone.is_aware(value) else value.replace(tzinfo=dt_timezone.utc))
+        except (ValueError, OverflowError):
+            continue
     raise BadRequest(f"invalid since '{raw}': expected an ISO 8601 date or date-time, e.g. 2026-01-31T00:00:00Z")
 
 
-def parse_run_state(params: QueryDict) -> str:
-    return parse_choice(params, "state", RunState)
+def _in_range(value: datetime) -> datetime:
+    """`value` in UTC (PostgreSQL refuses offsets beyond ±15:59, ISO 8601 allows ±23:59), or the
+    first or last representable instant when the offset takes it out of range: nothing is
+    after 9999-12-31T23:59:59-05:00, which is no reason for an error."""
+    try:
+        return value.astimezone(dt_timezone.utc)
+    except OverflowError:
+        return (datetime.max if value.year > 1 else datetime.min).replace(tzinfo=dt_timezone.utc)
+
+
+SINCE = Param(
+    "since",
+    "Only failures that ended at or after this ISO 8601 date or date-time (naive means UTC).",
+    {"type": "string", "anyOf": [{"format": "date-time"}, {"format": "date"}], "examples": ["2026-01-31", "2026-01-31T00:00:00Z"]},
+    parse_since,
+)
+FAILURE_PARAMS = (
+    choice("category", "Only failures of this category.", Category),
+    choice("reason", "Only failures for this reason.", Reason),
+    string("dag_id", "Only failures of this DAG."),
+    SINCE,
+    LIMIT,
+)
 
 
 def parse_failure_filter(params: QueryDict) -> FailureFilter:
-    return FailureFilter(
-        category=parse_choice(params, "category", Category),
-        reason=parse_choice(params, "reason", Reason),
-        dag_id=params.get("dag_id", "").strip(),
-        since=parse_since(params.get("since", "")),
-        limit=parse_limit(params),
-    )
+    return FailureFilter(**read_query(params, FAILURE_PARAMS))
 
 
 def failed_attempts(failure_filter: FailureFilter) -> QuerySet[TaskAttempt]:

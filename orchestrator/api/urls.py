@@ -1,8 +1,12 @@
-"""JSON API v1 (session or bearer token)."""
+"""JSON API v1 (session or bearer token).
+
+Every view here is declared with `endpoint(Operation(...))`; a route and its Operation's path
+name the same URL (tests/api/test_openapi.py checks that they do).
+"""
 from django.urls import path
 
 from orchestrator.actions import TASK_ACTIONS
-from orchestrator.api import console, views
+from orchestrator.api import console, openapi, views
 
 app_name = "api"
 
@@ -11,12 +15,13 @@ app_name = "api"
 RUN = "dags/<str:dag_id>/runs/<str:run_id>"
 
 urlpatterns = [
+    path("openapi.json", openapi.openapi_view, name="openapi"),
     path("dags", views.dag_list, name="dag_list"),
     path("dags/<str:dag_id>", views.dag_detail, name="dag_detail"),
     path("dags/<str:dag_id>/runs", views.dag_runs, name="dag_runs"),
     path(RUN, views.run_detail, name="run_detail"),
     *[
-        path(f"{RUN}/tasks/<str:task_id>/{action}", views.task_action, {"action": action}, name=f"task_{action}")
+        path(f"{RUN}/tasks/<str:task_id>/{action}", views.TASK_ACTION_VIEWS[action], {"action": action}, name=f"task_{action}")
         for action in TASK_ACTIONS
     ],
     path("failures", views.failures, name="failures"),

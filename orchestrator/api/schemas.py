@@ -1,0 +1,187 @@
+"""JSON schemas of the documents the API answers with (orchestrator.documents, api.queries).
+
+Enumerations come from retries.states, so a new state is documented the moment it exists.
+Objects list the fields every answer has; clients should ignore fields they do not know.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.api.declarations import Schema, component, nullable
+from deadlines.models import Deadline, Reference
+from orchestrator.models import DagRun, TaskAttempt
+from retries.states import AttemptKind, Category, Reason, RunState, Source, TaskState, TriggerRule
+
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+BOOLEAN = {"type": "boolean"}
+TIME = {"type": "string", "format": "date-time"}
+MAYBE_TIME = nullable(TIME)
+ANY_OBJECT = {"type": "object"}
+
+
+def enum(values: Any) -> dict[str, Any]:
+    return {"type": "string", "enum": [str(v) for v in values]}
+
+
+def obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object whose properties are all present, except the `optional` ones."""
+    return {"type": "object", "required": [p for p in properties if p not in optional], "properties": properties}
+
+
+ERROR = component("Error", obj({"error": {"type": "string", "description": "What went wrong, naming the field or value."}}))
+
+CONTEXT = component(
+    "ExecutionContext",
+    {
+        **obj(
+            {"category": enum(Category), "reason": enum(Reason), "source": enum(Source), "metadata": ANY_OBJECT},
+            optional=("metadata",),
+        ),
+        "description": "Why an attempt failed: category, reason, who observed it, and details.",
+    },
+)
+MAYBE_CONTEXT = {"anyOf": [CONTEXT, {"type": "null"}]}
+
+ATTEMPT = component(
+    "Attempt",
+    obj(
+        {
+            "try_number": INTEGER,
+            "infrastructure_try_number": INTEGER,
+            "kind": enum(AttemptKind),
+            "state": enum(TaskAttempt.State.values),
+            "queued_at": MAYBE_TIME,
+            "start_date": MAYBE_TIME,
+            "end_date": MAYBE_TIME,
+            "context": MAYBE_CONTEXT,
+            "hostname": STRING,
+            "worker_name": STRING,
+            "pid": nullable(INTEGER),
+            "result": {"description": "What the task returned (any JSON value)."},
+            "stdout": STRING,
+            "stderr": STRING,
+            "output_truncated": BOOLEAN,
+            "fingerprint": STRING,
+        },
+        optional=("fingerprint",),
+    ),
+)
+
+TASK_INSTANCE = component(
+    "TaskInstance",
+    obj(
+        {
+            "task_id": STRING,
+            "state": enum(TaskState),
+            "try_number": INTEGER,
+            "max_tries": INTEGER,
+            "infrastructure_try_number": INTEGER,
+            "infrastructure_retry_limit": INTEGER,
+            "next_retry_at": MAYBE_TIME,
+            "queued_at": MAYBE_TIME,
+            "start_date": MAYBE_TIME,
+            "end_date": MAYBE_TIME,
+            "queue": STRING,
+            "failure_fingerprint": nullable(STRING),
+            "last_failure_context": MAYBE_CONTEXT,
+            "attempts": {"type": "array", "items": ATTEMPT},
+        }
+    ),
+)
+
+DEADLINE = component(
+    "Deadline",
+    obj(
+        {
+            "scope": enum(["dag", "task"]),
+            "task_id": nullable(STRING),
+            "reference": enum(Reference.values),
+            "need_by": MAYBE_TIME,
+            "state": enum(Deadline.State.values),
+            "callback_state": nullable(enum(Deadline.CallbackState.values)),
+        }
+    ),
+)
+
+_RUN_FIELDS: dict[str, Schema] = {
+    "dag_id": STRING,
+    "run_id": STRING,
+    "run_type": enum(DagRun.RunType.values),
+    "state": enum(RunState),
+    "queued_at": MAYBE_TIME,
+    "start_date": MAYBE_TIME,
+    "end_date": MAYBE_TIME,
+    "logical_date": MAYBE_TIME,
+}
+RUN_SUMMARY = component("RunSummary", obj(_RUN_FIELDS))
+RUN = component(
+    "Run",
+    obj(
+        {
+            **_RUN_FIELDS,
+            "conf": ANY_OBJECT,
+            "task_instances": {"type": "array", "items": TASK_INSTANCE},
+            "deadlines": {"type": "array", "items": DEADLINE},
+        }
+    ),
+)
+RUN_LIST = component("RunList", obj({"dag_id": STRING, "runs": {"type": "array", "items": RUN_SUMMARY}}))
+
+TASK = component(
+    "Task",
+    obj(
+        {
+            "task_id": STRING,
+            "upstream": {"type": "array", "items": STRING},
+            "trigger_rule": enum(TriggerRule),
+            "python_callable": nullable(STRING),
+            "bash_command": nullable(STRING),
+        }
+    ),
+)
+DAG = component(
+    "Dag",
+    obj(
+        {
+            "dag_id": STRING,
+            "description": STRING,
+            "schedule": nullable(STRING),
+            "timezone": STRING,
+            "paused": BOOLEAN,
+            "catchup": BOOLEAN,
+            "max_active_runs": INTEGER,
+            "next_run_logical_date": MAYBE_TIME,
+            "tasks": {"type": "array", "items": TASK},
+            "last_run": {"anyOf": [RUN_SUMMARY, {"type": "null"}]},
+        }
+    ),
+)
+DAG_LIST = component("DagList", obj({"dags": {"type": "array", "items": DAG}}))
+
+FAILURE = component(
+    "Failure",
+    obj(
+        {
+            "dag_id": STRING,
+            "run_id": STRING,
+            "task_id": STRING,
+            "try_number": INTEGER,
+            "infrastructure_try_number": INTEGER,
+            "kind": enum(AttemptKind),
+            "context": MAYBE_CONTEXT,
+            "fingerprint": nullable(STRING),
+            "start_date": MAYBE_TIME,
+            "end_date": MAYBE_TIME,
+        }
+    ),
+)
+FAILURE_LIST = component(
+    "FailureList",
+    obj(
+        {
+            "count": {"type": "integer", "description": "How many failed attempts match, before the limit."},
+            "failures": {"type": "array", "items": FAILURE},
+        }
+    ),
+)
