@@ -6,11 +6,13 @@ raises NotifierError with `permanent=True`, so the callback is not retried for i
 """
 from __future__ import annotations
 
+import http.client
 import inspect
+import ipaddress
 import json
 import logging
-import urllib.error
-import urllib.request
+import socket
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +35,7 @@ class NotifierError(Exception):
 
 
 Notifier = Callable[..., None]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def headline(context: Mapping[str, Any]) -> str:
@@ -63,22 +66,110 @@ def email_notifier(
     send_mail(subject or headline(context), body, from_email or settings.DEFAULT_FROM_EMAIL, recipients, connection=connection)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect could lead to a host nobody allowed: treat it as the answer instead."""
+# --- webhook: only to allowed hosts, never inside the network unless an address is listed -------
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+
+def _allowed_entries() -> set[str]:
+    return {str(host).strip().strip("[]").lower() for host in getattr(settings, "ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS", [])}
 
 
 def allowed_host(url: str) -> str:
-    """The host of an http(s) URL listed in ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS; else NotifierError."""
-    parts = urlsplit(url) if isinstance(url, str) else None
+    """The host of an http(s) URL listed in ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS; else NotifierError.
+
+    This is the check a DAG import can make without DNS; `webhook_notifier` also checks the
+    addresses the host resolves to when it sends.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except (TypeError, AttributeError, ValueError):
+        parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise NotifierError("notifier:webhook needs callback_kwargs.url, an http(s) URL", permanent=True)
-    allowed = {str(host).lower() for host in getattr(settings, "ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS", [])}
-    if parts.hostname.lower() not in allowed:
+    if parts.hostname.lower() not in _allowed_entries():
         raise NotifierError(f"webhook host {parts.hostname!r} is not in ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS", permanent=True)
     return parts.hostname
+
+
+def is_internal(address: IPAddress) -> bool:
+    """Loopback, link-local (cloud metadata at 169.254.169.254), private, unspecified, reserved,
+    multicast, or anything else not globally routable; an IPv4-mapped IPv6 address as its IPv4."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (
+        address.is_loopback
+        or address.is_link_local
+        or address.is_private
+        or address.is_unspecified
+        or address.is_reserved
+        or address.is_multicast
+        or not address.is_global
+    )
+
+
+def safe_addresses(host: str, port: int) -> list[IPAddress]:
+    """The addresses `host` resolves to, all of them checked; NotifierError if any is internal
+    and not itself in ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS (naming a host is not enough)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise NotifierError(f"webhook {host} could not be resolved: {exc.strerror}") from None
+    addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos))
+    listed = _allowed_entries()
+    for address in addresses:
+        if is_internal(address) and str(address) not in listed:
+            raise NotifierError(
+                f"webhook {host} resolves to the internal address {address}, which is not itself in "
+                "ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS",
+                permanent=True,
+            )
+    return addresses
+
+
+class _PinnedHTTP(http.client.HTTPConnection):
+    """Connects to the address that was checked, whatever DNS says by now; Host is the name."""
+
+    def __init__(self, host: str, port: int, address: IPAddress, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.address = address
+
+    def _open(self) -> socket.socket:
+        return socket.create_connection((str(self.address), self.port), self.timeout)
+
+    def connect(self) -> None:
+        self.sock = self._open()
+
+
+class _PinnedHTTPS(_PinnedHTTP):
+    """TLS to the checked address, with SNI and certificate verification for the host name."""
+
+    default_port = http.client.HTTPS_PORT
+
+    def connect(self) -> None:
+        self.sock = ssl.create_default_context().wrap_socket(self._open(), server_hostname=self.host)
+
+
+def _post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
+    """POST to the first reachable checked address of the URL's host; the response status.
+
+    Redirects are not followed (http.client never does): the caller sees the 3xx.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    connection_class = _PinnedHTTPS if parts.scheme == "https" else _PinnedHTTP
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    last_error: OSError | None = None
+    for address in safe_addresses(host, port):
+        connection = connection_class(host, port, address, timeout)
+        try:
+            connection.request("POST", target, body=body, headers=dict(headers))
+            return connection.getresponse().status
+        except (ConnectionError, socket.gaierror) as exc:  # refused or reset: try the next address
+            last_error = exc
+        finally:
+            connection.close()
+    raise NotifierError(f"webhook {host} unreachable: {last_error}")
 
 
 def webhook_notifier(
@@ -90,23 +181,19 @@ def webhook_notifier(
     """
     host = allowed_host(url)
     body = json.dumps({"event": context.get("event"), **context}, default=str).encode()
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "orchestrator-deadlines", **dict(headers or {})},
-    )
-    opener = urllib.request.build_opener(_NoRedirect)
+    sent = {"Content-Type": "application/json", "User-Agent": "orchestrator-deadlines", **dict(headers or {})}
     try:
-        with opener.open(request, timeout=timeout) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        permanent = 400 <= exc.code < 500 and exc.code not in TRANSIENT_HTTP
-        raise NotifierError(f"webhook {host} answered HTTP {exc.code}", permanent=permanent) from None
-    except urllib.error.URLError as exc:
-        raise NotifierError(f"webhook {host} unreachable: {exc.reason}") from None
+        status = _post(url, body, sent, timeout)
     except TimeoutError:
         raise NotifierError(f"webhook {host} did not answer within {timeout:g}s") from None
+    except ssl.SSLError as exc:
+        raise NotifierError(f"webhook {host}: TLS failed: {exc.reason or exc}") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise NotifierError(f"webhook {host} unreachable: {exc}") from None
+    if 300 <= status < 400:
+        raise NotifierError(f"webhook {host} answered HTTP {status}: redirects are not followed", permanent=True)
+    if 400 <= status < 500:
+        raise NotifierError(f"webhook {host} answered HTTP {status}", permanent=status not in TRANSIENT_HTTP)
     if not 200 <= status < 300:
         raise NotifierError(f"webhook {host} answered HTTP {status}")
 
