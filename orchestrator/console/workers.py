@@ -107,7 +107,7 @@ def queues(worker_rows: list[WorkerRow]) -> list[QueueRow]:
     rows = []
     for name, queue in sorted(found.items()):
         oldest = None
-        first = queue.get_job_ids(0, 0)
+        first = queue.get_job_ids(0, 1)
         if first:
             job = Job.fetch(first[0], connection=redis) if redis.exists(f"rq:job:{first[0]}") else None
             oldest = _aware(job.enqueued_at) if job else None
