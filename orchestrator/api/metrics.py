@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from orchestrator import metrics
@@ -31,9 +31,17 @@ class RedisCounterCollector:
             yield family
 
 
+class LimitGaugeCollector:
+    """Circuits, pools and held tasks, read from the database at scrape time."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from metrics.limit_gauges()
+
+
 def render() -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RedisCounterCollector())
+    registry.register(LimitGaugeCollector())
     return generate_latest(registry)
 
 

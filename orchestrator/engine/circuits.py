@@ -86,11 +86,13 @@ def _move(circuit: Circuit, expected: frozenset[CircuitState] | set[CircuitState
 
 
 def open_circuit(circuit: Circuit, now: datetime, *, reason: str) -> bool:
+    """Open it (an open one starts its cool-down afresh); listeners hear only a change of state."""
+    was_open = circuit.state == CircuitState.OPEN
     with transaction.atomic():
         won = _move(
             circuit, CIRCUIT_OPEN_FROM, state=CircuitState.OPEN, opened_at=now, probe_task_instance_id=None, probe_token=None
         )
-        if won:
+        if won and not was_open:
             log.warning("circuit %s opened: %s", circuit.name, reason)
             transaction.on_commit(lambda: notify("on_circuit_opened", circuit=circuit))
     return won
