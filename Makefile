@@ -1,7 +1,7 @@
 # make run   install into .venv, migrate, load the example DAGs, start web + scheduler + 2 workers
 # make test  install into .venv (with test extras), then run the whole test suite (bin/test)
 #
-# Options: make run PORT=8001 HOST=0.0.0.0 WORKERS=3; make test ARGS="tests/retries -x -q"
+# Options: make run PORT=8001 HOST=0.0.0.0 WORKERS=3 CONCURRENCY=32; make test ARGS="tests/retries -x -q"
 
 BASE_PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -9,6 +9,8 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 HOST ?= 127.0.0.1
 WORKERS ?= 2
+# Attempts each worker runs at once (default ORCHESTRATOR_WORKER_CONCURRENCY, 16).
+CONCURRENCY ?=
 ARGS ?=
 
 .PHONY: run test install install-test browser clean
@@ -16,7 +18,7 @@ ARGS ?=
 # Unless DEBUG is set, run_local turns it on only when HOST is a loopback address: error
 # pages with tracebacks on a developer's machine, never for other machines.
 run: install
-	$(PY) manage.py run_local --host $(HOST) --port $(PORT) --workers $(WORKERS)
+	$(PY) manage.py run_local --host $(HOST) --port $(PORT) --workers $(WORKERS) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
 test: install-test browser
 	PYTHON=$(PY) bin/test $(ARGS)

@@ -105,6 +105,7 @@ class LocalStack:
         host: str = "127.0.0.1",
         port: int = 8000,
         workers: int = 2,
+        concurrency: int | None = None,
         state_dir: Path | None = None,
         dags_dir: Path | None = None,
         stream: IO[str] | None = None,
@@ -113,6 +114,7 @@ class LocalStack:
         self.host = host
         self.port = port
         self.workers = workers
+        self.concurrency = concurrency
         self.state_dir = Path(state_dir) if state_dir else base / "var"
         self.dags_dir = Path(dags_dir or settings.ORCHESTRATOR_DAGS_FOLDER or base / "dags")
         self.runtime_path = runtime.runtime_file(self.state_dir)
@@ -267,7 +269,8 @@ class LocalStack:
             Child("web", ["runserver", f"{self.host}:{self.port}", "--noreload", "--insecure"], stop_timeout=10),
             Child("scheduler", ["run_scheduler"], stop_timeout=15),
         ]
-        children += [Child(f"worker-{n}", ["run_worker"], stop_timeout=grace + 10) for n in range(1, self.workers + 1)]
+        worker_args = ["run_worker"] + (["--concurrency", str(self.concurrency)] if self.concurrency else [])
+        children += [Child(f"worker-{n}", worker_args, stop_timeout=grace + 10) for n in range(1, self.workers + 1)]
         return children
 
     def start_children(self) -> None:

@@ -19,6 +19,12 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="Port of the web server (default 8000).")
         parser.add_argument("--workers", type=int, default=2, help="Number of worker processes (default 2).")
         parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="Attempts each worker runs at once (default ORCHESTRATOR_WORKER_CONCURRENCY, 16).",
+        )
+        parser.add_argument(
             "--state-dir",
             type=Path,
             help=(
@@ -28,12 +34,14 @@ class Command(BaseCommand):
         )
         parser.add_argument("--dags", type=Path, help="Folder of DAG files to import (default ORCHESTRATOR_DAGS_FOLDER, else dags/).")
 
-    def handle(self, *args, host: str, port: int, workers: int, state_dir: Path | None, dags: Path | None, **options):
+    def handle(self, *args, host: str, port: int, workers: int, concurrency: int | None, state_dir: Path | None, dags: Path | None, **options):
         if workers < 1:
             raise CommandError(f"--workers must be at least 1, got {workers}")
+        if concurrency is not None and concurrency < 1:
+            raise CommandError(f"--concurrency must be at least 1, got {concurrency}")
         if not 0 < port < 65536:
             raise CommandError(f"--port must be between 1 and 65535, got {port}")
-        stack = LocalStack(host=host, port=port, workers=workers, state_dir=state_dir, dags_dir=dags, stream=self.stdout)
+        stack = LocalStack(host=host, port=port, workers=workers, concurrency=concurrency, state_dir=state_dir, dags_dir=dags, stream=self.stdout)
         code = stack.run()
         if code:
             raise SystemExit(code)
