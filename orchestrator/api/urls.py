@@ -6,7 +6,7 @@ name the same URL (tests/api/test_openapi.py checks that they do).
 from django.urls import path
 
 from orchestrator.actions import TASK_ACTIONS
-from orchestrator.api import console, openapi, views
+from orchestrator.api import console, limits, openapi, views
 
 app_name = "api"
 
@@ -27,4 +27,10 @@ urlpatterns = [
     path("failures", views.failures, name="failures"),
     path("dead_letters", console.dead_letters, name="dead_letters"),
     path("workers", console.workers, name="workers"),
+    path("pools", limits.pool_list, name="pools"),
+    path("circuits", limits.circuit_list, name="circuits"),
+    *[
+        path(f"circuits/<str:name>/{action}", limits.CIRCUIT_ACTION_VIEWS[action], name=f"circuit_{action}")
+        for action in limits.CIRCUIT_ACTIONS
+    ],
 ]

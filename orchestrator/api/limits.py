@@ -1,0 +1,169 @@
+"""Pools and circuits in the API: GET /pools, GET /circuits, POST /circuits/NAME/open|close|probe."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Sum
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+
+from orchestrator.api.declarations import TEXT, Operation, Reply, component, nullable, request_body
+from orchestrator.api.decorators import endpoint
+from orchestrator.documents import iso
+from orchestrator.engine import circuits
+from orchestrator.exceptions import NotFound
+from orchestrator.models import AuditLog, Circuit, Pool, TaskInstance
+from retries.circuits import current_state
+from retries.states import HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, WaitKind
+
+CHANGE_CIRCUIT = "orchestrator.change_circuit"
+INTEGER = {"type": "integer"}
+TIME = nullable({"type": "string", "format": "date-time"})
+
+POOL = component(
+    "Pool",
+    {
+        "type": "object",
+        "required": ["name", "slots", "description", "used", "waiting"],
+        "properties": {
+            "name": {"type": "string"},
+            "slots": INTEGER,
+            "description": {"type": "string"},
+            "used": {**INTEGER, "description": "Slots held by queued and running tasks."},
+            "waiting": {**INTEGER, "description": "Ready tasks waiting for a slot."},
+        },
+    },
+)
+CIRCUIT = component(
+    "Circuit",
+    {
+        "type": "object",
+        "required": ["name", "state", "opened_at", "closed_at", "attempts", "failures", "held"],
+        "properties": {
+            "name": {"type": "string"},
+            "state": {"type": "string", "enum": [s.value for s in CircuitState]},
+            "opened_at": TIME,
+            "closed_at": TIME,
+            "attempts": {**INTEGER, "description": "Attempts of its tasks that ended in the window."},
+            "failures": {**INTEGER, "description": "Of those, application and timeout failures."},
+            "held": {**INTEGER, "description": "Ready tasks the circuit holds."},
+        },
+    },
+)
+NAME = {"name": {"description": "The circuit's name (a task's `circuit:`).", "example": "payments-api"}}
+NOTE_BODY = request_body({"note": {**TEXT, "description": "Why: kept in the audit log."}})
+
+
+def _held(kind: WaitKind, name: str) -> int:
+    return TaskInstance.objects.filter(
+        state__in=HOLD_FROM, waiting_for__kind=str(kind), waiting_for__name=name
+    ).count()
+
+
+def pool_document(pool: Pool) -> dict[str, Any]:
+    used = TaskInstance.objects.filter(pool=pool.name, state__in=SLOT_HOLDING_STATES).aggregate(n=Sum("pool_slots"))["n"]
+    return {
+        "name": pool.name,
+        "slots": pool.slots,
+        "description": pool.description,
+        "used": used or 0,
+        "waiting": _held(WaitKind.POOL, pool.name),
+    }
+
+
+def circuit_document(circuit: Circuit) -> dict[str, Any]:
+    now = timezone.now()
+    count = circuits.window_count(circuit, now)
+    state = current_state(CircuitState(circuit.state), circuit.opened_at, now, circuits.settings_for(circuit).cooldown)
+    return {
+        "name": circuit.name,
+        "state": state.value,
+        "opened_at": iso(circuit.opened_at),
+        "closed_at": iso(circuit.closed_at),
+        "attempts": count.attempts,
+        "failures": count.failures,
+        "held": _held(WaitKind.CIRCUIT, circuit.name),
+    }
+
+
+@endpoint(
+    Operation(
+        "GET",
+        "/pools",
+        "The pools, with the slots in use and the tasks waiting",
+        {200: Reply.json("The pools by name.", {"type": "object", "required": ["pools"], "properties": {"pools": {"type": "array", "items": POOL}}})},
+        tag="limits",
+    )
+)
+def pool_list(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"pools": [pool_document(pool) for pool in Pool.objects.order_by("name")]})
+
+
+@endpoint(
+    Operation(
+        "GET",
+        "/circuits",
+        "The circuit breakers, with their state and the attempts in their window",
+        {200: Reply.json("The circuits by name.", {"type": "object", "required": ["circuits"], "properties": {"circuits": {"type": "array", "items": CIRCUIT}}})},
+        tag="limits",
+    )
+)
+def circuit_list(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"circuits": [circuit_document(c) for c in Circuit.objects.order_by("name")]})
+
+
+CIRCUIT_ACTIONS = {
+    "open": "Open the circuit now: hold its tasks until a probe succeeds or it is closed",
+    "close": "Close the circuit now: its held tasks are released over its ramp",
+    "probe": "Let one task through as a probe now, without waiting for the cool-down",
+}
+
+
+def operate(circuit: Circuit, action: str, user: Any, note: str = "") -> AuditLog:
+    """An operator's open, close or probe; audited with the prior and new state."""
+    now = timezone.now()
+    prior = circuit.state
+    with transaction.atomic():
+        if action == "open":
+            circuits.open_circuit(circuit, now, reason=f"opened by {user.get_username()}")
+        elif action == "close":
+            circuits.close_circuit(circuit, now, reason=f"closed by {user.get_username()}")
+        else:
+            circuits.half_open(circuit)
+        circuit.refresh_from_db()
+        return AuditLog.objects.create(
+            user=user,
+            username=user.get_username(),
+            action=f"circuit_{action}",
+            dag_id="",
+            prior_state=prior,
+            new_state=circuit.state,
+            details={"circuit": circuit.name, "note": note},
+        )
+
+
+def _circuit_action_view(action: str) -> Any:
+    @endpoint(
+        Operation(
+            "POST",
+            f"/circuits/{{name}}/{action}",
+            CIRCUIT_ACTIONS[action],
+            {200: Reply.json("The circuit after the action.", CIRCUIT)},
+            body=NOTE_BODY,
+            permission=CHANGE_CIRCUIT,
+            path_parameters=NAME,
+            tag="limits",
+        )
+    )
+    def view(request: HttpRequest, name: str, body: dict[str, Any]) -> JsonResponse:
+        circuit = Circuit.objects.filter(name=name).first()
+        if circuit is None:
+            raise NotFound(f"no circuit named '{name}'")
+        operate(circuit, action, request.user, body.get("note", ""))
+        return JsonResponse(circuit_document(circuit))
+
+    return view
+
+
+CIRCUIT_ACTION_VIEWS = {action: _circuit_action_view(action) for action in CIRCUIT_ACTIONS}
