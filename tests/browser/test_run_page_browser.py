@@ -31,17 +31,18 @@ def test_it_lets_an_operator_clear_a_failed_task(live_server, browser_page):
         page.wait_for_url("**/dags/etl/runs/**")
 
         assert page.text_content("#run-state") == "failed"
-        page.click("#task-extract summary")
+        page.click("#task-extract details[id^=attempts] summary")
         assert XSS in page.text_content("#task-extract pre.log")
         assert page.evaluate("window.__pwned") is None
 
         with page.expect_response(lambda r: r.url.endswith("/tasks/extract/clear")) as response:
-            page.click("#task-extract button:has-text('Clear')")
+            page.click("#task-extract summary:has-text('Clear')")
+            page.click("#task-extract button:has-text('Confirm clear')")
         assert response.value.status == 200
         page.wait_for_selector("#run-state:has-text('running')")
         assert page.get_attribute("#run-body", "hx-trigger").startswith("every 2s")
         # The attempts the operator opened stay open across the swap.
-        assert page.eval_on_selector("#task-extract details", "d => d.open")
+        assert page.eval_on_selector("#task-extract details[id^=attempts]", "d => d.open")
         assert instance(run, "extract").state in ("none", "scheduled", "queued")
         assert AuditLog.objects.get().username == "alice"
         assert page.evaluate("window.__pwned") is None

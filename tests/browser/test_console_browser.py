@@ -1,0 +1,148 @@
+"""The operator console in headless Chromium with a real scheduler and worker.
+
+Every test fails on a JavaScript error or a browser dialog (alert, confirm): confirmation
+happens on the page.
+"""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+
+from orchestrator.models import AuditLog, TaskInstance
+from tests.api.factories import DagFactory, TaskFactory, chain_dag, fail, fail_until_failed, instance, make_run
+from tests.api.personas import PASSWORD
+from tests.browser.conftest import own_connections
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+FAST = {"ORCHESTRATOR_SCHEDULER_INTERVAL": "0.2"}
+
+
+@pytest.fixture
+def watched(browser_page):
+    """The page, with every JavaScript error and dialog recorded; the test fails on any."""
+    problems: list[str] = []
+    browser_page.on("pageerror", lambda exc: problems.append(f"error: {exc}"))
+    browser_page.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    yield browser_page
+    assert problems == []
+
+
+def operator(staff: bool = False) -> User:
+    alice = User.objects.create_user("alice", password=PASSWORD, is_staff=staff)
+    for codename in ("trigger_dagrun", "change_taskinstance", "change_dag"):
+        alice.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="orchestrator"))
+    return alice
+
+
+def login(page, base: str, path: str = "/") -> None:
+    page.goto(f"{base}{path}")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_load_state()
+
+
+def test_an_operator_triggers_a_run_watches_the_grid_and_clears_a_failure(live_server, watched, spawn, tmp_path):
+    with own_connections():
+        operator()
+        gate = tmp_path / "input-ready"
+        dag = DagFactory(dag_id="shop", default_args={"retries": 0})
+        TaskFactory(dag=dag, task_id="extract", python_callable="", bash_command="sleep 0.2", upstream=[])
+        TaskFactory(
+            dag=dag, task_id="load", python_callable="", upstream=["extract"],
+            bash_command=f"test -f {gate} || {{ echo 'missing <b>input</b>' >&2; exit 3; }}",
+        )
+        spawn("run_scheduler", env=FAST)
+        spawn("run_worker")
+        page = watched
+        login(page, live_server.url, "/dags/shop/")
+        page.click("#trigger button[type=submit]")
+        page.wait_for_url("**/dags/shop/runs/**")
+        page.goto(f"{live_server.url}/dags/shop/")
+        # the grid turns green (and red) without a reload: htmx polling
+        page.wait_for_selector("tr[data-task-id=extract] a.sq.state-success", timeout=30_000)
+        page.wait_for_selector("tr[data-task-id=load] a.sq.state-failed", timeout=30_000)
+        page.wait_for_function("document.querySelector('#dag-grid').getAttribute('hx-trigger') === null", timeout=10_000)
+
+        page.click("tr[data-task-id=load] a.sq")
+        page.wait_for_selector("#ti-state:has-text('failed')")
+        assert "missing <b>input</b>" in page.text_content(".attempt pre.log")
+        page.click("#actions summary:has-text('Clear')")
+        assert "runs again with 1 more try" in page.text_content("#actions details[open] .explain")
+        page.fill("#actions details[open] input[name=note]", "input delivered")
+        gate.write_text("ok")
+        page.click("#actions details[open] button:has-text('Confirm clear')")
+        page.wait_for_selector("#ti-state:has-text('success')", timeout=30_000)
+        assert AuditLog.objects.get(action="clear").details["note"] == "input delivered"
+
+
+def test_reclassify_reads_the_right_numbers(live_server, watched):
+    with own_connections():
+        operator()
+        run = make_run(chain_dag("flaky", retries=1))
+        fail_until_failed(run, "extract")
+        page = watched
+        login(page, live_server.url, f"/dags/flaky/runs/{run.run_id}/tasks/extract")
+        assert page.text_content("#ti-tries") == "attempt 2 of 2"
+        page.click("#actions summary:has-text('Reclassify')")
+        page.fill("#actions details[open] input[name=note]", "node drained")
+        page.click("#actions details[open] button:has-text('Confirm')")
+        page.wait_for_selector("#ti-platform:has-text('1 of 5 used')")
+        # the same try repeats: still attempt 2 of 2, not 3 of 2
+        assert page.text_content("#ti-tries") == "attempt 2 of 2"
+        assert instance(run, "extract").attempts.filter(kind="platform").count() == 1
+
+
+def test_a_dead_letter_is_two_clicks_from_the_dag_list(live_server, watched):
+    with own_connections():
+        operator()
+        run = make_run(chain_dag("poison", retries=9, poison_threshold=2))
+        fail(run, "extract")
+        TaskInstance.objects.filter(task_id="extract").update(next_retry_at=timezone.now() - timedelta(seconds=1))
+        fail(run, "extract")
+        page = watched
+        login(page, live_server.url)
+        page.click("a:has-text('needs attention')")
+        page.click("#task-extract td.task-id a")
+        page.wait_for_selector("#ti-state:has-text('dead_letter')")
+
+
+PAGES = ["/", "/dags/etl/", "RUN", "TASK", "/dead-letters/", "/failures/", "/workers/", "/audit/"]
+
+
+def test_pages_fit_the_viewport_and_screenshots(live_server, watched):
+    """Nothing wider than the viewport at 1,280 px and at phone width; screenshots on request."""
+    with own_connections():
+        operator(staff=True)
+        run = make_run(chain_dag("etl", retries=1))
+        fail(run, "extract", stderr="Traceback (most recent call last):\n  File \"etl.py\", line 7\nValueError: bad row 7\n", message="bad row 7")
+        TaskInstance.objects.filter(task_id="extract").update(next_retry_at=timezone.now() - timedelta(seconds=1))
+        fail(run, "extract", message="bad row 7")
+        page = watched
+        login(page, live_server.url)
+        paths = [p.replace("RUN", f"/dags/etl/runs/{run.run_id}/").replace("TASK", f"/dags/etl/runs/{run.run_id}/tasks/extract") for p in PAGES]
+        save = os.environ.get("UPDATE_SCREENSHOTS") == "1"
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            for width in (1280, 390):
+                page.set_viewport_size({"width": width, "height": 900})
+                for path in paths:
+                    page.goto(f"{live_server.url}{path}")
+                    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+                    assert overflow <= 0, f"{path} is {overflow}px wider than {width}px"
+                    if save and width == 1280:
+                        name = path.strip("/").split("/")[0] or "dags"
+                        name = {"dags": "dag" if path != "/" else "dag-list"}.get(name, name)
+                        if "/tasks/" in path:
+                            name = "task-instance"
+                        elif "/runs/" in path:
+                            name = "run"
+                        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                        page.screenshot(path=str(SCREENSHOTS / f"{name}-{scheme}.png"), full_page=True)
