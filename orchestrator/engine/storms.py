@@ -1,6 +1,7 @@
-"""Infrastructure storms: which queues are paused because their machines keep failing.
+"""Queues paused by an infrastructure storm: the seam dispatch and /metrics read.
 
-Filled in by the storm rules; until a queue is paused nothing is held for it.
+No storm rule is applied yet, so no queue is ever paused; dispatch already holds the tasks of
+a paused queue (`waiting_for` kind "queue") and /metrics already reports paused queues.
 """
 from __future__ import annotations
 
