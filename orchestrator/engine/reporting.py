@@ -20,7 +20,7 @@ from deadlines import lifecycle
 from orchestrator import metrics
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now
-from orchestrator.engine.runs import advance_run_now
+from orchestrator.engine.runs import advance_run
 from orchestrator.engine.taskconfig import args_for, platform_settings, retry_args
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
@@ -152,10 +152,20 @@ def report_success(
         if ti is None:
             return False
         lifecycle.task_finished(ti, now)
+        _advance_within(ti.dag_run_id, now)
     notify("on_task_instance_success", task_instance=ti)
     attempt_ended(ti.pk)  # its circuit may close (or open) on this attempt
-    advance_run_now(ti.dag_run_id)
     return True
+
+
+def _advance_within(dag_run_id: int, now: datetime) -> None:
+    """Dispatch the run's ready tasks in the report's own transaction: one commit for both, and
+    no scheduler pass on the way from one task to the next. If moving the run on fails, its
+    savepoint is rolled back, the report still commits and the next scheduler pass does it."""
+    try:
+        advance_run(dag_run_id, now)
+    except Exception:
+        log.exception("could not advance run %s with the report; the next scheduler pass will", dag_run_id)
 
 
 def report_failure(
@@ -211,6 +221,9 @@ def report_failure(
             return None
         if decision.next_state is TaskState.FAILED:
             lifecycle.task_finished(ti, now)
+        retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= now
+        if decision.next_state is TaskState.FAILED or retry_due_now:
+            _advance_within(ti.dag_run_id, now)
     _after_failure(ti, previous_state, decision, error)
     return decision
 
@@ -281,6 +294,3 @@ def _after_failure(
     if decision.next_state is TaskState.DEAD_LETTER:
         notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
     attempt_ended(ti.pk)  # its circuit may open on this attempt
-    retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= timezone.now()
-    if decision.next_state is TaskState.FAILED or retry_due_now:
-        advance_run_now(ti.dag_run_id)

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 TICK = 0.1
 # After its process ended, how long to wait for the last output still in the pipes.
 DRAIN_SECONDS = 1.0
+# How long the exit status may take to come from the fork server once the process ended.
+EXIT_STATUS_WAIT = 1.0
 # A task that sent its outcome but does not exit within this long is killed.
 EXIT_AFTER_OUTCOME_SECONDS = 5.0
 
@@ -300,6 +302,9 @@ class Supervisor:
                 self.selector.unregister(fd)
                 os.close(fd)
                 self.pid_fd = None
+                # Its exit status comes from the fork server a moment later: wait for it here
+                # rather than a whole tick.
+                self.proc.wait(timeout=EXIT_STATUS_WAIT)
                 continue
             if fd == self.streams.messages.fd:
                 for message in self.streams.messages.feed():
