@@ -1,0 +1,138 @@
+"""Benchmark: the console's heaviest pages against a large history.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/console_pages.py
+
+Creates a throwaway PostgreSQL database, loads a DAG of `--tasks` tasks with `--runs` runs
+(one task instance per task and run), and `--attempts` failed attempts spread over them and
+the last 24 hours; then renders, through Django's test client (server time only, no network),
+
+  * the DAG page (the grid of the last 25 runs × all tasks), and its htmx poll,
+  * the failures page over 24 hours (every breakdown, the chart, the newest 100 rows),
+  * the failures page filtered by reason=poisoned,
+
+each `--repeat` times after one warm-up, printing the median and the worst, and the query count.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.throwaway import claimed_redis, throwaway_postgres  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--attempts", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--keep", action="store_true")
+    return parser.parse_args()
+
+
+def load(tasks: int, runs: int, attempts: int) -> None:
+    import random
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
+
+    now = timezone.now()
+    dag = Dag.objects.create(dag_id="bench", paused=True)
+    Task.objects.bulk_create(Task(dag=dag, task_id=f"t{i:02d}", python_callable="examples.etl.extract", upstream=[f"t{i - 1:02d}"] if i else [], position=i) for i in range(tasks))
+    DagRun.objects.bulk_create(
+        (DagRun(dag=dag, run_id=f"bench__{i:05d}", state="success" if i < runs - 1 else "running", logical_date=now - timedelta(minutes=runs - i),
+                queued_at=now - timedelta(minutes=runs - i), start_date=now - timedelta(minutes=runs - i), end_date=None if i == runs - 1 else now - timedelta(minutes=runs - i - 1))
+         for i in range(runs)),
+        batch_size=5000,
+    )
+    states = ["success"] * 8 + ["failed", "dead_letter"]
+    rng = random.Random(7)
+    TaskInstance.objects.bulk_create(
+        (TaskInstance(dag_run_id=run_pk, task_id=f"t{i:02d}", state=rng.choice(states), try_number=1, max_tries=2,
+                      last_failure_context={"category": "application", "reason": "poisoned", "source": "scheduler", "metadata": {}})
+         for run_pk in DagRun.objects.values_list("pk", flat=True) for i in range(tasks)),
+        batch_size=5000,
+    )
+    ti_ids = list(TaskInstance.objects.values_list("pk", flat=True))
+    reasons = [("application", "task_exception"), ("infrastructure", "worker_lost"), ("timeout", "execution_timeout")]
+    batch = []
+    for n in range(attempts):
+        category, reason = rng.choice(reasons)
+        end = now - timedelta(seconds=rng.uniform(0, 86_000))
+        batch.append(TaskAttempt(
+            task_instance_id=rng.choice(ti_ids), attempt_token=n + 1, try_number=1, infrastructure_try_number=0,
+            kind="user", state="failed", queued_at=end - timedelta(seconds=5), start_date=end - timedelta(seconds=4), end_date=end,
+            context={"category": category, "reason": reason, "source": "worker", "metadata": {"exception_type": "ValueError", "message": f"bad row {n % 97}"}},
+            fingerprint=f"{n % 40:012x}" if category == "application" else None, hostname=f"host-{n % 8}", worker_name=f"w-{n % 16}",
+            stderr="Traceback (most recent call last):\n" * 20 + f"ValueError: bad row {n % 97}\n",
+        ))
+        if len(batch) == 10_000:
+            TaskAttempt.objects.bulk_create(batch)
+            batch = []
+    TaskAttempt.objects.bulk_create(batch)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+
+def timed(client, url: str, repeat: int, **headers) -> tuple[float, float, int, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.get(url, **headers)  # warm-up: template compilation, connection
+    times = []
+    for _ in range(repeat):
+        with CaptureQueriesContext(connection) as queries:
+            started = time.perf_counter()
+            response = client.get(url, **headers)
+            times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times), max(times), len(queries), response.status_code
+
+
+def main() -> None:
+    args = parse_args()
+    server_url = os.environ.get("DATABASE_URL", "")
+    with throwaway_postgres(server_url, "console_bench", keep=args.keep) as db_url, claimed_redis(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")) as redis_url:
+        os.environ["DATABASE_URL"] = db_url
+        os.environ["REDIS_URL"] = redis_url
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+        os.environ.setdefault("SECRET_KEY", "bench-only")
+        os.environ["LOG_LEVEL"] = "ERROR"
+        os.environ["SECURE_SSL_REDIRECT"] = "false"  # the test client speaks plain HTTP
+        import django
+
+        django.setup()
+        from django.conf import settings
+        from django.contrib.auth.models import User
+        from django.core.management import call_command
+        from django.test import Client
+
+        settings.ALLOWED_HOSTS = ["*"]
+        call_command("migrate", verbosity=0)
+        started = time.perf_counter()
+        load(args.tasks, args.runs, args.attempts)
+        print(f"loaded {args.runs} runs × {args.tasks} tasks and {args.attempts} failed attempts in {time.perf_counter() - started:.1f} s")
+        client = Client()
+        client.force_login(User.objects.create_user("bench"))
+        for label, url, headers in [
+            (f"DAG page, grid 25 runs × {args.tasks} tasks", "/dags/bench/", {}),
+            ("DAG grid htmx poll", "/dags/bench/", {"HTTP_HX_REQUEST": "true"}),
+            ("failures page, 24 h", "/failures/?window=24h", {}),
+            ("failures page, reason=poisoned", "/failures/?window=24h&reason=poisoned", {}),
+            ("dead letters page", "/dead-letters/", {}),
+        ]:
+            median, worst, queries, status = timed(client, url, args.repeat, **headers)
+            print(f"| {label} | {median:.0f} ms | {worst:.0f} ms | {queries} | {status} |")
+
+
+if __name__ == "__main__":
+    main()
