@@ -37,6 +37,8 @@ _NUMBERS: dict[str, tuple[type, float | int]] = {
     "ORCHESTRATOR_HANDSHAKE_TIMEOUT": (float, 600.0),
     "ORCHESTRATOR_WORKER_CONCURRENCY": (int, 16),
     "ORCHESTRATOR_DB_OUTAGE_TOLERANCE": (float, 300.0),
+    # How long a worker retries a report before it spools the outcome to disk.
+    "ORCHESTRATOR_REPORT_PATIENCE": (float, 15.0),
     "ORCHESTRATOR_CIRCUIT_WINDOW": (float, 60.0),
     "ORCHESTRATOR_CIRCUIT_MIN_ATTEMPTS": (int, 20),
     "ORCHESTRATOR_CIRCUIT_FAILURE_RATE": (float, 0.5),
@@ -222,9 +224,21 @@ ORCHESTRATOR_SCHEDULER_INTERVAL = _number("ORCHESTRATOR_SCHEDULER_INTERVAL")
 ORCHESTRATOR_LOG_HEAD_BYTES = _number("ORCHESTRATOR_LOG_HEAD_BYTES")
 ORCHESTRATOR_LOG_TAIL_BYTES = _number("ORCHESTRATOR_LOG_TAIL_BYTES")
 ORCHESTRATOR_DAGS_FOLDER = env("ORCHESTRATOR_DAGS_FOLDER")
+# Undelivered reports wait here while the metadata database is unreachable.
+ORCHESTRATOR_SPOOL_DIR = os.environ.get("ORCHESTRATOR_SPOOL_DIR") or str(BASE_DIR / "var" / "spool")
+# Shifts this process's clock by so many seconds (may be negative): for tests and game days
+# that check every shared decision uses the database's clock.
+try:
+    ORCHESTRATOR_CLOCK_SKEW = float(os.environ.get("ORCHESTRATOR_CLOCK_SKEW", "0") or 0)
+except ValueError:
+    raise ImproperlyConfigured(f"ORCHESTRATOR_CLOCK_SKEW={os.environ['ORCHESTRATOR_CLOCK_SKEW']!r} is not a number") from None
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # A database that does not answer must fail fast: the worker then keeps its leases in Redis.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 ORCHESTRATOR_HANDSHAKE_TIMEOUT = _number("ORCHESTRATOR_HANDSHAKE_TIMEOUT")
 ORCHESTRATOR_WORKER_CONCURRENCY = max(1, _number("ORCHESTRATOR_WORKER_CONCURRENCY"))
 ORCHESTRATOR_DB_OUTAGE_TOLERANCE = _number("ORCHESTRATOR_DB_OUTAGE_TOLERANCE")
+ORCHESTRATOR_REPORT_PATIENCE = _number("ORCHESTRATOR_REPORT_PATIENCE")
 ORCHESTRATOR_CIRCUIT_WINDOW = _number("ORCHESTRATOR_CIRCUIT_WINDOW")
 ORCHESTRATOR_CIRCUIT_MIN_ATTEMPTS = _number("ORCHESTRATOR_CIRCUIT_MIN_ATTEMPTS")
 ORCHESTRATOR_CIRCUIT_FAILURE_RATE = _number("ORCHESTRATOR_CIRCUIT_FAILURE_RATE")

@@ -16,11 +16,19 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from orchestrator.engine.clock import shared_now
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
 from orchestrator.models import Circuit, TaskAttempt, TaskInstance
 from retries import admission
-from retries.circuits import CircuitSettings, after_probe, counting_since, current_state, ramp_schedule, should_open
+from retries.circuits import (
+    CircuitSettings,
+    after_probe,
+    counting_since,
+    current_state,
+    ramp_schedule,
+    should_open,
+)
 from retries.states import (
     ACTIVE_TASK_STATES,
     CIRCUIT_CLOSE_FROM,
@@ -155,7 +163,7 @@ def schedule_release(name: str, now: datetime, ramp: float) -> int:
 
 def evaluate(name: str, now: datetime | None = None) -> CircuitState:
     """Apply the rules to one circuit now; return its state afterwards."""
-    now = now or timezone.now()
+    now = now or shared_now()
     circuit = get(name)
     rules = settings_for(circuit)
     state = CircuitState(circuit.state)

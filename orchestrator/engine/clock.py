@@ -1,13 +1,36 @@
-"""The database's clock: heartbeats and leases are compared against it, never a worker's own clock."""
+"""One clock for every decision that several processes share: the database's.
+
+Heartbeats and leases are compared with the database's own `CURRENT_TIMESTAMP` (`Now`,
+`db_now`). Times that one process writes and another compares (`next_retry_at`, a run's
+`queued_at`, a task's start and end, which deadlines are measured from) come from
+`shared_now()`: this process's clock corrected by its measured offset from the database's,
+re-measured every OFFSET_TTL seconds, so a worker whose clock is minutes off still schedules a
+retry on the database's time, at the cost of one query per process every minute.
+"""
 from __future__ import annotations
 
-from datetime import datetime
+import threading
+import time
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Now
 from django.utils import timezone
 
-__all__ = ["Now", "db_now"]
+__all__ = ["Now", "db_now", "local_now", "shared_now"]
+
+OFFSET_TTL = 60.0
+
+_offset_lock = threading.Lock()
+_offset: tuple[float, timedelta] | None = None  # (monotonic time measured, database - local)
+
+
+def local_now() -> datetime:
+    """This process's clock (ORCHESTRATOR_CLOCK_SKEW shifts it, to test a skewed machine)."""
+    skew = float(getattr(settings, "ORCHESTRATOR_CLOCK_SKEW", 0.0) or 0.0)
+    now = timezone.now()
+    return now + timedelta(seconds=skew) if skew else now
 
 
 def db_now() -> datetime:
@@ -17,4 +40,26 @@ def db_now() -> datetime:
             cursor.execute("SELECT CURRENT_TIMESTAMP")
             return cursor.fetchone()[0]
     # SQLite runs in this process on this machine: its clock is ours.
-    return timezone.now()
+    return local_now()
+
+
+def shared_now() -> datetime:
+    """The database's time, without a query on most calls."""
+    global _offset
+    measured = _offset
+    if measured is None or time.monotonic() - measured[0] > OFFSET_TTL:
+        before = local_now()
+        database = db_now()
+        after = local_now()
+        # The database read its clock somewhere between our two readings: take the middle.
+        offset = database - (before + (after - before) / 2)
+        with _offset_lock:
+            _offset = measured = (time.monotonic(), offset)
+    return local_now() + measured[1]
+
+
+def forget_offset() -> None:
+    """Measure again on the next call (tests, and after a database failover)."""
+    global _offset
+    with _offset_lock:
+        _offset = None

@@ -14,12 +14,11 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics
 from orchestrator.engine.circuits import attempt_ended
-from orchestrator.engine.clock import Now
+from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.runs import advance_run
 from orchestrator.engine.taskconfig import args_for, platform_settings, retry_args
 from orchestrator.engine.transitions import transition
@@ -82,7 +81,7 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> TaskInstance
 
 def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, now: datetime | None = None) -> bool:
     """The task process's "running" handshake: from here on it is no pre-execution failure."""
-    now = now or timezone.now()
+    now = now or shared_now()
     with transaction.atomic():
         ti = _move_attempt(
             task_instance_id,
@@ -133,7 +132,7 @@ def report_success(
     output_truncated: bool = False,
     now: datetime | None = None,
 ) -> bool:
-    now = now or timezone.now()
+    now = now or shared_now()
     with transaction.atomic():
         ti = _move_attempt(
             task_instance_id,
@@ -183,7 +182,7 @@ def report_failure(
     now: datetime | None = None,
 ) -> Decision | None:
     """Charge a failed attempt to the right budget and move the task on; None if the report is stale."""
-    now = now or timezone.now()
+    now = now or shared_now()
     ti = load(task_instance_id)
     if ti is None or ti.attempt_token != token or ti.state not in expected:
         return None

@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.utils import timezone
 
 from deadlines import lifecycle
+from orchestrator.engine.clock import shared_now
 from orchestrator.engine.limitconfig import limit_args
 from orchestrator.engine.limits import dispatch_ready
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
@@ -41,7 +41,7 @@ def create_run(
     triggered_by: str = "",
 ) -> DagRun:
     """Insert the run and one task instance per task, in one transaction."""
-    now = now or timezone.now()
+    now = now or shared_now()
     with transaction.atomic():
         run = DagRun.objects.create(
             dag=dag,
@@ -88,7 +88,7 @@ def create_manual_run(
         raise BadRequest(f"conf must be a JSON object, got {type(conf).__name__}: {conf!r}")
     if dag.paused:
         raise Conflict(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
-    now = now or timezone.now()
+    now = now or shared_now()
     run = create_run(dag, run_type=DagRun.RunType.MANUAL, logical_date=now, conf=conf, now=now, triggered_by=triggered_by)
     # Start it at once instead of waiting for the next scheduler pass.
     transaction.on_commit(lambda: advance_run_now(run.pk))
@@ -107,7 +107,7 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
     holds (`skip_locked`), while a worker that just finished a task waits for it, so its
     downstream tasks are dispatched at once.
     """
-    now = now or timezone.now()
+    now = now or shared_now()
     with transaction.atomic():
         rows = DagRun.objects.select_related("dag").filter(pk=dag_run_id)
         if connection.vendor == "postgresql":

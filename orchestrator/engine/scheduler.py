@@ -10,18 +10,24 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import redis
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.db.models import Q
-from django.utils import timezone
 
-from orchestrator.engine import circuits, schedules
-from orchestrator.engine.clock import db_now
+from orchestrator.engine import circuits, leases, schedules
+from orchestrator.engine.clock import db_now, shared_now
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.runs import advance_run, create_run
 from orchestrator.models import Dag, DagRun, TaskInstance
-from orchestrator.redis_conn import job_statuses
+from orchestrator.redis_conn import get_redis, job_statuses
 from retries.context import ExecutionContext
 from retries.states import PreExecutionReason, Reason, RunState, Source, TaskState
 
@@ -38,11 +44,15 @@ class PassReport:
 
 def schedule_once(now: datetime | None = None) -> PassReport:
     """One scheduler pass. Each step handles its own items and never stops the others."""
-    now = now or timezone.now()
+    now = now or shared_now()
     report = PassReport()
     for step in (_create_due_runs, _evaluate_circuits, _advance_unfinished_runs, _find_lost_tasks):
         try:
             step(now, report)
+        except (OperationalError, InterfaceError):
+            log.warning("scheduler step %s: the database is unreachable; trying again next pass", step.__name__)
+            _Reconnection.note_outage()
+            connection.close()
         except Exception:
             log.exception("scheduler step %s failed; continuing", step.__name__)
     return report
@@ -151,11 +161,50 @@ def _has_work(instances: list[tuple], now: datetime) -> bool:
 # --- what no worker can report ------------------------------------------------------------------
 
 
+class _Reconnection:
+    """Whether this scheduler lost the database lately. Workers get one heartbeat timeout after it
+    is back before anything is presumed lost: their heartbeats could not get through either."""
+
+    outage = False
+    lost_detection_from: datetime | None = None
+
+    @classmethod
+    def note_outage(cls) -> None:
+        cls.outage = True
+
+    @classmethod
+    def may_presume_lost(cls, db_time: datetime) -> bool:
+        if cls.outage:
+            cls.outage = False
+            cls.lost_detection_from = db_time + timedelta(seconds=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT))
+        return cls.lost_detection_from is None or db_time >= cls.lost_detection_from
+
+
+def _silent(candidates: list[TaskInstance]) -> list[TaskInstance]:
+    """The candidates whose worker holds no lease in Redis either: only those may be lost.
+
+    A worker cut off from the database keeps its attempts' leases in Redis; when Redis cannot
+    be read, nothing is presumed lost this pass (the next one looks again)."""
+    if not candidates:
+        return []
+    alive = leases.held(get_redis(), [(ti.pk, ti.attempt_token) for ti in candidates])
+    return [ti for ti in candidates if (ti.pk, ti.attempt_token) not in alive]
+
+
 def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     db_time = db_now()
+    if not _Reconnection.may_presume_lost(db_time):
+        return
     heartbeat_cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT))
+    stale_running = list(TaskInstance.objects.filter(state=TaskState.RUNNING, heartbeat_at__lt=heartbeat_cutoff))
+    stale_claimed = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__lt=heartbeat_cutoff))
+    try:
+        stale_running, stale_claimed = _silent(stale_running), _silent(stale_claimed)
+    except redis.RedisError:
+        log.warning("cannot read attempt leases from Redis; presuming no task lost this pass")
+        return
     # Running with a stale heartbeat: the worker or its machine died.
-    for ti in TaskInstance.objects.filter(state=TaskState.RUNNING, heartbeat_at__lt=heartbeat_cutoff):
+    for ti in stale_running:
         context = ExecutionContext.of(
             Reason.WORKER_LOST,
             Source.SCHEDULER,
@@ -167,7 +216,7 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
         if report_failure(ti.pk, ti.attempt_token, context, expected=(TaskState.RUNNING,), now=now):
             report.lost.append(f"{ti.pk}:worker_lost")
     # Queued, taken by a worker that stopped heartbeating before the task reported running.
-    for ti in TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__lt=heartbeat_cutoff):
+    for ti in stale_claimed:
         context = ExecutionContext.of(
             Reason.PRE_EXECUTION_FAILURE,
             Source.SCHEDULER,

@@ -5,10 +5,13 @@ Every interval it sends one fenced statement for every attempt the worker holds
 (`reporting.heartbeat_many`); an attempt whose row no longer matches (a newer dispatch, an
 operator's mark) is refused, and its supervisor kills its task at once.
 
-It also keeps each attempt's lease: with the database out of reach a task may go on only while
-the scheduler cannot yet have presumed it lost, which it does HEARTBEAT_TIMEOUT after the last
-heartbeat it recorded (recorded after we sent it). `expired()` turns true a margin (one
-interval) before that, so a copy started elsewhere never runs beside this one.
+It also keeps each attempt's lease. The scheduler presumes a task lost when its database
+heartbeat is HEARTBEAT_TIMEOUT old and no lease of it is alive in Redis. So while the database
+is out of reach but Redis is not, the heartbeat renews the attempts' leases in Redis instead
+(for up to ORCHESTRATOR_DB_OUTAGE_TOLERANCE seconds) and the tasks go on. A lease that could be
+renewed nowhere runs out locally a margin (one interval) before any scheduler could presume the
+task lost (`expired()`), and its supervisor kills the task: a copy started elsewhere never runs
+beside this one.
 """
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import redis
 from django.db import InterfaceError, OperationalError, connection
 
-from orchestrator.engine import reporting
+from orchestrator.engine import leases, reporting
+from orchestrator.redis_conn import get_redis
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +45,21 @@ class AttemptLease:
 
 
 class Heartbeats:
-    def __init__(self, *, interval: float, timeout: float, on_beat: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        interval: float,
+        timeout: float,
+        outage_tolerance: float = 0.0,
+        holder: str = "",
+        on_beat: Callable[[], None] | None = None,
+    ) -> None:
         self.interval = interval
         self.timeout = timeout
+        self.outage_tolerance = outage_tolerance
+        self.holder = holder
         self.on_beat = on_beat  # RQ's own records of the running jobs
+        self.database_lost_at: float | None = None  # when heartbeats to the database began failing
         self._leases: set[AttemptLease] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -55,9 +71,10 @@ class Heartbeats:
             self._leases.add(lease)
         return lease
 
-    def forget(self, lease: AttemptLease) -> None:
+    def forget_attempt(self, task_instance_id: int, token: int) -> None:
+        """The attempt's outcome is recorded (or it was superseded): stop keeping its lease."""
         with self._lock:
-            self._leases.discard(lease)
+            self._leases = {lease for lease in self._leases if (lease.task_instance_id, lease.token) != (task_instance_id, token)}
 
     def beat(self) -> None:
         """One heartbeat for every attempt held now."""
@@ -65,12 +82,14 @@ class Heartbeats:
             leases = list(self._leases)
         if leases:
             sent = time.monotonic()
+            attempts = [(lease.task_instance_id, lease.token) for lease in leases]
             try:
-                refused = reporting.heartbeat_many([(lease.task_instance_id, lease.token) for lease in leases])
+                refused = reporting.heartbeat_many(attempts)
             except (OperationalError, InterfaceError):
-                log.warning("heartbeat of %d attempts failed; will retry", len(leases), exc_info=True)
                 connection.close()
+                self._keep_in_redis(leases, attempts, sent)
             else:
+                self.database_lost_at = None
                 for lease in leases:
                     if (lease.task_instance_id, lease.token) in refused:
                         lease.refused = True
@@ -81,6 +100,22 @@ class Heartbeats:
                 self.on_beat()
             except Exception:
                 log.warning("queue heartbeat failed", exc_info=True)
+
+    def _keep_in_redis(self, leases_: list[AttemptLease], attempts: list[tuple[int, int]], sent: float) -> None:
+        """The database is away: renew the leases in Redis, within the outage tolerance."""
+        if self.database_lost_at is None:
+            self.database_lost_at = sent
+            log.warning("the database is unreachable; keeping the leases of %d attempts in Redis", len(attempts))
+        if sent - self.database_lost_at >= self.outage_tolerance:
+            log.error("the database has been unreachable for %.0fs; no longer keeping the leases", sent - self.database_lost_at)
+            return
+        try:
+            leases.renew(get_redis(), attempts, ttl=self.timeout, holder=self.holder)
+        except redis.RedisError:
+            log.error("neither the database nor Redis is reachable; the running tasks stop when their leases run out")
+            return
+        for lease in leases_:
+            lease.lease_from = sent
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)

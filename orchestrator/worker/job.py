@@ -9,12 +9,14 @@ import logging
 import os
 import socket
 import time
-from typing import Callable, TypeVar
+from datetime import datetime
+from typing import Any, Callable, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from orchestrator.engine import reporting
+from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.engine.taskconfig import args_for
 from orchestrator.models import TaskInstance
@@ -23,12 +25,11 @@ from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
 from orchestrator.worker.rqworker import WorkerRuntime, default_worker_name, runtime
 from orchestrator.worker.shutdown import SHUTDOWN
 from orchestrator.worker.supervisor import Limits, Plan, Supervised, Supervisor
-from retries.states import Reason
+from retries.context import ExecutionContext
+from retries.states import Reason, TaskState
 
 log = logging.getLogger(__name__)
 
-# Reporting waits out a database blip this many times (about 15 seconds in all).
-REPORT_ATTEMPTS = 6
 
 T = TypeVar("T")
 
@@ -39,7 +40,9 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     if shared is None:
         raise RuntimeError("run_task_instance runs only in a worker started by run_worker")
     worker = worker_info()
-    ti = _with_db_retries(lambda: shared.db.call(reporting.claim, task_instance_id, token, worker))
+    # With the database away the job waits here, charging nothing, for up to the outage tolerance.
+    claim = lambda: shared.db.call(reporting.claim, task_instance_id, token, worker)  # noqa: E731
+    ti = _with_db_retries(claim, patience=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE))
     if ti is None:
         log.info("dropping job for task instance %s attempt %s: the attempt is no longer current", task_instance_id, token)
         return "stale"
@@ -62,6 +65,7 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     )
     supervised = supervisor.run()
     if supervised.superseded:
+        shared.heartbeats.forget_attempt(ti.pk, token)
         log.warning("task instance %s attempt %s was superseded; nothing reported", ti.pk, token)
         return "superseded"
     return _report(shared, ti.pk, token, classify(supervised.outcome), supervised)
@@ -80,6 +84,7 @@ def limits() -> Limits:
         startup_timeout=float(settings.ORCHESTRATOR_HANDSHAKE_TIMEOUT),
         head_bytes=int(settings.ORCHESTRATOR_LOG_HEAD_BYTES),
         tail_bytes=int(settings.ORCHESTRATOR_LOG_TAIL_BYTES),
+        db_outage_tolerance=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE),
     )
 
 
@@ -119,43 +124,89 @@ def plan_for(ti: TaskInstance) -> Plan:
 
 
 def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: Verdict, supervised: Supervised) -> str:
-    output = dict(stdout=supervised.stdout, stderr=supervised.stderr, output_truncated=supervised.output_truncated)
+    """Deliver the outcome; if the database cannot take it within ORCHESTRATOR_REPORT_PATIENCE, spool it and
+    let the worker deliver it later (the attempt keeps its lease until then)."""
+    record = report_record(task_instance_id, token, verdict, supervised)
+    try:
+        described = _with_db_retries(lambda: deliver(shared, record), patience=float(settings.ORCHESTRATOR_REPORT_PATIENCE))
+    except (OperationalError, InterfaceError):
+        path = shared.spool.put(record)
+        log.warning("task instance %s attempt %s: the database is unreachable; its outcome waits in %s", task_instance_id, token, path)
+        return "spooled"
+    shared.heartbeats.forget_attempt(task_instance_id, token)
+    return described
+
+
+def report_record(task_instance_id: int, token: int, verdict: Verdict, supervised: Supervised) -> dict[str, Any]:
+    """Everything a report says, as JSON: what is delivered now or spooled for later."""
+    record: dict[str, Any] = {
+        "task_instance_id": task_instance_id,
+        "token": token,
+        "success": verdict.success,
+        "ended_at": shared_now().isoformat(),
+        "output": {"stdout": supervised.stdout, "stderr": supervised.stderr, "output_truncated": supervised.output_truncated},
+    }
     if verdict.success:
-        won = _with_db_retries(lambda: shared.db.call(reporting.report_success, task_instance_id, token, result=verdict.result, **output))
-        return "success" if won else "stale"
-    assert verdict.context is not None
-    decision = _with_db_retries(
-        lambda: shared.db.call(
-            reporting.report_failure,
-            task_instance_id,
-            token,
-            verdict.context,
+        record["result"] = verdict.result
+    else:
+        assert verdict.context is not None
+        record.update(
+            context=verdict.context.to_dict(),
             fingerprint=verdict.fingerprint,
             retry_after=verdict.retry_after,
-            error=verdict.error,
-            expected=verdict.expected,
-            **output,
+            error=None if verdict.error is None else str(verdict.error),
+            expected=[str(state) for state in verdict.expected],
         )
+    return record
+
+
+def deliver(shared: WorkerRuntime, record: dict[str, Any]) -> str:
+    """Report one outcome, fenced by its attempt token; raises while the database is away."""
+    ti_id, token, output = record["task_instance_id"], record["token"], record["output"]
+    now = datetime.fromisoformat(record["ended_at"])
+    if record["success"]:
+        won = shared.db.call(reporting.report_success, ti_id, token, result=record.get("result"), now=now, **output)
+        return "success" if won else "stale"
+    context = ExecutionContext.from_dict(record["context"])
+    decision = shared.db.call(
+        reporting.report_failure,
+        ti_id,
+        token,
+        context,
+        fingerprint=record.get("fingerprint"),
+        retry_after=record.get("retry_after"),
+        error=record.get("error"),
+        expected=tuple(TaskState(state) for state in record["expected"]),
+        now=now,
+        **output,
     )
     if decision is None:
         return "stale"
-    return f"{verdict.context.category.value}/{verdict.context.reason.value} -> {decision.next_state.value}"
+    return f"{context.category.value}/{context.reason.value} -> {decision.next_state.value}"
+
+
+def deliver_spooled(shared: WorkerRuntime, record: dict[str, Any]) -> bool:
+    """The spool's delivery: True once the database took the report (or refused it as stale)."""
+    described = deliver(shared, record)
+    shared.heartbeats.forget_attempt(record["task_instance_id"], record["token"])
+    log.info("delivered the spooled report of task instance %s attempt %s: %s", record["task_instance_id"], record["token"], described)
+    return True
 
 
 def _metadata(worker: WorkerInfo) -> dict[str, str]:
     return {"worker_name": worker.worker_name, "hostname": worker.hostname}
 
 
-def _with_db_retries(report: Callable[[], T]) -> T:
-    """Report through a database blip: the outcome is worth more than a few seconds' wait."""
+def _with_db_retries(call: Callable[[], T], *, patience: float) -> T:
+    """Call through a database blip: retry with backoff for up to `patience` seconds."""
+    deadline = time.monotonic() + patience
     delay = 0.5
-    for attempt in range(REPORT_ATTEMPTS):
+    while True:
         try:
-            return report()
+            return call()
         except (OperationalError, InterfaceError):
-            if attempt == REPORT_ATTEMPTS - 1:
+            if time.monotonic() + delay > deadline:
                 raise
-            log.warning("could not report; retrying in %.1fs", delay, exc_info=True)
+            log.warning("the database did not answer; retrying in %.1fs", delay, exc_info=True)
             time.sleep(delay)
             delay = min(delay * 2, 8.0)
-    raise AssertionError("unreachable")

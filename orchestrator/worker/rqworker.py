@@ -22,8 +22,10 @@ import os
 import signal
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
@@ -40,10 +42,12 @@ from orchestrator.worker.classify import signal_name
 from orchestrator.worker.heartbeat import Heartbeats
 from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.shutdown import SHUTDOWN
+from orchestrator.worker.spool import Spool
 
 log = logging.getLogger(__name__)
 
 DATABASE_CONNECTIONS = 2  # for the slots; the heartbeat thread has one more of its own
+SPOOL_INTERVAL = 1.0  # seconds between attempts to deliver spooled reports
 
 
 def default_worker_name() -> str:
@@ -65,17 +69,29 @@ class DatabasePool:
 
     def __init__(self, size: int) -> None:
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="db")
+        self.unreachable = False  # the last call failed to reach the database
 
     def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return self._executor.submit(self._run, function, args, kwargs).result()
 
-    @staticmethod
-    def _run(function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def _run(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
         except (OperationalError, InterfaceError):
             connection.close()  # a broken connection is not kept for the next call
+            self.unreachable = True
             raise
+        self.unreachable = False
+        return result
+
+    def reachable(self) -> bool:
+        """Try the database now (one cheap query) and say whether it answered."""
+        try:
+            self.call(connection.ensure_connection)
+            self.call(lambda: connection.cursor().execute("SELECT 1"))
+        except (OperationalError, InterfaceError):
+            return False
+        return True
 
     def close(self) -> None:
         self._executor.submit(connection.close)  # best effort; the threads end with the process
@@ -90,6 +106,7 @@ class WorkerRuntime:
     launcher: Launcher
     heartbeats: Heartbeats
     db: DatabasePool
+    spool: Spool
 
 
 _runtime: WorkerRuntime | None = None
@@ -120,17 +137,37 @@ class OrchestratorWorker(SimpleWorker):
         heartbeats = Heartbeats(
             interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
             timeout=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT),
+            outage_tolerance=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE),
+            holder=self.name,
             on_beat=self._rq_heartbeats,
         )
-        _runtime = WorkerRuntime(self.name, launcher, heartbeats, DatabasePool(DATABASE_CONNECTIONS))
+        db = DatabasePool(DATABASE_CONNECTIONS)
+        spool = Spool(Path(settings.ORCHESTRATOR_SPOOL_DIR))
+        _runtime = WorkerRuntime(self.name, launcher, heartbeats, db, spool)
         heartbeats.start()
+        stop_spool = threading.Event()
+        spool_thread = threading.Thread(target=self._deliver_spooled, args=(_runtime, stop_spool), name="spool", daemon=True)
+        spool_thread.start()
         try:
             return super().work(*args, **kwargs)
         finally:
             runtime_, _runtime = _runtime, None
+            stop_spool.set()
+            spool_thread.join(timeout=5)
             heartbeats.stop()
             launcher.close()
             runtime_.db.close()
+
+    @staticmethod
+    def _deliver_spooled(shared: WorkerRuntime, stop: threading.Event) -> None:
+        """Deliver the reports the database could not take, as soon as it can."""
+        from orchestrator.worker.job import deliver_spooled
+
+        while not stop.wait(SPOOL_INTERVAL):
+            try:
+                shared.spool.drain(lambda record: deliver_spooled(shared, record))
+            except Exception:
+                log.exception("could not deliver spooled reports; trying again")
 
     def register_birth(self) -> None:
         super().register_birth()
@@ -168,6 +205,12 @@ class OrchestratorWorker(SimpleWorker):
         try:
             while not self._free_slots.acquire(timeout=1.0):
                 self.heartbeat()
+            # With the database away a new job could not even be claimed: leave it in Redis.
+            while _runtime is not None and _runtime.db.unreachable and not self._stop_requested:
+                self.heartbeat()
+                if _runtime.db.reachable():
+                    break
+                time.sleep(1.0)
             if self._stop_requested:
                 self._free_slots.release()
                 return None

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 TICK = 0.1
 # After its process ended, how long to wait for the last output still in the pipes.
 DRAIN_SECONDS = 1.0
+# While the database cannot record a handshake, it is tried again this often.
+HANDSHAKE_RETRY_SECONDS = 1.0
 # How long the exit status may take to come from the fork server once the process ended.
 EXIT_STATUS_WAIT = 1.0
 # A task that sent its outcome but does not exit within this long is killed.
@@ -64,6 +66,7 @@ class Limits:
     startup_timeout: float
     head_bytes: int
     tail_bytes: int
+    db_outage_tolerance: float = 0.0
 
 
 @dataclass
@@ -130,6 +133,8 @@ class Supervisor:
         self.pid_fd: int | None = None
         self.spawned_at = 0.0
         self.handshake_at: float | None = None
+        self.handshake_failing_since: float | None = None  # the database could not record it
+        self.handshake_retry_at: float | None = None
         self.stopping: _Stopping | None = None
         self.final: dict[str, Any] | None = None
         self.final_at: float | None = None
@@ -141,22 +146,20 @@ class Supervisor:
     def run(self) -> Supervised:
         metadata = {"worker_name": self.worker.worker_name, "hostname": self.worker.hostname}
         oom_before = oom_kill_count()
+        # The lease outlives this call: the job forgets it once the outcome is recorded.
         self.lease = self.heartbeats.watch(self.plan.task_instance_id, self.plan.token)
         try:
-            try:
-                self._spawn()
-            except OSError as exc:
-                log.error("could not start the task process for %s: %s", self._label(), exc)
-                return Supervised(
-                    superseded=False,
-                    outcome=Outcome(is_bash=self.plan.is_bash, started=False, start_error=f"{type(exc).__name__}: {exc}", metadata=metadata),
-                )
-            try:
-                self._supervise()
-            finally:
-                self._finish()
+            self._spawn()
+        except OSError as exc:
+            log.error("could not start the task process for %s: %s", self._label(), exc)
+            return Supervised(
+                superseded=False,
+                outcome=Outcome(is_bash=self.plan.is_bash, started=False, start_error=f"{type(exc).__name__}: {exc}", metadata=metadata),
+            )
+        try:
+            self._supervise()
         finally:
-            self.heartbeats.forget(self.lease)
+            self._finish()
         assert self.proc is not None and self.streams is not None
         metadata["pid"] = self.proc.pid
         stop = None
@@ -234,7 +237,11 @@ class Supervisor:
                 self.superseded = True
             if self.superseded:
                 break
-            self._enforce(time.monotonic())
+            now = time.monotonic()
+            if self.handshake_retry_at is not None and now >= self.handshake_retry_at:
+                self.handshake_retry_at = None
+                self._handshake()
+            self._enforce(now)
             if self.proc.exited():
                 self._bash_outcome()
                 break
@@ -351,10 +358,18 @@ class Supervisor:
         try:
             won = self.db(reporting.mark_running, self.plan.task_instance_id, self.plan.token, pid=self.proc.pid)
         except (OperationalError, InterfaceError):
+            now = time.monotonic()
+            self.handshake_failing_since = self.handshake_failing_since or now
+            if now - self.handshake_failing_since < self.limits.db_outage_tolerance:
+                # The task waits before its user code; the outage charges nothing.
+                log.warning("could not record that %s is running; trying again", self._label())
+                self.handshake_retry_at = now + HANDSHAKE_RETRY_SECONDS
+                return
             # It never ran as far as the database knows; stop it before user code starts.
             log.exception("could not record that %s is running", self._label())
             self._begin_stop(Reason.DB_CONNECTION_ERROR, timeout=None)
             return
+        self.handshake_retry_at = None
         if not won:
             self.superseded = True
             return

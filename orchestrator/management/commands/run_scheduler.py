@@ -8,9 +8,9 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
-from django.utils import timezone
 
 from deadlines.check import check_due
+from orchestrator.engine.clock import shared_now
 from orchestrator.engine.scheduler import schedule_once
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def check_due_safely() -> bool:
     """True when the check found a full batch and should run again at once."""
     limit = 500
     try:
-        return check_due(timezone.now(), limit=limit) >= limit
+        return check_due(shared_now(), limit=limit) >= limit
     except Exception:
         log.exception("deadline check failed")
         return False
