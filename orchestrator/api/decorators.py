@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
@@ -93,6 +94,8 @@ def api_view(methods: Iterable[str]) -> Callable[[View], View]:
                 return too_large()
             except SuspiciousOperation as exc:  # e.g. too many form fields
                 return json_error(400, f"request refused: {exc}")
+            except MultiPartParserError as exc:
+                return json_error(400, f"malformed multipart body: {exc}")
 
         return wrapper
 

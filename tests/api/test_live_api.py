@@ -84,7 +84,10 @@ def test_the_live_api_answers_as_its_openapi_document_says(spawn, process_env, t
         [
             sys.executable, "-m", "schemathesis.cli", "run", f"{base}/api/v1/openapi.json",
             "--header", f"Authorization: Bearer {token}",
-            "--checks", "all",
+            # All checks but one: a schema-valid request must be accepted, but JSON Schema cannot
+            # say "no NUL at any depth" of a free-form conf without recursion, so the generators
+            # send NULs the API rightly refuses (400). NULs are still sent, so a 500 is still found.
+            "--checks", "all", "--exclude-checks", "positive_data_acceptance",
             "--phases", "examples,coverage,fuzzing",
             "--max-examples", str(MAX_EXAMPLES),
             "--seed", str(SEED),
