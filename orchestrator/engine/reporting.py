@@ -33,6 +33,7 @@ from retries.states import (
     REPORT_FAILURE_FROM,
     REPORT_SUCCESS_FROM,
     AttemptKind,
+    Reason,
     TaskState,
 )
 
@@ -105,6 +106,18 @@ def heartbeat(task_instance_id: int, token: int) -> bool:
         token=token,
         heartbeat_at=Now(),
     )
+
+
+def operator_stop(task_instance_id: int, token: int) -> ExecutionContext | None:
+    """Why an operator took this attempt from its worker (mark failed), or None if nobody did."""
+    context = (
+        TaskInstance.objects.filter(pk=task_instance_id, attempt_token=token, state=TaskState.FAILED)
+        .values_list("last_failure_context", flat=True)
+        .first()
+    )
+    if not context or context.get("reason") != Reason.MANUAL_MARK_FAILED:
+        return None
+    return ExecutionContext.from_dict(context)
 
 
 def heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:

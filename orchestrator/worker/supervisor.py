@@ -140,6 +140,7 @@ class Supervisor:
         self.final_at: float | None = None
         self.final_before_stop = True
         self.superseded = False
+        self.stopped_by_operator = False  # marked failed by an operator: stopping it for them
 
     # --- the attempt --------------------------------------------------------------------------
 
@@ -230,9 +231,9 @@ class Supervisor:
         assert self.proc is not None
         while not self.superseded:
             self._pump(TICK)
-            if self.lease.refused:
-                self.superseded = True
-            elif self.lease.expired():
+            if self.lease.refused and not self.stopped_by_operator:
+                self._on_refused()
+            elif self.lease.expired() and not self.stopped_by_operator:
                 log.error("%s: no heartbeat got through for too long; killing the task before the scheduler presumes it lost", self._label())
                 self.superseded = True
             if self.superseded:
@@ -245,6 +246,10 @@ class Supervisor:
             if self.proc.exited():
                 self._bash_outcome()
                 break
+        if self.stopped_by_operator:
+            self.superseded = True  # the operator's `failed` stands: nothing to report
+            self._let_stragglers_go()
+            return
         if self.superseded:
             # Another attempt owns the task now: never let two copies run at once.
             log.warning("%s was superseded; killing its task process group %s", self._label(), self.pgid)
@@ -396,10 +401,24 @@ class Supervisor:
             stopping.sigkill_sent = True
             procs.signal_group(self.pgid, signal.SIGKILL)
 
-    def _begin_stop(self, reason: Reason, *, timeout: float | None) -> None:
+    def _on_refused(self) -> None:
+        """The attempt is no longer current. An operator who marked it failed gets the stop
+        sequence (on_kill hears why); anything else (a newer attempt) means kill at once."""
+        try:
+            context = self.db(reporting.operator_stop, self.plan.task_instance_id, self.plan.token)
+        except (OperationalError, InterfaceError):
+            context = None
+        if context is None:
+            self.superseded = True
+        elif self.stopping is None:
+            self.stopped_by_operator = True
+            self._begin_stop(context.reason, timeout=None, context=context)
+
+    def _begin_stop(self, reason: Reason, *, timeout: float | None, context: ExecutionContext | None = None) -> None:
         """Tell the task why, then SIGTERM its whole group; SIGKILL follows after kill_grace."""
-        stop = Stop(reason=reason, timeout=timeout, kill_grace=self.plan.kill_grace, shutdown_signal=self.shutdown.signal)
-        context = stop_context(stop, signal_sent="SIGTERM", kill_grace=self.plan.kill_grace)
+        if context is None:
+            stop = Stop(reason=reason, timeout=timeout, kill_grace=self.plan.kill_grace, shutdown_signal=self.shutdown.signal)
+            context = stop_context(stop, signal_sent="SIGTERM", kill_grace=self.plan.kill_grace)
         log.warning("stopping %s: %s", self._label(), reason.value)
         self.stopping = _Stopping(reason=reason, context=context, started_at=time.monotonic(), timeout=timeout)
         send(self.control_fd, {"type": "stop", "context": context.to_dict()})

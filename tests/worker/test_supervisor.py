@@ -250,3 +250,26 @@ def test_a_worker_cut_off_from_database_and_redis_stops_its_task_before_it_is_pr
     finally:
         db_proxy.cut()
         redis_proxy.cut()
+
+
+def test_mark_failed_on_a_running_task_stops_it_and_on_kill_hears_why(worker, make_dag, tmp_path):
+    """An operator marks a running task failed: at its next heartbeat the worker sends SIGTERM
+    with the operator's user_action context (on_kill gets it), and the task stays failed."""
+    from django.contrib.auth.models import User
+
+    from orchestrator import actions
+
+    on_kill = tmp_path / "on_kill.json"
+    dag = make_dag([{"task_id": "t", "python_callable": T + "GracefulSleeper", "op_kwargs": {"seconds": 60, "on_kill_file": str(on_kill)}}])
+    worker()
+    run = trigger(dag)
+    pid = running_pid(run, "t")
+    operator = User.objects.create(username="oncall")
+    actions.mark_failed(instance(run, "t"), operator, note="stuck on a lock")
+    wait_until(lambda: on_kill.exists(), timeout=10, message="on_kill to run")
+    seen = json.loads(on_kill.read_text())
+    assert (seen["category"], seen["reason"], seen["metadata"]["note"]) == ("user_action", "manual_mark_failed", "stuck on a lock")
+    wait_until(lambda: _gone(pid), timeout=10, message="the task process to end")
+    ti = instance(run, "t")
+    assert ti.state == "failed" and ti.last_failure_context["reason"] == "manual_mark_failed"
+    assert ti.attempts.get().state == "failed"
