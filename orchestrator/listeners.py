@@ -1,11 +1,18 @@
 """Listener hooks (pluggy, project name "orchestrator"), loaded from ORCHESTRATOR_LISTENERS.
 
-A listener implements any subset of the hooks below. One that raises is logged and skipped:
-it never breaks the scheduler, the worker or the other listeners.
+A listener implements any subset of the hooks below. Hooks are called on a thread of their own
+(`notify` only hands them over), so a listener is never on the path of a task or a scheduler
+pass; one that raises is logged and skipped, one that hangs is left behind after
+ORCHESTRATOR_LISTENER_TIMEOUT seconds. A process that exits first waits a few seconds for the
+notifications it handed over.
 """
 from __future__ import annotations
 
+import atexit
 import logging
+import queue
+import threading
+import time
 from typing import Any
 
 import pluggy
@@ -74,10 +81,85 @@ def _load(path: str) -> Any:
 
 
 def notify(hook_name: str, **kwargs: Any) -> None:
-    """Call every implementation of `hook_name`, each in isolation."""
+    """Hand `hook_name` to every listener, off the caller's path.
+
+    The calls run in order on this process's listener thread, each in isolation: one that
+    raises is logged, one that runs longer than ORCHESTRATOR_LISTENER_TIMEOUT is logged and left
+    behind (its thread abandoned, a new one takes the queue), so a listener never holds up a
+    task, a report or a scheduler pass."""
     hook = getattr(get_plugin_manager().hook, hook_name)
-    for impl in hook.get_hookimpls():
+    impls = hook.get_hookimpls()
+    if impls:
+        _DISPATCHER.submit(hook_name, impls, kwargs)
+
+
+def drain(timeout: float = 10.0) -> bool:
+    """Wait until every notification handed over so far has been delivered (tests)."""
+    return _DISPATCHER.drain(timeout)
+
+
+class _Dispatcher:
+    QUEUE_LIMIT = 10_000  # beyond this, notifications are dropped (and logged), never blocking
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=self.QUEUE_LIMIT)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._busy_since: float | None = None
+        self._busy_with = ""
+
+    def submit(self, hook_name: str, impls: list, kwargs: dict[str, Any]) -> None:
+        self._ensure_thread()
         try:
-            impl.function(*[kwargs.get(arg) for arg in impl.argnames])
-        except Exception:
-            log.exception("listener %s raised in %s", impl.plugin_name, hook_name)
+            self._queue.put_nowait((hook_name, impls, kwargs))
+        except queue.Full:
+            log.error("listener queue full; %s dropped", hook_name)
+
+    def drain(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._ensure_thread()
+            if self._queue.unfinished_tasks == 0:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            busy = self._busy_since
+            limit = float(getattr(settings, "ORCHESTRATOR_LISTENER_TIMEOUT", 10.0))
+            if self._thread is not None and self._thread.is_alive() and (busy is None or time.monotonic() - busy < limit):
+                return
+            if self._thread is not None and self._thread.is_alive():
+                log.error("listener %s has run for more than %.0fs; leaving it behind", self._busy_with, limit)
+                self._queue.task_done()  # its notification will not complete
+            self._busy_since = None
+            self._thread = threading.Thread(target=self._run, name="listeners", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while self._thread is me:
+            try:
+                hook_name, impls, kwargs = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            for impl in impls:
+                with self._lock:
+                    if self._thread is not me:
+                        return
+                    self._busy_since, self._busy_with = time.monotonic(), f"{impl.plugin_name} ({hook_name})"
+                try:
+                    impl.function(*[kwargs.get(arg) for arg in impl.argnames])
+                except Exception:
+                    log.exception("listener %s raised in %s", impl.plugin_name, hook_name)
+            with self._lock:
+                if self._thread is not me:
+                    return  # abandoned: the queue already counted this one as done
+                self._busy_since = None
+            self._queue.task_done()
+        # A listener that hung here came back after being left behind: nothing more to do.
+
+
+_DISPATCHER = _Dispatcher()
+atexit.register(lambda: _DISPATCHER.drain(timeout=5.0))

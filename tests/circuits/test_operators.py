@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
+from orchestrator import listeners
 from orchestrator.engine import circuits
 from orchestrator.listeners import hookimpl
 from orchestrator.models import AuditLog, Circuit
@@ -64,4 +65,5 @@ def test_the_hooks_hear_an_open_and_a_close(settings, django_capture_on_commit_c
         # Opening an open circuit restarts its cool-down; nobody is told twice.
         assert circuits.open_circuit(Circuit.objects.get(pk=circuit.pk), now, reason="again")
         assert circuits.close_circuit(Circuit.objects.get(pk=circuit.pk), now, reason="test")
+    assert listeners.drain()
     assert EVENTS == [("opened", "payments-api"), ("closed", "payments-api")]

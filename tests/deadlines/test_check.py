@@ -13,7 +13,7 @@ from rq import Queue
 from deadlines import check
 from deadlines.check import check_due
 from deadlines.models import Deadline
-from orchestrator import metrics
+from orchestrator import listeners, metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.runs import advance_run, create_run
 from orchestrator.models import DagRun, TaskInstance
@@ -60,6 +60,7 @@ def test_it_marks_a_due_deadline_missed_exactly_once():
     assert deadline.lateness_seconds == pytest.approx(60, abs=5)
     assert job_ids() == [f"deadline-{deadline.pk}-missed-1"]
     assert metrics.read(metrics.DEADLINE_MISSES) == [({"dag_id": "never_started"}, 1)]
+    assert listeners.drain()
     assert recording_listener.missed == [deadline.pk]
 
 

@@ -31,3 +31,21 @@ class Broken:
 
 
 broken = Broken()
+
+
+class Hanging:
+    """Hangs in on_task_instance_running until `release` is set."""
+
+    release = __import__("threading").Event()
+
+    @hookimpl
+    def on_task_instance_running(self, task_instance):
+        self.release.wait(30)
+
+
+hanging = Hanging()
+
+
+@hookimpl
+def on_task_instance_success(task_instance):
+    calls.append(("success", {"task_id": task_instance.task_id}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
+from orchestrator import listeners
 from orchestrator.engine import reporting
 from orchestrator.engine.runs import advance_run, create_manual_run
 from orchestrator.models import TaskInstance
@@ -38,6 +39,7 @@ def test_it_calls_listeners_with_every_context_even_past_a_broken_one():
         assert reporting.mark_running(ti.pk, ti.attempt_token)
         assert reporting.report_failure(ti.pk, ti.attempt_token, context, fingerprint=fingerprint)
         advance_run(run.pk)
+    assert listeners.drain()
     failed = [c for name, c in recording_listener.calls if name == "failed"]
     assert [c["context"].reason for c in failed] == [Reason.WORKER_TERMINATION, Reason.TASK_EXCEPTION, Reason.TASK_EXCEPTION]
     assert failed[0]["context"].category is Category.INFRASTRUCTURE and failed[0]["previous_state"] == "running"
@@ -48,3 +50,31 @@ def test_it_calls_listeners_with_every_context_even_past_a_broken_one():
     assert ti.state == "dead_letter" and ti.try_number == 2 and ti.infrastructure_try_number == 1
     run.refresh_from_db()
     assert run.state == "running"
+
+
+@override_settings(
+    ORCHESTRATOR_LISTENERS=["tests.engine.recording_listener.hanging", "tests.engine.recording_listener"],
+    ORCHESTRATOR_LISTENER_TIMEOUT=0.5,
+)
+def test_a_hanging_listener_holds_up_nothing_and_is_left_behind():
+    """The "running" handshake returns at once although a listener hangs in it; past the time
+    limit the hung call is left behind and later notifications are delivered."""
+    import time
+
+    from tests.engine.recording_listener import Hanging
+
+    recording_listener.calls.clear()
+    Hanging.release.clear()
+    dag = DagFactory(default_args={"retries": 0})
+    TaskFactory(dag=dag, task_id="t")
+    run = create_manual_run(dag)
+    ti = TaskInstance.objects.get(dag_run=run)
+    assert reporting.claim(ti.pk, ti.attempt_token, WORKER)
+    started = time.monotonic()
+    assert reporting.mark_running(ti.pk, ti.attempt_token)
+    assert reporting.report_success(ti.pk, ti.attempt_token)
+    assert time.monotonic() - started < 0.4  # neither waited for the hung listener
+    time.sleep(0.6)
+    assert listeners.drain(timeout=5)  # the hung call was left behind; the rest went through
+    assert ("success", {"task_id": "t"}) in recording_listener.calls
+    Hanging.release.set()
