@@ -271,3 +271,53 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {"rq.worker": {"level": "WARNING"}},
 }
+
+# --- HTTPS behind a TLS-terminating proxy, and request size -----------------------------------
+# With DEBUG off the defaults are production's: HTTPS only, secure cookies, HSTS, and the
+# scheme taken from the proxy's X-Forwarded-Proto. With DEBUG on, plain http://localhost works.
+import re as _re
+from urllib.parse import urlsplit as _urlsplit
+
+_NUMBERS.update(
+    {
+        "DATA_UPLOAD_MAX_MEMORY_SIZE": (int, 2_621_440),
+        "SECURE_HSTS_SECONDS": (int, 0 if DEBUG else 31_536_000),
+    }
+)
+
+
+def _proxy_ssl_header(default: str) -> tuple[str, str] | None:
+    """The header a trusted proxy sets to "https" (e.g. X-Forwarded-Proto); empty: trust none."""
+    raw = os.environ.get("SECURE_PROXY_SSL_HEADER", default).strip()
+    if not raw:
+        return None
+    if not _re.fullmatch(r"[A-Za-z0-9-]+", raw):
+        raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER={raw!r} is not a header name (e.g. X-Forwarded-Proto)")
+    return ("HTTP_" + raw.upper().replace("-", "_"), "https")
+
+
+def _origins(name: str) -> list[str]:
+    """Comma-separated scheme://host[:port] origins ('*.' allowed in the host, as Django allows)."""
+    origins = [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+    for origin in origins:
+        parts = _urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or parts.fragment:
+            raise ImproperlyConfigured(f"{name}: {origin!r} is not an origin like https://orchestrator.example.com")
+    return origins
+
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = _number("DATA_UPLOAD_MAX_MEMORY_SIZE")
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header("" if DEBUG else "X-Forwarded-Proto")
+CSRF_TRUSTED_ORIGINS = _origins("CSRF_TRUSTED_ORIGINS")
+SECURE_SSL_REDIRECT = _boolean("SECURE_SSL_REDIRECT", not DEBUG)
+# Health checks of load balancers and containers speak plain HTTP to the app itself.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SESSION_COOKIE_SECURE = _boolean("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = _boolean("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_HSTS_SECONDS = _number("SECURE_HSTS_SECONDS")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _boolean("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+# Preload asks browser vendors to hard-code HTTPS for the whole domain, for good: only on
+# purpose, so off unless set (and then Django's reminder about it is not a deploy failure).
+SECURE_HSTS_PRELOAD = _boolean("SECURE_HSTS_PRELOAD", False)
+if not SECURE_HSTS_PRELOAD:
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
