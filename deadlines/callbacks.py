@@ -124,6 +124,11 @@ def describe(exc: BaseException) -> str:
 # --- calling the callback ----------------------------------------------------------------------
 
 
+def idempotency_key(deadline: Deadline, *, at_risk: bool) -> str:
+    """One key per deadline event (its miss, or its early warning), whatever the delivery."""
+    return f"deadline-{deadline.pk}-{'at-risk' if at_risk else 'missed'}"
+
+
 def build_context(deadline: Deadline, *, at_risk: bool, now: datetime | None = None, **extra: Any) -> dict[str, Any]:
     """What a callback learns about the deadline. `lateness_seconds` is how late it was when the
     miss was found (negative while at risk: the time that was left)."""
@@ -141,6 +146,9 @@ def build_context(deadline: Deadline, *, at_risk: bool, now: datetime | None = N
         "logical_date": run.logical_date.isoformat(),
         "lateness_seconds": seconds_late(deadline.need_by, at),
         "at_risk": at_risk,
+        # Callbacks are delivered at least once (a worker lost mid-call means another call): the
+        # same event always carries the same key, so a receiver can drop a duplicate.
+        "idempotency_key": idempotency_key(deadline, at_risk=at_risk),
     }
     if at_risk and extra.get("estimate") is not None:
         context["estimated_remaining_seconds"] = extra["estimate"]

@@ -182,6 +182,8 @@ def webhook_notifier(
     host = allowed_host(url)
     body = json.dumps({"event": context.get("event"), **context}, default=str).encode()
     sent = {"Content-Type": "application/json", "User-Agent": "orchestrator-deadlines", **dict(headers or {})}
+    if context.get("idempotency_key"):
+        sent["Idempotency-Key"] = str(context["idempotency_key"])  # the same on every re-delivery
     try:
         status = _post(url, body, sent, timeout)
     except TimeoutError:

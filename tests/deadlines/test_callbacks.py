@@ -63,6 +63,7 @@ def test_it_calls_a_dotted_path_callback_with_its_kwargs_and_the_context(tmp_pat
     assert context["reference"] == "dagrun_queued_at" and context["need_by"] == deadline.need_by.isoformat()
     assert context["lateness_seconds"] == pytest.approx(60, abs=5)
     assert context["run_id"] == deadline.dag_run.run_id
+    assert context["idempotency_key"] == f"deadline-{deadline.pk}-missed"  # the same on any re-delivery
     deadline.refresh_from_db()
     assert (deadline.callback_state, deadline.callback_attempts, deadline.callback_error) == ("success", 1, "")
 
@@ -168,7 +169,14 @@ class Hook:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers["Content-Length"])
-                received.append({"path": self.path, "type": self.headers["Content-Type"], "body": json.loads(self.rfile.read(length))})
+                received.append(
+                    {
+                        "path": self.path,
+                        "type": self.headers["Content-Type"],
+                        "key": self.headers["Idempotency-Key"],
+                        "body": json.loads(self.rfile.read(length)),
+                    }
+                )
                 self.send_response(status)
                 self.end_headers()
 
@@ -199,6 +207,7 @@ def test_it_posts_json_to_an_allowed_webhook(hook):
     (request,) = hook.received
     assert request["path"] == "/hooks/SECRET-TOKEN" and request["type"] == "application/json"
     assert request["body"]["event"] == "deadline_missed" and request["body"]["dag_id"] == "hooked"
+    assert request["key"] == request["body"]["idempotency_key"] == f"deadline-{deadline.pk}-missed"
     deadline.refresh_from_db()
     assert deadline.callback_state == "success"
 
