@@ -150,3 +150,26 @@ def test_it_leaves_runs_with_nothing_to_do_unlocked():
     schedule_once(now)
     assert {_ti(ready, "b").state, _ti(ready, "c").state} == {TaskState.QUEUED}
     assert waiting.pk not in runs_needing_work(now)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dispatch_redis_refuses_is_undone_and_charges_nothing(settings):
+    """Redis unreachable when a run is triggered: the run is created, the task waits as it was
+    (no try spent, no attempt row, no queued timeout to sit out) and the next scheduler pass
+    dispatches it once Redis answers."""
+    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.models import TaskAttempt
+
+    dag = DagFactory()
+    TaskFactory(dag=dag, task_id="t")
+    reachable = settings.REDIS_URL
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    run = create_manual_run(dag)
+    ti = TaskInstance.objects.get(dag_run=run)
+    assert (ti.state, ti.try_number, ti.attempt_token) == ("scheduled", 0, 1)
+    assert not TaskAttempt.objects.filter(task_instance=ti).exists()
+    settings.REDIS_URL = reachable
+    schedule_once()
+    ti.refresh_from_db()
+    assert (ti.state, ti.try_number, ti.attempt_token) == ("queued", 1, 2)
+    assert TaskAttempt.objects.filter(task_instance=ti).count() == 1
