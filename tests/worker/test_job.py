@@ -167,3 +167,20 @@ def test_it_runs_a_class_method_named_by_its_dotted_path(worker, make_dag):
     ti = settle(run, "greet", ("success", "failed", "up_for_retry"))
     assert ti.state == "success"
     assert ti.attempts.get().result == "hello ada"
+
+
+@pytest.mark.integration
+def test_a_worker_with_a_skewed_clock_schedules_retries_on_the_databases_time(worker, make_dag):
+    """A worker whose clock is an hour ahead reports a failure: next_retry_at and the attempt's
+    times are the database's, so the retry is due in seconds, not in an hour."""
+    from orchestrator.engine.clock import db_now
+
+    dag = make_dag([{"task_id": "flaky", "python_callable": "tests.worker.tasks.fail_until", "op_kwargs": {"succeed_on_try": 2}}], retries=1, retry_delay=0.5)
+    run = trigger(dag)
+    worker(ORCHESTRATOR_CLOCK_SKEW="3600")
+    ti = settle(run, "flaky", ("up_for_retry", "success"))
+    if ti.state == "up_for_retry":
+        assert ti.next_retry_at - db_now() < timedelta(seconds=30)
+    first = ti.attempts.order_by("attempt_token").first()
+    assert abs((first.end_date - db_now()).total_seconds()) < 60
+    assert settle(run, "flaky", ("success",)).try_number == 2
