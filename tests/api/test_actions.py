@@ -254,7 +254,7 @@ def test_it_reschedules_a_dead_lettered_task(alice):
 
 def test_it_gives_the_retry_back_to_a_task_waiting_to_retry(alice):
     """A task that is up_for_retry keeps its state; its next dispatch repeats the try it lost."""
-    run = make_run(chain_dag("waiting", retries=2))
+    run = make_run(chain_dag("waiting", retries=2, retry_delay=60))  # still waiting when reclassified
     fail(run, "extract")
     actions.reclassify(instance(run, "extract"), alice)
     ti = instance(run, "extract")
