@@ -9,6 +9,7 @@ import inspect
 import json
 import math
 import re
+import reprlib
 from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
@@ -27,9 +28,15 @@ RETRY_BACKOFFS = ("exponential", "fixed")
 RETRY_JITTERS = ("full", "equal", "none")
 
 
+_BOUNDED = reprlib.Repr()
+_BOUNDED.maxlevel, _BOUNDED.maxstring, _BOUNDED.maxother = 4, 80, 80
+_BOUNDED.maxtuple = _BOUNDED.maxlist = _BOUNDED.maxdict = _BOUNDED.maxset = 10
+
+
 def show(value: object, limit: int = 80) -> str:
-    """A value as it appears in a message: its repr, shortened."""
-    text = repr(value)
+    """A value as it appears in a message: its repr, shortened. A container is shown only to a
+    bounded depth and width, so a huge one (a YAML alias bomb) costs nothing to show."""
+    text = _BOUNDED.repr(value) if isinstance(value, (list, dict, tuple, set)) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -75,7 +75,7 @@ def _validate_deadline(raw: object, prefix: str, *, task_level: bool, tz: ZoneIn
     allowed = TASK_REFERENCES if task_level else DAG_REFERENCES
     names = ", ".join(ref.value for ref in Reference if ref in allowed)
     reference = raw.get("reference")
-    if reference not in {ref.value for ref in allowed}:
+    if not isinstance(reference, str) or reference not in {ref.value for ref in allowed}:
         scope = "a task" if task_level else "a DAG"
         problems.add(join(prefix, "reference"), f"must be one of {names} for {scope}; not {show(reference)}")
 

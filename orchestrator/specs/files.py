@@ -77,11 +77,15 @@ def read_spec_file(path: Path) -> list[RawDag]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise FileError(f"{path}: line {exc.lineno}: invalid JSON: {exc.msg}") from exc
+        except RecursionError as exc:
+            raise FileError(f"{path}: invalid JSON: nested too deeply") from exc
     else:
         try:
             data = yaml.load(text, Loader=SpecLoader)  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as exc:
             raise FileError(f"{path}: {_yaml_problem(exc)}") from exc
+        except RecursionError as exc:
+            raise FileError(f"{path}: invalid YAML: nested too deeply") from exc
     if data is None:
         raise FileError(f"{path}: holds no DAG")
     items = data if isinstance(data, list) else [data]

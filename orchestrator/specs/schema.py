@@ -116,7 +116,7 @@ def _validate_task(raw: object, prefix: str, tz: ZoneInfo, problems: Problems) -
         problems.add(join(prefix, "upstream"), f"lists {name!r} more than once")
 
     trigger_rule = raw.get("trigger_rule", TriggerRule.ALL_SUCCESS.value)
-    if trigger_rule not in {rule.value for rule in TriggerRule}:
+    if not isinstance(trigger_rule, str) or trigger_rule not in {rule.value for rule in TriggerRule}:
         rules = ", ".join(rule.value for rule in TriggerRule)
         problems.add(join(prefix, "trigger_rule"), f"must be one of {rules}; not {show(trigger_rule)}")
 
@@ -181,10 +181,19 @@ def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     reported: set[frozenset[str]] = set()
 
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        path.append(node)
-        for parent in upstream_of[node]:
+    def visit(start: str) -> None:
+        # Iterative, so a chain of thousands of tasks cannot exhaust Python's stack.
+        path: list[str] = [start]
+        state[start] = 1
+        stack = [iter(upstream_of[start])]
+        while stack:
+            node = path[-1]
+            parent = next(stack[-1], None)
+            if parent is None:
+                stack.pop()
+                path.pop()
+                state[node] = 2
+                continue
             if state.get(parent) == 1:
                 loop = path[path.index(parent) :]
                 if frozenset(loop) not in reported:
@@ -193,13 +202,13 @@ def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
                     order = [parent, *reversed(loop[1:]), parent]
                     problems.add(f"tasks[{index_of[node]}].upstream", f"cycle: {' -> '.join(order)}")
             elif parent not in state:
-                visit(parent, path)
-        path.pop()
-        state[node] = 2
+                state[parent] = 1
+                path.append(parent)
+                stack.append(iter(upstream_of[parent]))
 
     for task_id in index_of:
         if task_id not in state:
-            visit(task_id, [])
+            visit(task_id)
 
 
 def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
