@@ -59,6 +59,11 @@ def check_text(name: str, value: str) -> None:
     """PostgreSQL cannot store or compare text holding NUL: refuse it up front, naming the field."""
     if "\x00" in value:
         raise BadRequest(f"{name} must not contain the NUL character (\\u0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # JSON's "\\ud800" escape decodes to a lone surrogate, which PostgreSQL refuses.
+        raise BadRequest(f"{name} must be valid Unicode (no lone surrogate such as \\ud800)") from None
 
 
 # --- parameters ---------------------------------------------------------------------------------

@@ -118,6 +118,11 @@ def require_perm(request: HttpRequest, perm: str) -> None:
         raise PermissionDeniedError(f"permission '{perm}' required")
 
 
+def _refuse_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON (Python's parser takes them; PostgreSQL's jsonb does not)."""
+    raise json.JSONDecodeError(f"{name} is not a JSON value", name, 0)
+
+
 def json_body(request: HttpRequest) -> dict[str, Any]:
     """The request's JSON object body; an empty body (or an empty form) is `{}`."""
     if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
@@ -127,9 +132,11 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     if not request.body.strip():
         return {}
     try:
-        body = json.loads(request.body)
+        body = json.loads(request.body, parse_constant=_refuse_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
     return body
