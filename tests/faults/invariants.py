@@ -196,6 +196,8 @@ def attempt_violations(ti: TaskInstance, attempts: list[TaskAttempt], *, operato
             problems.append(f"{label}: infrastructure_try_number {ti.infrastructure_try_number} but {platform_spent} platform attempts")
         if ti.try_number > ti.max_tries:
             problems.append(f"{label}: try {ti.try_number} beyond max_tries {ti.max_tries}")
+    if successes and ti.state != TaskState.SUCCESS and not operator_actions:
+        problems.append(f"{label}: an attempt succeeded but the task is {ti.state}")
     if ti.state == TaskState.SUCCESS and successes != 1:
         problems.append(f"{label}: success with {successes} successful attempts")
     if ti.state == TaskState.FAILED and attempts and not operator_actions:
