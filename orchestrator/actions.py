@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics
+from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.runs import advance_run_now, create_manual_run
 from orchestrator.engine.taskconfig import args_for
@@ -36,7 +37,7 @@ from orchestrator.engine.transitions import transition
 from orchestrator.exceptions import ActionError, Conflict, NotFound
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
-from retries.policy import Budget, cleared_max_tries, reclassified
+from retries.policy import cleared_max_tries, reclassified
 from retries.states import (
     ACTIVE_TASK_STATES,
     CLEAR_DOWNSTREAM_FROM,
@@ -250,7 +251,7 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     )
     given_back = reclassified(
         TaskState(ti.state),
-        _budget(ti),
+        budget_of(ti),
         attempt_try_number=attempt.try_number,
         attempt_fingerprint=attempt.fingerprint,
     )
@@ -432,17 +433,6 @@ def _reopen_if_unfinished(run: DagRun) -> None:
     outcome = run_outcome(states)
     DagRun.objects.filter(pk=run.pk, state__in=FINISHED_RUN_STATES).exclude(state=outcome or "").update(
         state=RunState.RUNNING, end_date=None
-    )
-
-
-def _budget(ti: TaskInstance) -> Budget:
-    return Budget(
-        try_number=ti.try_number,
-        max_tries=ti.max_tries,
-        infrastructure_try_number=ti.infrastructure_try_number,
-        pre_execution_tries=ti.pre_execution_tries,
-        last_fingerprint=ti.failure_fingerprint,
-        fingerprint_streak=ti.fingerprint_streak,
     )
 
 

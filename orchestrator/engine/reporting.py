@@ -240,6 +240,18 @@ def report_failure(
     return decision
 
 
+def budget_of(ti: TaskInstance) -> Budget:
+    """The counters of a task instance that the budget rules read."""
+    return Budget(
+        try_number=ti.try_number,
+        max_tries=ti.max_tries,
+        infrastructure_try_number=ti.infrastructure_try_number,
+        pre_execution_tries=ti.pre_execution_tries,
+        last_fingerprint=ti.failure_fingerprint,
+        fingerprint_streak=ti.fingerprint_streak,
+    )
+
+
 def decide_for(
     ti: TaskInstance,
     context: ExecutionContext,
@@ -250,14 +262,7 @@ def decide_for(
 ) -> Decision:
     args = args_for(ti)
     args["infrastructure_retry_limit"] = ti.infrastructure_retry_limit
-    budget = Budget(
-        try_number=ti.try_number,
-        max_tries=ti.max_tries,
-        infrastructure_try_number=ti.infrastructure_try_number,
-        pre_execution_tries=ti.pre_execution_tries,
-        last_fingerprint=ti.failure_fingerprint,
-        fingerprint_streak=ti.fingerprint_streak,
-    )
+    budget = budget_of(ti)
     return decide(
         context,
         budget,

@@ -229,12 +229,9 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
 
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
+        from orchestrator.worker.taskprocess import exit_now
+
+        exit_now(code)
 
 
 def _open_fds() -> list[int]:

@@ -214,12 +214,14 @@ def _terminate_handler(task: PythonTask | BashTask, control: LineReader, message
             except BaseException:
                 traceback.print_exc()
         send(message_fd, {"type": "terminated", "context": context.to_dict()})
-        _exit(TERMINATED_EXIT)
+        exit_now(TERMINATED_EXIT)
 
     return handle
 
 
-def _exit(code: int) -> NoReturn:
+def exit_now(code: int) -> NoReturn:
+    """Flush what the task printed, then end the process at once (no atexit, no cleanup of
+    state shared with the fork server)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

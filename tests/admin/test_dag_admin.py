@@ -216,7 +216,8 @@ def test_it_pauses_and_unpauses(admin_client, pipeline) -> None:
     assert Dag.objects.get(pk=pipeline.pk).paused is True
     admin_client.post(LIST_URL, {"action": "unpause", "_selected_action": [pipeline.pk]})
     assert Dag.objects.get(pk=pipeline.pk).paused is False
-    assert list(AuditLog.objects.order_by("id").values_list("action", "new_state")) == [("pause", "paused"), ("unpause", "active")]
+    toggles = AuditLog.objects.filter(action__in=["pause", "unpause"]).order_by("id")
+    assert list(toggles.values_list("action", "new_state")) == [("pause", "paused"), ("unpause", "active")]
 
 
 def test_it_requires_login(client) -> None:

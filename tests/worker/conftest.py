@@ -89,3 +89,12 @@ def running_pid(run: DagRun, task_id: str, timeout: float = 20.0) -> int:
     attempt = ti.attempts.get(attempt_token=ti.attempt_token)
     assert attempt.pid
     return attempt.pid
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its zombie (dead, waiting for a parent to collect it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True

@@ -12,7 +12,7 @@ from rq import Queue
 from orchestrator.redis_conn import get_redis
 from orchestrator.worker.procs import live_members
 from tests.conftest import wait_until
-from tests.worker.conftest import instance, settle, trigger
+from tests.worker.conftest import gone, instance, settle, trigger
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -78,7 +78,7 @@ def test_a_killed_worker_leaves_no_process_of_its_tasks_and_they_run_again_elsew
     else:
         os.kill(doomed.pid, signal.SIGKILL)
     wait_until(
-        lambda: all(not live_members(pid) for pid in task_pids) and all(not live_members(c["pid"]) and _dead(c["pid"]) for c in children),
+        lambda: all(not live_members(pid) for pid in task_pids) and all(not live_members(c["pid"]) and gone(c["pid"]) for c in children),
         timeout=5,
         message="every task group of the killed worker gone",
     )
@@ -89,14 +89,6 @@ def test_a_killed_worker_leaves_no_process_of_its_tasks_and_they_run_again_elsew
         first = ti.attempts.order_by("attempt_token").first()
         assert (first.kind, first.context["reason"]) == ("platform", "worker_lost")
     assert all(not r.get("others_alive") for path in paths for r in _records(path) if r["event"] == "start")
-
-
-def _dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def test_sigterm_lets_short_tasks_finish_and_stops_long_ones_for_another_worker(worker, make_dag, tmp_path):

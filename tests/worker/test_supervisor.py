@@ -15,21 +15,12 @@ from orchestrator.worker.procs import live_members
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.conftest import wait_until
-from tests.worker.conftest import instance, running_pid, settle, trigger
+from tests.worker.conftest import gone, instance, running_pid, settle, trigger
 from tests.worker.proxy import TcpProxy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 T = "tests.worker.tasks."
-
-
-def _gone(pid: int) -> bool:
-    """No such process, or only its zombie (dead, waiting for a parent to collect it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def test_it_kills_a_task_past_its_timeout_and_its_whole_process_group(worker, make_dag, tmp_path):
@@ -54,7 +45,7 @@ def test_it_kills_a_task_past_its_timeout_and_its_whole_process_group(worker, ma
     seen_by_on_kill = json.loads(on_kill_file.read_text())
     assert (seen_by_on_kill["category"], seen_by_on_kill["reason"], seen_by_on_kill["pid"]) == ("timeout", "execution_timeout", pid)
     grandchild = int(Path(marker + ".child").read_text())
-    assert _gone(grandchild)
+    assert gone(grandchild)
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # the worker reaped them all: not even a zombie is left in the group
 
@@ -100,7 +91,7 @@ def test_it_stops_the_task_after_the_shutdown_grace_and_another_worker_finishes_
     pid = running_pid(run, "t")
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=10) == 0
-    assert _gone(pid)
+    assert gone(pid)
     seen_by_on_kill = json.loads(on_kill_file.read_text())
     assert (seen_by_on_kill["category"], seen_by_on_kill["reason"]) == ("infrastructure", "worker_termination")
     ti = instance(run, "t")
@@ -138,7 +129,7 @@ def test_it_survives_a_killed_worker_without_running_the_task_twice_at_once(work
     pid = running_pid(run, "t")
     first.kill()
     first.wait(timeout=5)
-    wait_until(lambda: _gone(pid), timeout=3, message="the task process to die with its worker")
+    wait_until(lambda: gone(pid), timeout=3, message="the task process to die with its worker")
     wait_until(lambda: not live_members(pid), timeout=3, message="its process group to be empty")
     worker()
     ti = settle(run, "t", ("success",), timeout=20)
@@ -161,7 +152,7 @@ def test_it_kills_its_task_at_once_when_the_attempt_is_superseded(worker, make_d
     ti = instance(run, "t")
     lost = ExecutionContext.of(Reason.WORKER_LOST, Source.SCHEDULER)
     assert reporting.report_failure(ti.pk, ti.attempt_token, lost, expected=(TaskState.RUNNING,))
-    wait_until(lambda: _gone(pid), timeout=3, message="the superseded task to be killed")
+    wait_until(lambda: gone(pid), timeout=3, message="the superseded task to be killed")
     ti = settle(run, "t", ("success",))
     first = ti.attempts.get(attempt_token=1)
     assert first.context["reason"] == "worker_lost"  # the old worker's view never overwrote it
@@ -241,7 +232,7 @@ def test_a_worker_cut_off_from_database_and_redis_stops_its_task_before_it_is_pr
             return bool(schedule_once().lost)
 
         wait_until(presumed_lost, timeout=10, message="the scheduler to presume the worker lost")
-        assert _gone(pid), "the task was still running when the scheduler gave it to another worker"
+        assert gone(pid), "the task was still running when the scheduler gave it to another worker"
         db_proxy.restore()
         redis_proxy.restore()
         ti = settle(run, "t", ("success",), timeout=30)
@@ -269,7 +260,7 @@ def test_mark_failed_on_a_running_task_stops_it_and_on_kill_hears_why(worker, ma
     wait_until(lambda: on_kill.exists(), timeout=10, message="on_kill to run")
     seen = json.loads(on_kill.read_text())
     assert (seen["category"], seen["reason"], seen["metadata"]["note"]) == ("user_action", "manual_mark_failed", "stuck on a lock")
-    wait_until(lambda: _gone(pid), timeout=10, message="the task process to end")
+    wait_until(lambda: gone(pid), timeout=10, message="the task process to end")
     ti = instance(run, "t")
     assert ti.state == "failed" and ti.last_failure_context["reason"] == "manual_mark_failed"
     assert ti.attempts.get().state == "failed"
