@@ -17,7 +17,7 @@ from django.db.models.functions import Right, TruncDay, TruncHour, TruncMinute
 from django.http import QueryDict
 from django.utils import timezone
 
-from orchestrator.api.declarations import Param, choice, read_query, string
+from orchestrator.api.declarations import choice, read_query, string
 from orchestrator.console.charts import Chart, over_time
 from orchestrator.console.text import error_summary
 from orchestrator.models import TaskAttempt
