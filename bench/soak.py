@@ -289,7 +289,7 @@ def main() -> int:
         starts = sum(1 for r in read_records([records]) if r["event"] == "start")
         tis = TaskInstance.objects.filter(dag_run_id__in=runs)
         by_reason = Counter(
-            (a.kind, (a.context or {}).get("reason", "success")) for a in attempts.only("kind", "context")
+            (a.kind, (a.context or {}).get("reason") or a.state) for a in attempts.only("kind", "context", "state")
         )
         print()
         print(f"soak: seed {seed}, {options.minutes:g} minutes, {options.workers} workers, concurrency {options.concurrency}")
@@ -298,6 +298,14 @@ def main() -> int:
         print(f"task states: {dict(Counter(tis.values_list('state', flat=True)))}")
         print(f"faults injected: {sum(faults.values())} ({dict(faults)})")
         print("attempts by budget and reason: " + ", ".join(f"{k}/{r}: {n}" for (k, r), n in sorted(by_reason.items())))
+        stuck = TaskInstance.objects.filter(dag_run_id__in=runs, state="queued")
+        if stuck:
+            from orchestrator.redis_conn import get_redis, job_statuses
+
+            r = get_redis()
+            for ti, status in zip(stuck, job_statuses([ti.job_id for ti in stuck])):
+                places = [key.decode() for key in r.keys("rq:queue:*") if r.lpos(key, ti.job_id) is not None]
+                print(f"stuck queued: {ti.task_id} job {ti.job_id} rq status {status!r} in {places or 'no queue list'}; claimed by {ti.worker_name or 'nobody'}")
         print(f"violations: {len(found)}")
         for problem in found[:200]:
             print(f"  {problem}")

@@ -213,3 +213,28 @@ def test_a_stopped_worker_with_a_free_slot_does_not_hold_the_retry(worker, make_
     finally:
         os.kill(stopped.pid, signal.SIGCONT)
     assert instance(run, "t").state == "success"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a job RQ marked 'started' whose worker died before claim() is never found: _find_lost_jobs waits on RQ statuses 'started'/'queued' forever",
+)
+def test_kill_9_between_taking_the_job_and_claiming_it(worker, make_dag, records, settings):
+    """The worker has taken the job from Redis (RQ says `started`) but not yet claimed the attempt
+    in the database (held here by a row lock) when it is killed with -9: the task must still be
+    found and run again, within the queued timeout, not wait for RQ's own clean-up."""
+    from orchestrator.redis_conn import job_statuses
+
+    settings.ORCHESTRATOR_QUEUED_TIMEOUT = 3
+    dag = make_dag([_recorded("t", records, 0)])
+    run = trigger(dag)
+    with transaction.atomic():
+        ti = TaskInstance.objects.select_for_update().get(dag_run=run, task_id="t")
+        doomed = worker()
+        wait_until(lambda: job_statuses([ti.job_id]) == ["started"], timeout=20, message="the job taken by the worker")
+        os.kill(doomed.pid, signal.SIGKILL)
+    assert instance(run, "t").worker_name == ""  # never claimed
+    worker()
+    settle_runs([run], timeout=20)
+    assert instance(run, "t").state == "success"
+    assert_invariants([run], [records])
