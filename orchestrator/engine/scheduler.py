@@ -229,24 +229,33 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     _find_lost_jobs(now, db_time, report)
 
 
-def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> None:
-    """Queued and never taken, but its RQ job failed, or is gone (Redis restarted empty).
+def _in_queue(ti: TaskInstance) -> bool:
+    return get_redis().lpos(f"rq:queue:{ti.queue}", ti.job_id) is not None
 
-    A failed job is final at once (e.g. its worker could not reach the database to claim it);
-    a missing one only after ORCHESTRATOR_QUEUED_TIMEOUT, since the job is enqueued just after
-    the dispatch commits.
+
+def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> None:
+    """Queued and never claimed by a worker: is its job still on its way?
+
+    - a job RQ failed is final at once (e.g. its worker could not reach the database to claim it);
+    - after ORCHESTRATOR_QUEUED_TIMEOUT: a job that is gone (Redis restarted empty) is `queue_lost`;
+      one still `queued` but no longer in its queue was popped by a worker that never started it
+      (a stopped worker parked in its blocking pop): `queue_lost` too; one `started` by a worker
+      that never claimed it (it died, or is stopped, between taking and claiming) is a
+      pre-execution failure. A job that waits its turn in its queue is never presumed lost,
+      however long the backlog. A late claim of a presumed-lost job fails on its token.
     """
     cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
     waiting = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True))
     if not waiting:
         return
     for ti, status in zip(waiting, job_statuses([ti.job_id for ti in waiting])):
-        if status in ("queued", "started", "deferred", "scheduled"):
+        overdue = ti.queued_at is not None and ti.queued_at < cutoff
+        if status in ("deferred", "scheduled") or (status in (None, "queued", "started") and not overdue):
             continue  # still on its way to a worker
-        if status is None:
-            if ti.queued_at is None or ti.queued_at >= cutoff:
-                continue
-            context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=ti.job_id)
+        if status == "queued" and _in_queue(ti):
+            continue  # waiting its turn
+        if status in (None, "queued"):
+            context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=ti.job_id, job_status=status)
         else:
             # The job ended before our code claimed it: RQ gave up on it, or the claim failed.
             context = ExecutionContext.of(

@@ -57,7 +57,7 @@ def exception_facts(exc: BaseException) -> dict[str, Any]:
     return {
         "exception_type": type(exc).__name__,
         "exception_module": type(exc).__module__,
-        "message": _clip(str(exc), MAX_MESSAGE_CHARS),
+        "message": _clip(_text_of(exc), MAX_MESSAGE_CHARS),
         "traceback": _clip_tail(text, MAX_TRACEBACK_CHARS),
         "fingerprint": fingerprint_of(exc),
         "non_retryable": isinstance(exc, NonRetryableError),
@@ -65,6 +65,14 @@ def exception_facts(exc: BaseException) -> dict[str, Any]:
         "db_connection_error": is_db_error,
         "sqlstate": sqlstate,
     }
+
+
+def _text_of(exc: BaseException) -> str:
+    """str(exc), unless the exception cannot even say that: then what it is."""
+    try:
+        return str(exc)
+    except Exception as problem:
+        return f"<{type(exc).__name__}; its str() raised {type(problem).__name__}>"
 
 
 def db_connection_failure(exc: BaseException) -> tuple[bool, str | None]:
@@ -80,7 +88,7 @@ def db_connection_failure(exc: BaseException) -> tuple[bool, str | None]:
             if sqlstate:
                 if str(sqlstate).startswith("08"):
                     return True, str(sqlstate)
-            elif _CONNECTION_FAILURE.search(str(current)):
+            elif _CONNECTION_FAILURE.search(_text_of(current)):
                 return True, None
         current = current.__cause__ or current.__context__
     return False, None

@@ -15,7 +15,11 @@ It is also the worker's watchdog and reaper:
   process group id the worker signals, cannot be reused while the worker may still signal it;
 - it runs in a session of its own, so a kill of the worker's process group does not take it:
   when the worker dies, however it dies, the socket reaches end-of-file and it SIGKILLs every
-  task group it started before it exits. Each task process also dies with it (PR_SET_PDEATHSIG).
+  task group it started before it exits. Each task process also dies with it (PR_SET_PDEATHSIG);
+- it holds the worker's lease: each heartbeat that got through (to the database, or to Redis)
+  sends `alive` for a little less than the heartbeat timeout. A worker that stops sending (it
+  was SIGSTOPped, or cut off from both) has its task groups SIGKILLed here when that runs out,
+  before any scheduler can presume them lost, since the worker itself cannot act.
 
 It never opens a database or Redis connection, so no child can inherit one.
 """
@@ -27,6 +31,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 from typing import Any
 
 MAX_MESSAGE = 1 << 20  # a spawn request: the task's environment, well under a megabyte
@@ -57,6 +62,8 @@ class ForkServer:
         os.set_blocking(self.wakeup_write, False)
         os.set_blocking(self.wakeup_read, False)
         self.selector = selectors.DefaultSelector()
+        self.alive_until: float | None = None  # monotonic; None until the worker first says so
+        self.expired: set[int] = set()  # children killed because the worker's lease ran out
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -68,7 +75,7 @@ class ForkServer:
         self.selector.register(self.sock, selectors.EVENT_READ)
         self.selector.register(self.wakeup_read, selectors.EVENT_READ)
         while True:
-            for key, _ in self.selector.select(timeout=1.0):
+            for key, _ in self.selector.select(timeout=self._wait()):
                 if key.fileobj is self.sock:
                     if not self._take_request():
                         self._kill_everything()
@@ -79,6 +86,7 @@ class ForkServer:
                 else:
                     self._on_exit(self.pidfds.pop(key.fd), key.fd)
             self._poll_children()
+            self._enforce_lease()
 
     def _take_request(self) -> bool:
         try:
@@ -95,6 +103,8 @@ class ForkServer:
             self._spawn(request, fds)
         elif op == "release":
             self._release(int(request["pid"]))
+        elif op == "alive":
+            self.alive_until = time.monotonic() + float(request["seconds"])
         else:
             for fd in fds:
                 os.close(fd)
@@ -117,6 +127,25 @@ class ForkServer:
         self.children[pid] = None
         self._watch(pid)
         self._send({"op": "spawned", "id": request["id"], "pid": pid})
+
+    def _wait(self) -> float:
+        """Sleep until the next thing to do: at most a second, never past the lease."""
+        if self.alive_until is None:
+            return 1.0
+        return max(0.0, min(1.0, self.alive_until - time.monotonic()))
+
+    def _enforce_lease(self) -> None:
+        running = [pid for pid, status in self.children.items() if status is None]
+        if self.alive_until is None or time.monotonic() < self.alive_until or not running:
+            return
+        print(f"fork server: the worker's lease ran out; killing {len(running)} task groups", file=sys.stderr, flush=True)
+        for pid in running:
+            self.expired.add(pid)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.alive_until = None  # a worker that comes back says so again
 
     def _watch(self, pid: int) -> None:
         try:
@@ -150,7 +179,8 @@ class ForkServer:
                 return False
             status = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         self.children[pid] = status
-        self._send({"op": "exited", "pid": pid, "status": status})
+        self._send({"op": "exited", "pid": pid, "status": status, "lease_expired": pid in self.expired})
+        self.expired.discard(pid)
         return True
 
     def _release(self, pid: int) -> None:

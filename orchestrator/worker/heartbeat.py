@@ -53,12 +53,14 @@ class Heartbeats:
         outage_tolerance: float = 0.0,
         holder: str = "",
         on_beat: Callable[[], None] | None = None,
+        on_lease: Callable[[float], None] | None = None,
     ) -> None:
         self.interval = interval
         self.timeout = timeout
         self.outage_tolerance = outage_tolerance
         self.holder = holder
         self.on_beat = on_beat  # RQ's own records of the running jobs
+        self.on_lease = on_lease  # told how long the worker's lease now runs (the fork server)
         self.database_lost_at: float | None = None  # when heartbeats to the database began failing
         self._leases: set[AttemptLease] = set()
         self._lock = threading.Lock()
@@ -71,6 +73,12 @@ class Heartbeats:
             self._leases.add(lease)
         return lease
 
+    @property
+    def lease_seconds(self) -> float:
+        """How long a heartbeat that got through lets the worker's tasks run: a margin (one
+        interval) less than the scheduler waits before presuming them lost."""
+        return self.timeout - min(self.interval, self.timeout / 2)
+
     def forget_attempt(self, task_instance_id: int, token: int) -> None:
         """The attempt's outcome is recorded (or it was superseded): stop keeping its lease."""
         with self._lock:
@@ -80,6 +88,7 @@ class Heartbeats:
         """One heartbeat for every attempt held now."""
         with self._lock:
             leases = list(self._leases)
+        kept = True
         if leases:
             sent = time.monotonic()
             attempts = [(lease.task_instance_id, lease.token) for lease in leases]
@@ -87,7 +96,7 @@ class Heartbeats:
                 refused = reporting.heartbeat_many(attempts)
             except (OperationalError, InterfaceError):
                 connection.close()
-                self._keep_in_redis(leases, attempts, sent)
+                kept = self._keep_in_redis(leases, attempts, sent)
             else:
                 self.database_lost_at = None
                 for lease in leases:
@@ -95,27 +104,33 @@ class Heartbeats:
                         lease.refused = True
                     else:
                         lease.lease_from = sent
+        if kept and self.on_lease is not None:
+            try:
+                self.on_lease(self.lease_seconds)
+            except Exception:
+                log.warning("could not extend the lease at the fork server", exc_info=True)
         if self.on_beat is not None:
             try:
                 self.on_beat()
             except Exception:
                 log.warning("queue heartbeat failed", exc_info=True)
 
-    def _keep_in_redis(self, leases_: list[AttemptLease], attempts: list[tuple[int, int]], sent: float) -> None:
+    def _keep_in_redis(self, leases_: list[AttemptLease], attempts: list[tuple[int, int]], sent: float) -> bool:
         """The database is away: renew the leases in Redis, within the outage tolerance."""
         if self.database_lost_at is None:
             self.database_lost_at = sent
             log.warning("the database is unreachable; keeping the leases of %d attempts in Redis", len(attempts))
         if sent - self.database_lost_at >= self.outage_tolerance:
             log.error("the database has been unreachable for %.0fs; no longer keeping the leases", sent - self.database_lost_at)
-            return
+            return False
         try:
             leases.renew(get_redis(), attempts, ttl=self.timeout, holder=self.holder)
         except redis.RedisError:
             log.error("neither the database nor Redis is reachable; the running tasks stop when their leases run out")
-            return
+            return False
         for lease in leases_:
             lease.lease_from = sent
+        return True
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)

@@ -36,6 +36,7 @@ class TaskHandle:
     launcher: Launcher
     _ended: threading.Event = field(default_factory=threading.Event)
     returncode: int | None = None  # Popen convention: negative = killed by that signal
+    lease_expired: bool = False  # the fork server killed it: the worker's lease ran out
 
     @property
     def pgid(self) -> int:
@@ -52,8 +53,9 @@ class TaskHandle:
         """We are done signalling its group: the fork server may reap it."""
         self.launcher._send({"op": "release", "pid": self.pid})
 
-    def _end(self, status: int) -> None:
+    def _end(self, status: int, lease_expired: bool = False) -> None:
         self.returncode = status
+        self.lease_expired = lease_expired
         self._ended.set()
 
 
@@ -152,6 +154,10 @@ class Launcher:
             raise LaunchError(reply.get("error") or "the fork server did not answer")
         return reply["handle"]
 
+    def keep_alive(self, seconds: float) -> None:
+        """The worker's heartbeats got through: its task processes may run `seconds` more."""
+        self._send({"op": "alive", "seconds": seconds})
+
     def _send(self, message: dict) -> None:
         try:
             with self._lock:
@@ -187,7 +193,7 @@ class Launcher:
                 with self._state_lock:
                     handle = self._handles.pop(message["pid"], None)
                 if handle is not None:
-                    handle._end(int(message["status"]))
+                    handle._end(int(message["status"]), bool(message.get("lease_expired")))
 
     def _server_gone(self, sock: socket.socket) -> None:
         """The fork server died: its task processes died with it (PR_SET_PDEATHSIG); kill what

@@ -140,10 +140,12 @@ class OrchestratorWorker(SimpleWorker):
             outage_tolerance=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE),
             holder=self.name,
             on_beat=self._rq_heartbeats,
+            on_lease=launcher.keep_alive,
         )
         db = DatabasePool(DATABASE_CONNECTIONS)
         spool = Spool(Path(settings.ORCHESTRATOR_SPOOL_DIR))
         _runtime = WorkerRuntime(self.name, launcher, heartbeats, db, spool)
+        launcher.keep_alive(heartbeats.lease_seconds)  # from the first job on, the fork server holds the lease
         heartbeats.start()
         stop_spool = threading.Event()
         spool_thread = threading.Thread(target=self._deliver_spooled, args=(_runtime, stop_spool), name="spool", daemon=True)

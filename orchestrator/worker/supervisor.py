@@ -244,6 +244,11 @@ class Supervisor:
                 self._handshake()
             self._enforce(now)
             if self.proc.exited():
+                if self.proc.lease_expired:
+                    # Killed by the fork server while this worker could not renew its lease (it
+                    # was stopped): the scheduler presumes it lost, so report nothing over that.
+                    self.superseded = True
+                    break
                 self._bash_outcome()
                 break
         if self.stopped_by_operator:

@@ -117,7 +117,6 @@ def test_a_setsid_escapee_outlives_its_worker(worker, make_dag, tmp_path):
             kill_quietly(escapee)
 
 
-@pytest.mark.xfail(strict=True, reason="exception_facts() calls str(exc) unguarded: the task process dies and the attempt is recorded as exception_type 'exit', not the exception raised")
 def test_an_exception_whose_str_raises_is_recorded_as_itself(worker, make_dag):
     dag = make_dag([{"task_id": "unprintable", "python_callable": T + "raise_unprintable"}], retries=0)
     run = trigger(dag)

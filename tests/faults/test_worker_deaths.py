@@ -151,13 +151,7 @@ def test_sigterm_then_second_sigterm_mid_task(worker, make_dag, records, tmp_pat
     "check",
     [
         "resumed_copy_killed",
-        pytest.param(
-            "never_two_at_once",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="SIGSTOP stops only the worker: its task process (in the fork server's session) keeps running while another worker runs the retry",
-            ),
-        ),
+        "never_two_at_once",
     ],
 )
 def test_sigstop_beyond_heartbeat_timeout_then_sigcont(worker, make_dag, records, check):
@@ -168,7 +162,8 @@ def test_sigstop_beyond_heartbeat_timeout_then_sigcont(worker, make_dag, records
     run = trigger(dag)
     # Concurrency 1: with a free slot the stopped worker would sit in Redis's blocking pop and be
     # handed the retry's job (see the next test).
-    stopped = worker(ORCHESTRATOR_WORKER_CONCURRENCY="1")
+    # The worker's lease must use the heartbeat timeout the scheduler presumes by (2 s here).
+    stopped = worker(ORCHESTRATOR_WORKER_CONCURRENCY="1", ORCHESTRATOR_HEARTBEAT_TIMEOUT="2")
     wait_until(lambda: instance(run, "t").state == "running" and _pids_started(records, "t"), timeout=20, message="running")
     first_pid = _pids_started(records, "t")[0]
     os.kill(stopped.pid, signal.SIGSTOP)
@@ -194,10 +189,6 @@ def test_sigstop_beyond_heartbeat_timeout_then_sigcont(worker, make_dag, records
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stopped worker with a free slot is handed the retry's job by Redis's blocking pop; the job's RQ status stays 'queued', so the scheduler waits for it forever",
-)
 def test_a_stopped_worker_with_a_free_slot_does_not_hold_the_retry(worker, make_dag, records, settings):
     """SIGSTOP a worker with free slots mid-task and keep it stopped: the task is found
     worker_lost, and its retry must still reach the other worker (within the queued timeout)."""
@@ -215,10 +206,6 @@ def test_a_stopped_worker_with_a_free_slot_does_not_hold_the_retry(worker, make_
     assert instance(run, "t").state == "success"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a job RQ marked 'started' whose worker died before claim() is never found: _find_lost_jobs waits on RQ statuses 'started'/'queued' forever",
-)
 def test_kill_9_between_taking_the_job_and_claiming_it(worker, make_dag, records, settings):
     """The worker has taken the job from Redis (RQ says `started`) but not yet claimed the attempt
     in the database (held here by a row lock) when it is killed with -9: the task must still be
