@@ -88,7 +88,9 @@ def test_the_live_api_answers_as_its_openapi_document_says(spawn, process_env, t
             # say "no NUL at any depth" of a free-form conf without recursion, so the generators
             # send NULs the API rightly refuses (400). NULs are still sent, so a 500 is still found.
             "--checks", "all", "--exclude-checks", "positive_data_acceptance",
-            "--phases", "examples,coverage,fuzzing",
+            # Not the coverage phase: its pattern generator now and then trips on an assertion of its
+            # own (a Runtime Error inside Schemathesis, not a finding about the API).
+            "--phases", "examples,fuzzing",
             "--max-examples", str(MAX_EXAMPLES),
             "--seed", str(SEED),
             "--workers", "2",
