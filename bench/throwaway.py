@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 CLAIM_KEY = "orchestrator-bench-claim"

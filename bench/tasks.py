@@ -1,0 +1,23 @@
+"""The tasks and RQ jobs the benchmarks run. Importing this module imports neither Django nor
+anything of the project, so a task process pays nothing for it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+
+def noop() -> None:
+    """A python task that does nothing: what is measured is the engine."""
+    return
+
+
+def sleep(seconds: float) -> None:
+    """A python task that holds its slot (and its process) for `seconds`."""
+    time.sleep(seconds)
+
+
+def spawn_python_pass() -> int:
+    """The raw RQ job of the floor: start `python -c pass` and wait for it, as a supervisor
+    would start a task process if it had no fork server."""
+    return subprocess.run([sys.executable, "-c", "pass"], check=True).returncode
