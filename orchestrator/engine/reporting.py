@@ -23,11 +23,12 @@ from orchestrator.engine.runs import advance_run
 from orchestrator.engine.taskconfig import args_for, platform_settings, retry_args
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
-from orchestrator.models import TaskAttempt, TaskInstance
+from orchestrator.models import Task, TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
 from retries.states import (
     CLAIM_FROM,
+    FINISHED_TASK_STATES,
     HEARTBEAT_FROM,
     MARK_RUNNING_FROM,
     REPORT_FAILURE_FROM,
@@ -164,10 +165,25 @@ def report_success(
         if ti is None:
             return False
         lifecycle.task_finished(ti, now)
-        _advance_within(ti.dag_run_id, now)
+        if _run_may_move_on(ti):
+            _advance_within(ti.dag_run_id, now)
     notify("on_task_instance_success", task_instance=ti)
     attempt_ended(ti.pk)  # its circuit may close (or open) on this attempt
     return True
+
+
+def _run_may_move_on(ti: TaskInstance) -> bool:
+    """Whether this task's end can change anything in its run: a task downstream of it to settle,
+    or the run to end. A wide fan-out's tasks have neither until the last one ends, and locking
+    and reading the whole run for each of them made their reports queue behind each other.
+    Two last tasks ending at once may each see the other open: the scheduler's next pass ends
+    the run then."""
+    if ti.definition is not None:
+        upstreams = Task.objects.filter(dag_id=ti.definition.dag_id).values_list("upstream", flat=True)
+        if any(ti.task_id in (upstream or []) for upstream in upstreams):
+            return True
+    unfinished = TaskInstance.objects.filter(dag_run_id=ti.dag_run_id).exclude(pk=ti.pk).exclude(state__in=FINISHED_TASK_STATES)
+    return not unfinished.exists()
 
 
 def _advance_within(dag_run_id: int, now: datetime) -> None:

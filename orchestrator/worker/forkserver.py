@@ -2,8 +2,8 @@
 
     python -m orchestrator.worker.forkserver SOCKET_FD
 
-It imports the task runner, Django's apps and the modules named in
-ORCHESTRATOR_PRELOAD_MODULES once, then serves requests on a SOCK_SEQPACKET socket from its
+It imports the task runner and the modules named in
+ORCHESTRATOR_PRELOAD_MODULES once, with Django's apps loaded, then serves requests on a SOCK_SEQPACKET socket from its
 worker: each `spawn` carries the attempt's pipes (SCM_RIGHTS) and the task's environment, and
 gets back the new pid. A forked child starts warm (no interpreter start-up, nothing to import),
 in its own session and process group, holding only the descriptors it was sent.
@@ -39,10 +39,17 @@ FDS_PER_SPAWN = 4  # stdout, stderr, control (read end), messages (write end)
 
 
 def preload(modules: list[str]) -> None:
-    """Import what every task would otherwise import itself."""
+    """Import what every task would otherwise import itself.
+
+    Django's apps are loaded here (some 35 MiB per worker, shared by every task process): a task
+    may use models anywhere, even in a function it calls late. Settings are read now, from the
+    worker's environment: a task process's environment holds no platform secrets, yet its
+    failpoints, Redis and database are the worker's. No connection is ever opened here.
+    """
     import django
 
-    django.setup()  # tasks that use Django models need the apps; no connection is opened
+    django.setup()
+    import orchestrator.worker.failpoints  # noqa: F401  every task process fires them
     import orchestrator.worker.taskprocess  # noqa: F401  the runner itself
 
     for name in modules:
