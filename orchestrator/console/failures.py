@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import connection
@@ -120,8 +121,6 @@ class FailureRow:
 
 
 def breakdowns(rows: QuerySet[TaskAttempt]) -> dict[str, list[Count_]]:
-    if connection.vendor == "postgresql":
-        return _breakdowns_in_one_scan(rows)
     out = {}
     for title, column in BREAKDOWNS.items():
         counted = rows.order_by().annotate(key=column).values("key").annotate(n=Count("id")).order_by("-n", "key")[:TOP]
@@ -140,11 +139,18 @@ _ONE_SCAN_COLUMNS = {
 }
 
 
-def _breakdowns_in_one_scan(rows: QuerySet[TaskAttempt]) -> dict[str, list[Count_]]:
-    """Every breakdown from one scan of the matching attempts (GROUPING SETS), not six."""
+_TRUNC_UNITS = {TruncMinute: "minute", TruncHour: "hour", TruncDay: "day"}
+CHART = "chart"
+
+
+def _counted_in_one_scan(flt: Filter, rows: QuerySet[TaskAttempt]) -> tuple[dict[str, list[Count_]], list[tuple[datetime, int]]]:
+    """Every breakdown and the chart's buckets from one scan of the matching attempts
+    (GROUPING SETS), not seven."""
     ids_sql, params = rows.order_by().values("id").query.sql_with_params()
-    titles = list(_ONE_SCAN_COLUMNS)
-    columns = ", ".join(f"{sql} AS c{i}" for i, sql in enumerate(_ONE_SCAN_COLUMNS.values()))
+    unit = _TRUNC_UNITS[WINDOWS[flt.window][1]]
+    sources = {**_ONE_SCAN_COLUMNS, CHART: f"date_trunc('{unit}', a.end_date AT TIME ZONE 'UTC')"}
+    titles = list(sources)
+    columns = ", ".join(f"{sql} AS c{i}" for i, sql in enumerate(sources.values()))
     sets = ", ".join(f"(c{i})" for i in range(len(titles)))
     grouping = ", ".join(f"GROUPING(c{i})" for i in range(len(titles)))
     sql = f"""
@@ -159,17 +165,20 @@ def _breakdowns_in_one_scan(rows: QuerySet[TaskAttempt]) -> dict[str, list[Count
         SELECT {", ".join(f"c{i}" for i in range(len(titles)))}, ARRAY[{grouping}], COUNT(*)
         FROM matching GROUP BY GROUPING SETS ({sets})
     """
-    found: dict[str, list[tuple[str, int]]] = {title: [] for title in titles}
+    found: dict[str, list[tuple[Any, int]]] = {title: [] for title in titles}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         for row in cursor.fetchall():
             *values, flags, n = row
             which = flags.index(0)  # the one column this row is grouped by
-            found[titles[which]].append((str(values[which] or ""), n))
-    return {
-        title: [Count_(key, n, BREAKDOWN_PARAM[title]) for key, n in sorted(found[title], key=lambda kn: (-kn[1], kn[0]))[:TOP]]
+            found[titles[which]].append((values[which], n))
+    counts = {
+        title: [Count_(str(key or ""), n, BREAKDOWN_PARAM[title]) for key, n in sorted(found[title], key=lambda kn: (-kn[1], str(kn[0] or "")))[:TOP]]
         for title in titles
+        if title != CHART
     }
+    buckets = sorted((at.replace(tzinfo=dt_timezone.utc), n) for at, n in found[CHART] if at is not None)
+    return counts, buckets
 
 
 def total(counts: dict[str, list[Count_]], rows: QuerySet[TaskAttempt]) -> int:
@@ -179,10 +188,12 @@ def total(counts: dict[str, list[Count_]], rows: QuerySet[TaskAttempt]) -> int:
     return rows.count()
 
 
-def chart(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> Chart:
+def chart(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime, buckets: list[tuple[datetime, int]] | None = None) -> Chart:
     length, trunc, fmt = WINDOWS[flt.window]
-    counted = rows.order_by().annotate(bucket=trunc("end_date")).values("bucket").annotate(n=Count("id")).order_by("bucket")
-    return over_time([(r["bucket"], r["n"]) for r in counted], f"Failed attempts over the last {flt.window}", fmt)
+    if buckets is None:
+        counted = rows.order_by().annotate(bucket=trunc("end_date")).values("bucket").annotate(n=Count("id")).order_by("bucket")
+        buckets = [(r["bucket"], r["n"]) for r in counted]
+    return over_time(buckets, f"Failed attempts over the last {flt.window}", fmt)
 
 
 def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
@@ -215,10 +226,13 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
 def page(flt: Filter, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     rows = matching(flt, now)
-    counts = breakdowns(rows)
+    if connection.vendor == "postgresql":
+        counts, buckets = _counted_in_one_scan(flt, rows)
+    else:
+        counts, buckets = breakdowns(rows), None
     return {
         "counts": counts,
         "total": total(counts, rows),
-        "chart": chart(flt, rows, now),
+        "chart": chart(flt, rows, now, buckets),
         "failures": newest(rows),
     }
