@@ -245,7 +245,10 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
       however long the backlog. A late claim of a presumed-lost job fails on its token.
     """
     cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
-    waiting = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True))
+    # Only what the look needs: this runs every pass over every job still on its way.
+    waiting = list(
+        TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True).only("id", "attempt_token", "queued_at", "queue")
+    )
     if not waiting:
         return
     for ti, status in zip(waiting, job_statuses([ti.job_id for ti in waiting])):
