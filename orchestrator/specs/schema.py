@@ -211,6 +211,28 @@ def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
             visit(task_id)
 
 
+def _refuse_nul(value: object, path: str, problems: Problems) -> None:
+    """The database cannot store a NUL character: name every string (or key) that holds one."""
+    stack = [(value, path)]
+    seen: set[int] = set()  # YAML aliases share objects: each is looked at once (no alias bomb)
+    while stack:  # iterative: a deeply nested file must not exhaust the stack
+        item, where = stack.pop()
+        if isinstance(item, (Mapping, list, tuple)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+        if isinstance(item, str):
+            if "\x00" in item:
+                problems.add(where, "must not contain the NUL character")
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    problems.add(where, f"has a key with the NUL character: {show(key)}")
+                stack.append((child, join(where, str(key))))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+
+
 def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
     """Check one DAG spec; return its normalised form and every problem found.
 
@@ -221,6 +243,7 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
         problems.add("", f"a DAG must be a mapping, not {show(raw)}")
         return {}, problems.items
     unknown_keys(raw, DAG_KEYS, "", problems)
+    _refuse_nul(raw, "", problems)
 
     dag_id = raw.get("dag_id")
     if not isinstance(dag_id, str) or not IDENTIFIER.match(dag_id):

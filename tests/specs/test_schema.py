@@ -243,3 +243,15 @@ def test_it_allows_an_explicit_null_execution_timeout(baseline) -> None:
     spec, problems = validate_dag(baseline)
     assert problems == []
     assert spec["tasks"][0]["args"] == {"execution_timeout": None}
+
+
+def test_it_names_a_nul_character_anywhere_in_the_spec(baseline) -> None:
+    """PostgreSQL cannot store NUL: the import refuses it with the field named, before any write."""
+    from orchestrator.specs.schema import validate_dag
+
+    baseline["description"] = "night\x00ly"
+    baseline["tasks"][0]["op_kwargs"] = {"source": "s3://x\x00"}
+    _, problems = validate_dag(baseline)
+    where = {str(p) for p in problems}
+    assert any("description" in w and "NUL" in w for w in where), where
+    assert any("tasks[0].op_kwargs.source" in w for w in where), where
