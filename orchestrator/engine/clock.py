@@ -56,10 +56,3 @@ def shared_now() -> datetime:
         with _offset_lock:
             _offset = measured = (time.monotonic(), offset)
     return local_now() + measured[1]
-
-
-def forget_offset() -> None:
-    """Measure again on the next call (tests, and after a database failover)."""
-    global _offset
-    with _offset_lock:
-        _offset = None

@@ -69,7 +69,6 @@ class Launcher:
         self._handles: dict[int, TaskHandle] = {}
         self._sock: socket.socket | None = None
         self._server: subprocess.Popen | None = None
-        self.server_pid: int | None = None
 
     # --- life of the server ---------------------------------------------------------------------
 
@@ -106,7 +105,6 @@ class Launcher:
                 raise LaunchError("the fork server did not start (see the worker's log for its error)")
             ours.settimeout(None)
             self._sock = ours
-            self.server_pid = self._server.pid
             threading.Thread(target=self._read_replies, args=(ours,), name="fork-server-reader", daemon=True).start()
 
     def close(self) -> None:

@@ -59,15 +59,6 @@ def reap_group(pgid: int) -> bool:
             return False
 
 
-def has_exited(pid: int) -> bool:
-    """Whether our child `pid` has ended, without reaping it: while it is an unreaped zombie its
-    pid, and so its process group id, cannot be reused, so signalling the group stays safe."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
 def pidfd(pid: int) -> int | None:
     """A descriptor that becomes readable when `pid` exits (Linux 5.3+), to wake the loop at once."""
     opener = getattr(os, "pidfd_open", None)

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -192,8 +191,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def zombies_of(parent: int) -> list[int]:
-    out = []
+def _processes() -> Iterator[tuple[int, str, int]]:
+    """(pid, state, parent pid) of every process, from /proc."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -202,24 +201,15 @@ def zombies_of(parent: int) -> list[int]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[0] == "Z" and int(fields[1]) == parent:
-            out.append(int(entry.name))
-    return out
+        yield int(entry.name), fields[0], int(fields[1])
+
+
+def zombies_of(parent: int) -> list[int]:
+    return [pid for pid, state, ppid in _processes() if ppid == parent and state == "Z"]
 
 
 def children_of(parent: int) -> list[int]:
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == parent:
-            out.append(int(entry.name))
-    return out
+    return [pid for pid, _, ppid in _processes() if ppid == parent]
 
 
 def kill_quietly(pid: int) -> None:
