@@ -6,6 +6,7 @@ that is no longer current changes nothing and returns False/None.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from dataclasses import dataclass
@@ -178,12 +179,19 @@ def _run_may_move_on(ti: TaskInstance) -> bool:
     and reading the whole run for each of them made their reports queue behind each other.
     Two last tasks ending at once may each see the other open: the scheduler's next pass ends
     the run then."""
-    if ti.definition is not None:
-        upstreams = Task.objects.filter(dag_id=ti.definition.dag_id).values_list("upstream", flat=True)
-        if any(ti.task_id in (upstream or []) for upstream in upstreams):
-            return True
+    dag = ti.dag_run.dag
+    if ti.task_id in _upstream_task_ids(dag.pk, dag.updated_at):
+        return True
     unfinished = TaskInstance.objects.filter(dag_run_id=ti.dag_run_id).exclude(pk=ti.pk).exclude(state__in=FINISHED_TASK_STATES)
     return not unfinished.exists()
+
+
+@functools.lru_cache(maxsize=256)
+def _upstream_task_ids(dag_pk: int, version: datetime) -> frozenset[str]:
+    """The tasks of a DAG some other task waits for, read once per version of the DAG (an edit
+    that misses the version only delays a downstream task to the next scheduler pass)."""
+    upstreams = Task.objects.filter(dag_id=dag_pk).values_list("upstream", flat=True)
+    return frozenset(name for upstream in upstreams for name in upstream or [])
 
 
 def _advance_within(dag_run_id: int, now: datetime) -> None:
