@@ -52,6 +52,17 @@ def task_queued(task_instance: TaskInstance, now: datetime) -> None:
     _create_task_deadlines(task_instance, Reference.TASK_QUEUED_AT, now)
 
 
+def tasks_queued(task_instances: list[TaskInstance], now: datetime) -> None:
+    """Many tasks were dispatched at once: one query when none of them has such a deadline."""
+    definition_ids = {ti.definition_id for ti in task_instances if ti.definition_id is not None}
+    if not definition_ids:
+        return
+    if not DeadlineDefinition.objects.filter(task_id__in=definition_ids, reference=Reference.TASK_QUEUED_AT).exists():
+        return
+    for ti in task_instances:
+        task_queued(ti, now)
+
+
 def task_started(task_instance: TaskInstance, now: datetime) -> None:
     """A task reported running: create its task_started_at deadlines (first start only)."""
     _create_task_deadlines(task_instance, Reference.TASK_STARTED_AT, now)

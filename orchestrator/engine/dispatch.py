@@ -1,11 +1,20 @@
-"""Handing a task instance to the workers: a new attempt token, an attempt row, an RQ job."""
+"""Handing task instances to the workers: a new attempt token, an attempt row, an RQ job.
+
+A run's ready tasks are dispatched together (`dispatch_many`): one fenced UPDATE for all of
+them, one INSERT of their attempt rows and, once the transaction commits, one Redis pipeline
+for their jobs. A fan-out of hundreds of tasks costs a handful of statements, not hundreds.
+"""
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 from rq import Queue
 
 from deadlines import lifecycle
@@ -17,86 +26,160 @@ from retries.states import DISPATCH_FROM, AttemptKind, TaskState
 log = logging.getLogger(__name__)
 
 JOB_FUNCTION = "orchestrator.worker.job.run_task_instance"
+# Rows per UPDATE: well under SQLite's limit of bound parameters.
+CHUNK = 500
+
+# One statement dispatches many task instances, each fenced by the (attempt token, state) it
+# was read with. A user try adds one to try_number; a platform retry repeats the current try
+# (and keeps counting its pre-execution failures). Portable: PostgreSQL and SQLite (3.35+).
+_DISPATCH_SQL = """
+UPDATE orchestrator_taskinstance SET
+    state = %s,
+    attempt_token = attempt_token + 1,
+    try_number = CASE WHEN retry_is_platform THEN try_number ELSE try_number + 1 END,
+    pre_execution_tries = CASE WHEN retry_is_platform THEN pre_execution_tries ELSE 0 END,
+    retry_is_platform = %s,
+    queued_at = %s,
+    updated_at = %s,
+    next_retry_at = NULL,
+    waiting_for = NULL,
+    release_at = NULL,
+    heartbeat_at = NULL,
+    hostname = '',
+    worker_name = '',
+    pid = NULL
+WHERE (id, attempt_token, state) IN (VALUES {rows})
+RETURNING id, attempt_token, try_number, infrastructure_try_number
+"""
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A dispatch whose job goes to Redis once its transaction commits; `undo` is what the
+    task was, should Redis refuse the job (then the dispatch never happened)."""
+
+    queue: str
+    task_instance_id: int
+    token: int
+    undo: dict[str, Any] | None = None
 
 
 def dispatch(ti: TaskInstance, now: datetime) -> bool:
-    """Queue `ti` for a worker if it is still as read; return whether this caller won.
+    """Queue `ti` for a worker if it is still as read; return whether this caller won."""
+    return dispatch_many([ti], now) == 1
 
-    A user try adds one to try_number; a platform retry repeats the current try. The update
-    expects exactly the state that was read (a clear racing this dispatch moves the task to
-    `none`, and then this dispatch loses).
+
+def dispatch_many(tis: Sequence[TaskInstance], now: datetime) -> int:
+    """Queue every one of `tis` that is still as read; return how many this caller won.
+
+    The update expects exactly the state and token that were read (a clear racing this
+    dispatch moves the task to `none` with a new token, and then this dispatch loses). Each
+    winner's in-memory row is updated to what was written.
     """
-    if ti.state not in DISPATCH_FROM:
-        return False
-    # What the task was, should Redis refuse the job: then this dispatch never happened.
-    before = {
+    candidates = [ti for ti in tis if ti.state in DISPATCH_FROM]
+    if not candidates:
+        return 0
+    won = 0
+    with transaction.atomic():
+        for start in range(0, len(candidates), CHUNK):
+            won += _dispatch_chunk(candidates[start : start + CHUNK], now)
+    return won
+
+
+def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
+    by_pk = {ti.pk: ti for ti in tis}
+    before = {ti.pk: _before(ti) for ti in tis}
+    rows = ", ".join(["(%s, %s, %s)"] * len(tis))
+    params: list[Any] = [str(TaskState.QUEUED), False, _db_datetime(now), _db_datetime(timezone.now())]
+    for ti in tis:
+        params += [ti.pk, ti.attempt_token, str(ti.state)]
+    with connection.cursor() as cursor:
+        cursor.execute(_DISPATCH_SQL.format(rows=rows), params)
+        returned = cursor.fetchall()
+    if not returned:
+        return 0
+    attempts, jobs, queued = [], [], []
+    for pk, token, try_number, infrastructure_try_number in returned:
+        ti = by_pk[pk]
+        ti.state, ti.attempt_token, ti.try_number, ti.queued_at = TaskState.QUEUED, token, try_number, now
+        ti.retry_is_platform, ti.next_retry_at, ti.waiting_for = False, None, None
+        queued.append(ti)
+        attempts.append(
+            TaskAttempt(
+                task_instance_id=pk,
+                attempt_token=token,
+                try_number=try_number,
+                infrastructure_try_number=infrastructure_try_number,
+                kind=AttemptKind.USER,
+                state=TaskAttempt.State.QUEUED,
+                queued_at=now,
+            )
+        )
+        jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk]))
+    TaskAttempt.objects.bulk_create(attempts)
+    lifecycle.tasks_queued(queued, now)
+    transaction.on_commit(lambda: enqueue_all(jobs))
+    return len(returned)
+
+
+def _before(ti: TaskInstance) -> dict[str, Any]:
+    return {
         "state": ti.state,
         "try_number": ti.try_number,
         "retry_is_platform": ti.retry_is_platform,
         "pre_execution_tries": ti.pre_execution_tries,
         "queued_at": ti.queued_at,
     }
-    user_try = not ti.retry_is_platform
-    token = ti.attempt_token + 1
-    try_number = ti.try_number + 1 if user_try else ti.try_number
-    with transaction.atomic():
-        won = transition(
-            ti.pk,
-            expected=[ti.state],
-            token=ti.attempt_token,
-            state=TaskState.QUEUED,
-            attempt_token=token,
-            try_number=try_number,
-            pre_execution_tries=0 if user_try else ti.pre_execution_tries,
-            retry_is_platform=False,
-            queued_at=now,
-            next_retry_at=None,
-            waiting_for=None,
-            release_at=None,
-            heartbeat_at=None,
-            hostname="",
-            worker_name="",
-            pid=None,
-        )
-        if not won:
-            return False
-        TaskAttempt.objects.create(
-            task_instance_id=ti.pk,
-            attempt_token=token,
-            try_number=try_number,
-            infrastructure_try_number=ti.infrastructure_try_number,
-            kind=AttemptKind.USER,
-            state=TaskAttempt.State.QUEUED,
-            queued_at=now,
-        )
-        ti.state, ti.attempt_token, ti.try_number, ti.queued_at = TaskState.QUEUED, token, try_number, now
-        lifecycle.task_queued(ti, now)
-        queue_name, ti_id = ti.queue, ti.pk
-        transaction.on_commit(lambda: enqueue(queue_name, ti_id, token, undo=before))
-    return True
+
+
+def _db_datetime(value: datetime) -> Any:
+    """A datetime as the database backend stores it (SQLite keeps UTC text, without offset)."""
+    return connection.ops.adapt_datetimefield_value(value)
 
 
 def enqueue(queue_name: str, task_instance_id: int, token: int, *, undo: dict[str, Any] | None = None) -> bool:
-    """Put the job on Redis. If Redis cannot take it, the dispatch is undone (`undo` holds what
-    the task was): the task waits, charged nothing, for a scheduler pass to dispatch it again.
-    A job lost later, once in Redis, is found by the scheduler as queue_lost: the database is
-    the truth, Redis only delivers."""
+    """Put one job on Redis (see `enqueue_all`)."""
+    return enqueue_all([QueuedJob(queue_name, task_instance_id, token, undo)]) == 1
+
+
+def enqueue_all(jobs: Iterable[QueuedJob]) -> int:
+    """Put the jobs on Redis in one pipeline; return how many went.
+
+    If Redis cannot take them, each dispatch is undone (`undo` holds what the task was): the
+    task waits, charged nothing, for a scheduler pass to dispatch it again. A job lost later,
+    once in Redis, is found by the scheduler as queue_lost: the database is the truth, Redis
+    only delivers."""
+    by_queue: dict[str, list[QueuedJob]] = defaultdict(list)
+    for job in jobs:
+        by_queue[job.queue].append(job)
+    if not by_queue:
+        return 0
     try:
-        Queue(queue_name, connection=get_redis()).enqueue_call(
-            func=JOB_FUNCTION,
-            args=(task_instance_id, token),
-            job_id=job_id_for(task_instance_id, token),
-            timeout=-1,  # the supervisor enforces execution_timeout, not RQ
-            result_ttl=600,
-            failure_ttl=86400,
-            description=f"task instance {task_instance_id} attempt {token}",
-        )
+        redis = get_redis()
+        with redis.pipeline() as pipe:
+            for queue_name, queued in by_queue.items():
+                Queue(queue_name, connection=redis).enqueue_many([_job_data(job) for job in queued], pipeline=pipe)
+            pipe.execute()
     except Exception as exc:
-        log.warning("could not enqueue task instance %s attempt %s (%s); it waits for the next dispatch", task_instance_id, token, exc)
-        if undo is not None:
-            _undo_dispatch(task_instance_id, token, undo)
-        return False
-    return True
+        everything = [job for queued in by_queue.values() for job in queued]
+        log.warning("could not enqueue %d job(s) (%s); they wait for the next dispatch", len(everything), exc)
+        for job in everything:
+            if job.undo is not None:
+                _undo_dispatch(job.task_instance_id, job.token, job.undo)
+        return 0
+    return sum(len(queued) for queued in by_queue.values())
+
+
+def _job_data(job: QueuedJob) -> Any:
+    return Queue.prepare_data(
+        JOB_FUNCTION,
+        args=(job.task_instance_id, job.token),
+        job_id=job_id_for(job.task_instance_id, job.token),
+        timeout=-1,  # the supervisor enforces execution_timeout, not RQ
+        result_ttl=600,
+        failure_ttl=86400,
+        description=f"task instance {job.task_instance_id} attempt {job.token}",
+    )
 
 
 def _undo_dispatch(task_instance_id: int, token: int, before: dict[str, Any]) -> None:

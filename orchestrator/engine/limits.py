@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Q, Sum
 
 from orchestrator.engine import circuits, storms
-from orchestrator.engine.dispatch import dispatch
+from orchestrator.engine.dispatch import dispatch, dispatch_many
 from orchestrator.engine.limitconfig import limit_args
 from orchestrator.engine.transitions import transition
 from orchestrator.models import Dag, DagRun, Pool, TaskInstance
@@ -69,14 +69,18 @@ def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime) -> int:
     gates = Gates.read(due, now)
     dispatched = 0
     limited: list[TaskInstance] = []
+    free: list[TaskInstance] = []  # nothing holds or limits them: dispatched together
     for ti in due:
         verdict, hold = gates.verdict(ti)
         if hold is not None:
             set_waiting(ti, hold, now)
         elif is_limited(ti, run.dag):
             limited.append(ti)
-        else:
+        elif verdict is Gate.PROBE:
             dispatched += _go(ti, verdict, now)
+        else:
+            free.append(ti)
+    dispatched += dispatch_many(free, now)
     if limited:
         dispatched += _admit(limited, gates, now)
     return dispatched
