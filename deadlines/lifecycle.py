@@ -20,6 +20,7 @@ from deadlines.models import (
     Reference,
 )
 from deadlines.resolution import settle_finished
+from orchestrator.engine import sql
 from orchestrator.models import DagRun, TaskInstance
 from retries.states import RunState
 
@@ -68,10 +69,27 @@ def task_started(task_instance: TaskInstance, now: datetime) -> None:
     _create_task_deadlines(task_instance, Reference.TASK_STARTED_AT, now)
 
 
-def task_finished(task_instance: TaskInstance, now: datetime) -> None:
+def task_started_by_id(task_instance_id: int, now: datetime) -> None:
+    """`task_started` for a worker's hot path: one query when the task has no such deadline,
+    and only then is the task instance loaded."""
+    has_any = sql.fetch(
+        "SELECT 1 FROM deadlines_deadlinedefinition d JOIN orchestrator_taskinstance ti ON ti.definition_id = d.task_id"
+        " WHERE ti.id = %s AND d.reference = %s LIMIT 1",
+        [task_instance_id, str(Reference.TASK_STARTED_AT)],
+        [None],
+    )
+    if has_any:
+        definitions = list(DeadlineDefinition.objects.filter(task__instances=task_instance_id, reference=Reference.TASK_STARTED_AT))
+        ti = TaskInstance.objects.select_related("dag_run__dag").get(pk=task_instance_id)
+        _create_task_deadlines(ti, Reference.TASK_STARTED_AT, now, definitions)
+
+
+def task_finished(task_instance: TaskInstance | int, now: datetime) -> None:
     """A task reached a final state: resolve its task-level deadlines."""
-    rows = Deadline.objects.select_related("dag_run__dag").filter(task_instance_id=task_instance.pk)
-    settle_finished(list(rows), now)
+    pk = task_instance if isinstance(task_instance, int) else task_instance.pk
+    rows = list(Deadline.objects.select_related("dag_run__dag").filter(task_instance_id=pk))
+    if rows:
+        settle_finished(rows, now)
 
 
 def run_finished(dag_run: DagRun, now: datetime) -> None:
@@ -87,10 +105,13 @@ def run_finished(dag_run: DagRun, now: datetime) -> None:
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _create_task_deadlines(ti: TaskInstance, reference: Reference, now: datetime) -> None:
+def _create_task_deadlines(
+    ti: TaskInstance, reference: Reference, now: datetime, definitions: list[DeadlineDefinition] | None = None
+) -> None:
     if ti.definition_id is None:
         return
-    definitions = list(DeadlineDefinition.objects.filter(task_id=ti.definition_id, reference=reference))
+    if definitions is None:
+        definitions = list(DeadlineDefinition.objects.filter(task_id=ti.definition_id, reference=reference))
     if not definitions:
         return
     # First dispatch (or start) only: a retry does not restart the clock.

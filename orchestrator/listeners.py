@@ -93,6 +93,11 @@ def notify(hook_name: str, **kwargs: Any) -> None:
         _DISPATCHER.submit(hook_name, impls, kwargs)
 
 
+def wanted(hook_name: str) -> bool:
+    """Whether any listener implements `hook_name`: callers skip building what nobody reads."""
+    return bool(getattr(get_plugin_manager().hook, hook_name).get_hookimpls())
+
+
 def drain(timeout: float = 10.0) -> bool:
     """Wait until every notification handed over so far has been delivered (tests)."""
     return _DISPATCHER.drain(timeout)

@@ -211,14 +211,14 @@ def _give_up_probe(circuit: Circuit) -> None:
     ).update(probe_task_instance_id=None, probe_token=None, updated_at=timezone.now())
 
 
-def attempt_ended(task_instance_id: int) -> None:
+def attempt_ended(circuit: str | None) -> None:
     """After a report: evaluate the task's circuit, if it has one. Never raises into the reporter."""
+    if not circuit:
+        return
     try:
-        circuit = TaskInstance.objects.filter(pk=task_instance_id).values_list("circuit", flat=True).first()
-        if circuit:
-            evaluate(circuit)
+        evaluate(circuit)
     except Exception:
-        log.exception("could not evaluate the circuit of task instance %s; the scheduler will", task_instance_id)
+        log.exception("could not evaluate circuit %s; the scheduler will", circuit)
 
 
 def evaluate_all(now: datetime) -> None:

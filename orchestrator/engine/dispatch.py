@@ -18,7 +18,7 @@ from django.utils import timezone
 from rq import Queue
 
 from deadlines import lifecycle
-from orchestrator.engine.transitions import transition
+from orchestrator.engine.transitions import CHUNK, fence_params, fenced, transition
 from orchestrator.models import TaskAttempt, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
 from retries.states import DISPATCH_FROM, AttemptKind, TaskState
@@ -26,11 +26,8 @@ from retries.states import DISPATCH_FROM, AttemptKind, TaskState
 log = logging.getLogger(__name__)
 
 JOB_FUNCTION = "orchestrator.worker.job.run_task_instance"
-# Rows per UPDATE: well under SQLite's limit of bound parameters.
-CHUNK = 500
-
 # One statement dispatches many task instances, each fenced by the (attempt token, state) it
-# was read with. A user try adds one to try_number; a platform retry repeats the current try
+# was read with (`fenced`). A user try adds one to try_number; a platform retry repeats the current try
 # (and keeps counting its pre-execution failures). Portable: PostgreSQL and SQLite (3.35+).
 _DISPATCH_SQL = """
 UPDATE orchestrator_taskinstance SET
@@ -48,7 +45,7 @@ UPDATE orchestrator_taskinstance SET
     hostname = '',
     worker_name = '',
     pid = NULL
-WHERE (id, attempt_token, state) IN (VALUES {rows})
+WHERE {fence}
 RETURNING id, attempt_token, try_number, infrastructure_try_number
 """
 
@@ -80,7 +77,7 @@ def dispatch_many(tis: Sequence[TaskInstance], now: datetime) -> int:
     if not candidates:
         return 0
     won = 0
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         for start in range(0, len(candidates), CHUNK):
             won += _dispatch_chunk(candidates[start : start + CHUNK], now)
     return won
@@ -89,12 +86,10 @@ def dispatch_many(tis: Sequence[TaskInstance], now: datetime) -> int:
 def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
     by_pk = {ti.pk: ti for ti in tis}
     before = {ti.pk: _before(ti) for ti in tis}
-    rows = ", ".join(["(%s, %s, %s)"] * len(tis))
     params: list[Any] = [str(TaskState.QUEUED), False, _db_datetime(now), _db_datetime(timezone.now())]
-    for ti in tis:
-        params += [ti.pk, ti.attempt_token, str(ti.state)]
+    params += fence_params((ti.pk, ti.attempt_token, ti.state) for ti in tis)
     with connection.cursor() as cursor:
-        cursor.execute(_DISPATCH_SQL.format(rows=rows), params)
+        cursor.execute(_DISPATCH_SQL.format(fence=fenced(len(tis))), params)
         returned = cursor.fetchall()
     if not returned:
         return 0

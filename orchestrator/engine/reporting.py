@@ -14,17 +14,17 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 
 from deadlines import lifecycle
-from orchestrator import metrics
+from orchestrator import listeners, metrics
+from orchestrator.engine import sql
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.runs import advance_run
-from orchestrator.engine.taskconfig import args_for, platform_settings, retry_args
+from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
-from orchestrator.models import Task, TaskAttempt, TaskInstance
+from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
 from retries.states import (
@@ -63,40 +63,105 @@ def _move_attempt(
     expected: frozenset[TaskState],
     task_changes: dict[str, Any],
     attempt_changes: dict[str, Any],
-) -> TaskInstance | None:
+) -> bool:
     """Change the task (fenced by state and token) and its current attempt row together.
 
-    Returns the task instance as it is now, or None when the report lost (stale or duplicate).
-    Call inside a transaction, so the two rows never disagree.
+    Returns False when the report lost (stale or duplicate). Call inside a transaction, so
+    the two rows never disagree.
     """
     if not transition(task_instance_id, expected=expected, token=token, **task_changes):
-        return None
-    TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token).update(**attempt_changes)
-    return load(task_instance_id)
+        return False
+    assigned, params = sql.assignments(TaskAttempt, attempt_changes)
+    sql.execute(
+        f"UPDATE {TaskAttempt._meta.db_table} SET {assigned} WHERE task_instance_id = %s AND attempt_token = %s",
+        params + [task_instance_id, token],
+    )
+    return True
 
 
-def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> TaskInstance | None:
-    """A worker took the job: record who holds it if the dispatch is still current, else None."""
+@dataclass(frozen=True)
+class Claimed:
+    """What a worker needs to run the attempt it claimed, read in one query."""
+
+    pk: int
+    task_id: str
+    attempt_token: int
+    try_number: int
+    infrastructure_try_number: int
+    dag_id: str
+    run_id: str
+    logical_date: datetime
+    conf: dict[str, Any]
+    args: dict[str, Any]  # the effective arguments (system, DAG, task)
+    has_definition: bool  # False: the task was removed from its DAG
+    python_callable: str | None
+    bash_command: str | None
+    op_kwargs: dict[str, Any]
+
+
+_CLAIM_SQL = """
+SELECT ti.task_id, ti.attempt_token, ti.try_number, ti.infrastructure_try_number, ti.definition_id,
+       r.run_id, r.logical_date, r.conf, d.dag_id, d.default_args,
+       t.python_callable, t.bash_command, t.op_kwargs, t.args
+FROM orchestrator_taskinstance ti
+JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
+JOIN orchestrator_dag d ON d.id = r.dag_id
+LEFT JOIN orchestrator_task t ON t.id = ti.definition_id
+WHERE ti.id = %s
+"""
+
+
+def _claim_fields() -> list:
+    ti, run, dag, task = (model._meta.get_field for model in (TaskInstance, DagRun, Dag, Task))
+    return [ti("task_id"), ti("attempt_token"), ti("try_number"), ti("infrastructure_try_number"), None,
+            run("run_id"), run("logical_date"), run("conf"), dag("dag_id"), dag("default_args"),
+            task("python_callable"), task("bash_command"), task("op_kwargs"), task("args")]
+
+
+def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
+    """A worker took the job: record who holds it if the dispatch is still current, and return
+    what the attempt runs; None if the dispatch is no longer current."""
     holder = {"hostname": worker.hostname, "worker_name": worker.worker_name, "pid": worker.pid}
     with transaction.atomic():
-        return _move_attempt(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder)
+        if not _move_attempt(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder):
+            return None
+        (row,) = sql.fetch(_CLAIM_SQL, [task_instance_id], _claim_fields())
+    (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
+     dag_id, default_args, python_callable, bash_command, op_kwargs, task_args) = row
+    return Claimed(
+        pk=task_instance_id,
+        task_id=task_id,
+        attempt_token=attempt_token,
+        try_number=try_number,
+        infrastructure_try_number=infrastructure_try_number,
+        dag_id=dag_id,
+        run_id=run_id,
+        logical_date=logical_date,
+        conf=conf or {},
+        args=merge_args(default_args, task_args),
+        has_definition=definition_id is not None,
+        python_callable=python_callable,
+        bash_command=bash_command,
+        op_kwargs=op_kwargs or {},
+    )
 
 
 def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, now: datetime | None = None) -> bool:
     """The task process's "running" handshake: from here on it is no pre-execution failure."""
     now = now or shared_now()
     with transaction.atomic():
-        ti = _move_attempt(
+        moved = _move_attempt(
             task_instance_id,
             token,
             MARK_RUNNING_FROM,
             {"state": TaskState.RUNNING, "start_date": now, "end_date": None, "heartbeat_at": Now(), "pid": pid},
             {"state": TaskAttempt.State.RUNNING, "start_date": now, "pid": pid},
         )
-        if ti is None:
+        if not moved:
             return False
-        lifecycle.task_started(ti, now)
-    notify("on_task_instance_running", task_instance=ti)
+        lifecycle.task_started_by_id(task_instance_id, now)
+    if listeners.wanted("on_task_instance_running"):
+        notify("on_task_instance_running", task_instance=load(task_instance_id))
     return True
 
 
@@ -127,13 +192,22 @@ def heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
     current; returns the (task_instance_id, token) pairs that were refused (superseded)."""
     if not attempts:
         return set()
-    current = Q()
-    for task_instance_id, token in attempts:
-        current |= Q(pk=task_instance_id, attempt_token=token)
-    rows = TaskInstance.objects.filter(current, state__in=[str(s) for s in HEARTBEAT_FROM])
-    if rows.update(heartbeat_at=Now()) == len(attempts):
+    states = [str(s) for s in HEARTBEAT_FROM]
+    current = " OR ".join(["(id = %s AND attempt_token = %s)"] * len(attempts))
+    params = [value for attempt in attempts for value in attempt]
+    if sql.execute(
+        f"UPDATE orchestrator_taskinstance SET heartbeat_at = {sql.now_sql()}"
+        f" WHERE ({current}) AND state IN ({sql.placeholders(len(states))})",
+        params + states,
+    ) == len(attempts):
         return set()
-    still = set(rows.values_list("pk", "attempt_token"))
+    still = set(
+        sql.fetch(
+            f"SELECT id, attempt_token FROM orchestrator_taskinstance WHERE ({current}) AND state IN ({sql.placeholders(len(states))})",
+            params + states,
+            [None, None],
+        )
+    )
     return {attempt for attempt in attempts if attempt not in still}
 
 
@@ -149,7 +223,7 @@ def report_success(
 ) -> bool:
     now = now or shared_now()
     with transaction.atomic():
-        ti = _move_attempt(
+        moved = _move_attempt(
             task_instance_id,
             token,
             REPORT_SUCCESS_FROM,
@@ -163,27 +237,65 @@ def report_success(
                 "output_truncated": output_truncated,
             },
         )
-        if ti is None:
+        if not moved:
             return False
-        lifecycle.task_finished(ti, now)
-        if _run_may_move_on(ti):
-            _advance_within(ti.dag_run_id, now)
-    notify("on_task_instance_success", task_instance=ti)
-    attempt_ended(ti.pk)  # its circuit may close (or open) on this attempt
+        ended = _Ended.read(task_instance_id)
+        if ended.has_deadlines:
+            lifecycle.task_finished(task_instance_id, now)
+        if _run_may_move_on(ended):
+            _advance_within(ended.dag_run_id, now)
+    if listeners.wanted("on_task_instance_success"):
+        notify("on_task_instance_success", task_instance=load(task_instance_id))
+    attempt_ended(ended.circuit)  # its circuit may close (or open) on this attempt
     return True
 
 
-def _run_may_move_on(ti: TaskInstance) -> bool:
+@dataclass(frozen=True)
+class _Ended:
+    """What a success report reads about its task once it is recorded (one query)."""
+
+    pk: int
+    task_id: str
+    dag_run_id: int
+    dag_pk: int
+    dag_version: datetime
+    circuit: str | None
+    has_deadlines: bool
+
+    @classmethod
+    def read(cls, task_instance_id: int) -> _Ended:
+        ti, dag = TaskInstance._meta.get_field, Dag._meta.get_field
+        ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines),) = sql.fetch(
+            """
+            SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
+                   EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id)
+            FROM orchestrator_taskinstance ti
+            JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
+            JOIN orchestrator_dag d ON d.id = r.dag_id
+            WHERE ti.id = %s
+            """,
+            [task_instance_id],
+            [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None],
+        )
+        return cls(task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines))
+
+
+def _run_may_move_on(ended: _Ended) -> bool:
     """Whether this task's end can change anything in its run: a task downstream of it to settle,
     or the run to end. A wide fan-out's tasks have neither until the last one ends, and locking
     and reading the whole run for each of them made their reports queue behind each other.
     Two last tasks ending at once may each see the other open: the scheduler's next pass ends
     the run then."""
-    dag = ti.dag_run.dag
-    if ti.task_id in _upstream_task_ids(dag.pk, dag.updated_at):
+    if ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version):
         return True
-    unfinished = TaskInstance.objects.filter(dag_run_id=ti.dag_run_id).exclude(pk=ti.pk).exclude(state__in=FINISHED_TASK_STATES)
-    return not unfinished.exists()
+    finished = [str(state) for state in FINISHED_TASK_STATES]
+    unfinished = sql.fetch(
+        f"SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND id <> %s"
+        f" AND state NOT IN ({sql.placeholders(len(finished))}) LIMIT 1",
+        [ended.dag_run_id, ended.pk, *finished],
+        [None],
+    )
+    return not unfinished
 
 
 @functools.lru_cache(maxsize=256)
@@ -226,7 +338,7 @@ def report_failure(
     decision = decide_for(ti, context, fingerprint=fingerprint, retry_after=retry_after, now=now)
     previous_state = ti.state
     with transaction.atomic():
-        ti = _move_attempt(
+        moved = _move_attempt(
             ti.pk,
             token,
             frozenset({previous_state}),
@@ -253,8 +365,9 @@ def report_failure(
                 output_truncated=output_truncated,
             ),
         )
-        if ti is None:
+        if not moved:
             return None
+        ti = load(ti.pk)
         if decision.next_state is TaskState.FAILED:
             lifecycle.task_finished(ti, now)
         retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= now
@@ -334,4 +447,4 @@ def _after_failure(
     )
     if decision.next_state is TaskState.DEAD_LETTER:
         notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
-    attempt_ended(ti.pk)  # its circuit may open on this attempt
+    attempt_ended(ti.circuit)  # its circuit may open on this attempt

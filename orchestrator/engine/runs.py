@@ -18,7 +18,7 @@ from orchestrator.engine.limitconfig import limit_args
 from orchestrator.engine.limits import dispatch_ready
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.taskconfig import effective_args
-from orchestrator.engine.transitions import transition
+from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, TaskInstance
@@ -119,15 +119,9 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
             return 0, False
         if run.dag.paused:
             return 0, False
-        # Settling one task can make its downstream ready: repeat until nothing changes.
-        changed = True
-        while changed:
-            instances = list(run.task_instances.select_related("definition").order_by("id"))
-            states = {ti.task_id: ti.state for ti in instances}
-            changed = False
-            for ti in instances:
-                if ti.state == TaskState.NONE:
-                    changed |= _settle(ti, states, now)
+        instances = list(run.task_instances.select_related("definition").order_by("id"))
+        states = {ti.task_id: ti.state for ti in instances}
+        _settle(instances, states, now)
         # Pools, limits and circuits decide which of the ready tasks go now.
         for ti in instances:
             ti.dag_run = run
@@ -162,39 +156,56 @@ def _start_run(run: DagRun, now: datetime) -> bool:
     if running >= run.dag.max_active_runs:
         return False
     started = DagRun.objects.filter(pk=run.pk, state=RunState.QUEUED).update(state=RunState.RUNNING, start_date=now)
-    run.refresh_from_db()
-    return bool(started) or run.state == RunState.RUNNING
+    if started:
+        run.state, run.start_date = RunState.RUNNING, now
+        return True
+    run.refresh_from_db(fields=["state", "start_date"])
+    return run.state == RunState.RUNNING
 
 
-def _settle(ti: TaskInstance, states: dict[str, str], now: datetime) -> bool:
-    """Decide a waiting task: ready (scheduled), upstream_failed, skipped or removed."""
+def _settle(instances: list[TaskInstance], states: dict[str, str], now: datetime) -> None:
+    """Decide the waiting tasks whose upstreams allow it: ready (scheduled), upstream_failed,
+    skipped or removed. One statement per kind of decision; settling one task can decide its
+    downstream, so it repeats (in memory) until nothing changes."""
+    while True:
+        decided: dict[TaskState, list[TaskInstance]] = {}
+        for ti in instances:
+            if ti.state == TaskState.NONE:
+                target = _settled_state(ti, states)
+                if target is not None:
+                    decided.setdefault(target, []).append(ti)
+        if not decided:
+            return
+        changed = False
+        for target, tis in decided.items():
+            changes: dict[str, Any] = {"state": target}
+            if target != TaskState.SCHEDULED:
+                changes["end_date"] = now
+            won = transition_many([(ti.pk, ti.attempt_token, ti.state) for ti in tis], **changes)
+            for ti in tis:
+                if ti.pk in won:
+                    ti.state = target
+                    states[ti.task_id] = target
+                    changed = True
+                    if target in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED):
+                        lifecycle.task_finished(ti, now)  # a removed task's deadlines end with its run
+        if not changed:
+            return
+
+
+def _settled_state(ti: TaskInstance, states: dict[str, str]) -> TaskState | None:
+    """What a waiting task becomes now, or None while it must wait."""
     if ti.definition is None:
-        won = transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, state=TaskState.REMOVED, end_date=now)
-        return _record(ti, states, TaskState.REMOVED, won)
+        return TaskState.REMOVED
     upstream_states = [states.get(u, TaskState.REMOVED) for u in ti.definition.upstream]
     verdict = readiness(ti.definition.trigger_rule, upstream_states)
     if verdict is Readiness.WAIT:
-        return False
-    target = {
+        return None
+    return {
         Readiness.RUN: TaskState.SCHEDULED,
         Readiness.UPSTREAM_FAILED: TaskState.UPSTREAM_FAILED,
         Readiness.SKIPPED: TaskState.SKIPPED,
     }[verdict]
-    changes = {"state": target}
-    if target != TaskState.SCHEDULED:
-        changes["end_date"] = now
-    won = transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, **changes)
-    if won and target != TaskState.SCHEDULED:
-        ti.state = target
-        lifecycle.task_finished(ti, now)
-    return _record(ti, states, target, won)
-
-
-def _record(ti: TaskInstance, states: dict[str, str], target: TaskState, won: bool) -> bool:
-    if won:
-        states[ti.task_id] = target
-        ti.state = target
-    return won
 
 
 def _finish_if_done(run: DagRun, task_states: Iterable[str], now: datetime) -> bool:
@@ -203,11 +214,11 @@ def _finish_if_done(run: DagRun, task_states: Iterable[str], now: datetime) -> b
     outcome = run_outcome(task_states)
     if outcome is None:
         return False
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         ended = DagRun.objects.filter(pk=run.pk, state=RunState.RUNNING).update(state=outcome, end_date=now)
         if not ended:
             return False
-        run.refresh_from_db()
+        run.state, run.end_date = outcome, now
         lifecycle.run_finished(run, now)
         hook = "on_dag_run_success" if outcome == RunState.SUCCESS else "on_dag_run_failed"
         transaction.on_commit(lambda: notify(hook, dag_run=run))

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from orchestrator.engine import sql
 from orchestrator.models import TaskInstance
 from retries.states import TaskState
 
@@ -21,9 +22,46 @@ def transition(
     token: int | None = None,
     **changes: Any,
 ) -> bool:
-    """Apply `changes` if the task is in one of `expected` (and holds `token`); return whether it won."""
-    rows = TaskInstance.objects.filter(pk=task_instance_id, state__in=[str(s) for s in expected])
-    if token is not None:
-        rows = rows.filter(attempt_token=token)
+    """Apply `changes` if the task is in one of `expected` (and holds `token`); return whether it won.
+
+    Written SQL (`engine/sql.py`): every attempt runs this several times."""
+    states = [str(s) for s in expected]
+    if not states:
+        return False
     changes.setdefault("updated_at", timezone.now())
-    return rows.update(**changes) == 1
+    assigned, params = sql.assignments(TaskInstance, changes)
+    where = f"id = %s AND state IN ({sql.placeholders(len(states))})"
+    params += [task_instance_id, *states]
+    if token is not None:
+        where += " AND attempt_token = %s"
+        params.append(token)
+    return sql.execute(f"UPDATE {TaskInstance._meta.db_table} SET {assigned} WHERE {where}", params) == 1
+
+
+def transition_many(rows: Iterable[tuple[int, int, str]], **changes: Any) -> set[int]:
+    """Apply the same `changes` (plain values) to many task instances in one statement per
+    CHUNK rows, each fenced by the (attempt token, state) it was read with; return the ids that
+    won. `rows` are (id, token, state)."""
+    rows = list(rows)
+    changes.setdefault("updated_at", timezone.now())
+    assigned, values = sql.assignments(TaskInstance, changes)
+    won: set[int] = set()
+    for start in range(0, len(rows), CHUNK):
+        chunk = rows[start : start + CHUNK]
+        statement = f"UPDATE {TaskInstance._meta.db_table} SET {assigned} WHERE {fenced(len(chunk))} RETURNING id"
+        won.update(pk for (pk,) in sql.fetch(statement, values + fence_params(chunk), [None]))
+    return won
+
+
+# Rows per statement: well under SQLite's limit of bound parameters.
+CHUNK = 500
+
+
+def fenced(n: int) -> str:
+    """The WHERE clause fencing n rows by (id, attempt token, state); portable to PostgreSQL and
+    SQLite (row values against VALUES)."""
+    return f"(id, attempt_token, state) IN (VALUES {', '.join(['(%s, %s, %s)'] * n)})"
+
+
+def fence_params(rows: Iterable[tuple[int, int, str]]) -> list[Any]:
+    return [value for pk, token, state in rows for value in (pk, token, str(state))]

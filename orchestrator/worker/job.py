@@ -17,9 +17,7 @@ from django.db import InterfaceError, OperationalError
 
 from orchestrator.engine import reporting
 from orchestrator.engine.clock import shared_now
-from orchestrator.engine.reporting import WorkerInfo
-from orchestrator.engine.taskconfig import args_for
-from orchestrator.models import TaskInstance
+from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
 from orchestrator.worker.rqworker import WorkerRuntime, default_worker_name, runtime
@@ -51,7 +49,7 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
         # Stopping: start nothing new; another worker takes it on the platform budget.
         outcome = Outcome(handshake=False, stop=Stop(Reason.WORKER_TERMINATION, shutdown_signal=SHUTDOWN.signal), metadata=_metadata(worker))
         return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
-    if ti.definition is None:
+    if not ti.has_definition:
         outcome = Outcome(started=False, start_error="the task was removed from its DAG", metadata=_metadata(worker))
         return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
     supervisor = Supervisor(
@@ -88,36 +86,33 @@ def limits() -> Limits:
     )
 
 
-def plan_for(ti: TaskInstance) -> Plan:
-    task = ti.definition
-    run = ti.dag_run
-    dag = run.dag
-    args = args_for(ti)
+def plan_for(claimed: Claimed) -> Plan:
+    args = claimed.args
     timeout = args.get("execution_timeout")
     context = {
-        "dag_id": dag.dag_id,
-        "task_id": ti.task_id,
-        "run_id": run.run_id,
-        "try_number": ti.try_number,
-        "infrastructure_try_number": ti.infrastructure_try_number,
-        "logical_date": run.logical_date.isoformat(),
-        "conf": run.conf or {},
+        "dag_id": claimed.dag_id,
+        "task_id": claimed.task_id,
+        "run_id": claimed.run_id,
+        "try_number": claimed.try_number,
+        "infrastructure_try_number": claimed.infrastructure_try_number,
+        "logical_date": claimed.logical_date.isoformat(),
+        "conf": claimed.conf,
     }
     payload = {
-        "task_instance_id": ti.pk,
-        "token": ti.attempt_token,
-        "task_id": ti.task_id,
-        "python_callable": task.python_callable,
-        "bash_command": task.bash_command,
-        "op_kwargs": task.op_kwargs or {},
+        "task_instance_id": claimed.pk,
+        "token": claimed.attempt_token,
+        "task_id": claimed.task_id,
+        "python_callable": claimed.python_callable,
+        "bash_command": claimed.bash_command,
+        "op_kwargs": claimed.op_kwargs,
         "context": context,
     }
     return Plan(
-        task_instance_id=ti.pk,
-        token=ti.attempt_token,
-        task_id=ti.task_id,
+        task_instance_id=claimed.pk,
+        token=claimed.attempt_token,
+        task_id=claimed.task_id,
         payload=payload,
-        is_bash=bool(task.bash_command),
+        is_bash=bool(claimed.bash_command),
         execution_timeout=float(timeout) if timeout not in (None, "") else None,
         kill_grace=float(args["kill_grace"]),
     )
