@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,11 @@ log = logging.getLogger(__name__)
 
 DATABASE_CONNECTIONS = 2  # for the slots; the heartbeat thread has one more of its own
 SPOOL_INTERVAL = 1.0  # seconds between attempts to deliver spooled reports
+# How long a thread may hold the GIL while another waits for it (Python's default: 5 ms). Every
+# step of a job is a short wait on Redis, the database or the fork server; with many slots
+# busy, each of those waits then cost up to 5 ms of GIL handover and RQ's loop, taking one job
+# after another, ran at half speed (a 300-task fan-out: 85 -> 115 tasks/s at 1 ms).
+GIL_SWITCH_INTERVAL = 0.001
 
 
 def default_worker_name() -> str:
@@ -132,6 +138,7 @@ class OrchestratorWorker(SimpleWorker):
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
         global _runtime
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         launcher = Launcher()
         launcher.start()  # warm before the first job: imports happen once, here
         heartbeats = Heartbeats(
