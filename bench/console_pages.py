@@ -4,7 +4,8 @@
 
 Creates a throwaway PostgreSQL database, loads a DAG of `--tasks` tasks with `--runs` runs
 (one task instance per task and run), and `--attempts` failed attempts spread over them and
-the last 24 hours; then renders, through Django's test client (server time only, no network),
+the last 24 hours, with their hourly failure counts (filled as migration 0003 fills them); then
+renders, through Django's test client (server time only, no network),
 
   * the DAG page (the grid of the last 25 runs × all tasks), and its htmx poll,
   * the failures page over 24 hours (every breakdown, the chart, the newest 100 rows),
@@ -44,6 +45,7 @@ def load(tasks: int, runs: int, attempts: int) -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from orchestrator.engine import failure_counts
     from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
 
     now = timezone.now()
@@ -80,6 +82,9 @@ def load(tasks: int, runs: int, attempts: int) -> None:
             TaskAttempt.objects.bulk_create(batch)
             batch = []
     TaskAttempt.objects.bulk_create(batch)
+    # bulk_create bypasses the writes that keep the hourly failure counts: fill them the way
+    # the migration does for a history that existed before them.
+    failure_counts.backfill()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
 

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics
+from orchestrator.engine import failure_counts
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.runs import advance_run_now, create_manual_run
@@ -205,9 +206,10 @@ def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     with transaction.atomic():
         _finish_one(ti, TaskState.FAILED, context, now)
         if stopping:
-            TaskAttempt.objects.filter(
+            if TaskAttempt.objects.filter(
                 task_instance=ti, attempt_token=ti.attempt_token, state__in=[TaskAttempt.State.QUEUED, TaskAttempt.State.RUNNING]
-            ).update(state=TaskAttempt.State.FAILED, end_date=now, context=context)
+            ).update(state=TaskAttempt.State.FAILED, end_date=now, context=context):
+                failure_counts.count(ti.pk, ti.attempt_token)
         _reopen_if_unfinished(ti.dag_run)
         entry = _audit(
             user, "mark_failed", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.FAILED,
@@ -267,11 +269,13 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     with transaction.atomic():
         if not transition(ti.pk, expected=[ti.state], token=ti.attempt_token, **changes):
             raise _changed_meanwhile(ti)
+        failure_counts.count(ti.pk, attempt.attempt_token, -1)  # counted again below under its new context
         moved = TaskAttempt.objects.filter(pk=attempt.pk, kind=AttemptKind.USER, state=TaskAttempt.State.FAILED).update(
             kind=AttemptKind.PLATFORM, context=attempt_context.to_dict(), fingerprint=None
         )
         if not moved:
             raise Conflict(f"the failed attempt of task '{ti.task_id}' changed meanwhile; reload and try again")
+        failure_counts.count(ti.pk, attempt.attempt_token)
         touched = _reset_upstream_failed(ti) if new_state == TaskState.SCHEDULED else []
         _reopen_if_unfinished(ti.dag_run)
         entry = _audit(

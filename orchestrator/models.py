@@ -213,6 +213,38 @@ class TaskAttempt(models.Model):
         return f"{self.task_instance_id}#{self.attempt_token} {self.state}"
 
 
+class FailureCount(models.Model):
+    """How many attempts failed in one UTC hour under one key, kept as they fail.
+
+    Written only by `orchestrator.engine.failure_counts` (in the transaction of the write that
+    makes an attempt `failed` or changes its context); the failures page sums these rows for
+    the whole hours of its window. Text parts of the key are "" (never NULL) when absent, so
+    that two failures with no fingerprint land on the same row.
+    """
+
+    hour = models.DateTimeField()
+    # Deleting a DAG deletes its attempts, so it deletes their counts too.
+    dag = models.ForeignKey(Dag, on_delete=models.CASCADE, related_name="+")
+    task_id = models.CharField(max_length=250)
+    category = models.CharField(max_length=64)
+    reason = models.CharField(max_length=64)
+    hostname = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=12)
+    n = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            # The upsert's conflict target; hour first, so it also serves the failures page's
+            # `hour >= first whole hour of the window`.
+            models.UniqueConstraint(
+                fields=["hour", "dag", "task_id", "category", "reason", "hostname", "fingerprint"], name="failurecount_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00} {self.category}/{self.reason} {self.task_id}: {self.n}"
+
+
 class AuditLog(models.Model):
     """Who did what to which task or run, and what it was before."""
 

@@ -1,8 +1,10 @@
 """The failures page: failed attempts over a window, counted every way an operator slices them.
 
-A fixed number of queries whatever the number of attempts: the breakdowns (on PostgreSQL all six
-in one scan with GROUPING SETS; elsewhere one GROUP BY each), one for the chart's buckets, one
-for the newest rows (the output's tail only, never whole logs).
+A fixed number of queries whatever the number of attempts: one for every breakdown and the
+chart's buckets together (`counted`), one for the newest rows (the output's tail only, never
+whole logs). The counts come from the hourly counts kept as attempts fail
+(`orchestrator.engine.failure_counts`) plus the attempts of the window's partial first hour, so
+the page reads about an hour of attempts, not the whole window.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.fields.json import KT, KeyTextTransform
 from django.db.models.functions import Right, TruncDay, TruncHour, TruncMinute
 from django.http import QueryDict
@@ -21,7 +23,7 @@ from django.utils import timezone
 from orchestrator.api.declarations import choice, read_query, string
 from orchestrator.console.charts import Chart, over_time
 from orchestrator.console.text import error_summary
-from orchestrator.models import TaskAttempt
+from orchestrator.models import FailureCount, TaskAttempt
 from retries.states import Category, Reason, TaskState
 
 # window name -> (length, bucket function, bucket label format)
@@ -45,15 +47,16 @@ PARAMS = (
     string("host", "Only attempts on this worker host."),
     string("fingerprint", "Only failures with this fingerprint."),
 )
-# breakdown title -> the column it groups by
+# breakdown title -> the column it groups by: an attempt's, and an hourly count's
 BREAKDOWNS = {
-    "Category": KT("context__category"),
-    "Reason": KT("context__reason"),
-    "DAG": F("task_instance__dag_run__dag__dag_id"),
-    "Task": F("task_instance__task_id"),
-    "Worker host": F("hostname"),
-    "Fingerprint": F("fingerprint"),
+    "Category": (KT("context__category"), F("category")),
+    "Reason": (KT("context__reason"), F("reason")),
+    "DAG": (F("task_instance__dag_run__dag__dag_id"), F("dag__dag_id")),
+    "Task": (F("task_instance__task_id"), F("task_id")),
+    "Worker host": (F("hostname"), F("hostname")),
+    "Fingerprint": (F("fingerprint"), F("fingerprint")),
 }
+CHART = "chart"
 # the filter each breakdown's rows link to
 BREAKDOWN_PARAM = {"Category": "category", "Reason": "reason", "DAG": "dag_id", "Task": "task_id", "Worker host": "host", "Fingerprint": "fingerprint"}
 
@@ -120,65 +123,93 @@ class FailureRow:
     error: str
 
 
-def breakdowns(rows: QuerySet[TaskAttempt]) -> dict[str, list[Count_]]:
-    out = {}
-    for title, column in BREAKDOWNS.items():
-        counted = rows.order_by().annotate(key=column).values("key").annotate(n=Count("id")).order_by("-n", "key")[:TOP]
-        out[title] = [Count_(str(r["key"] or ""), r["n"], BREAKDOWN_PARAM[title]) for r in counted]
-    return out
+def _attempt_keys(rows: QuerySet[TaskAttempt], trunc: Any) -> QuerySet:
+    """One row per matching attempt: its key in every breakdown, its chart bucket, and 1."""
+    keys = [attempt for attempt, _ in BREAKDOWNS.values()]
+    return rows.order_by().values_list(*keys, trunc("end_date", tzinfo=dt_timezone.utc), Value(1))
 
 
-# Each breakdown's column as SQL over the one scan below (the same columns as BREAKDOWNS).
-_ONE_SCAN_COLUMNS = {
-    "Category": "a.context ->> 'category'",
-    "Reason": "a.context ->> 'reason'",
-    "DAG": "d.dag_id",
-    "Task": "ti.task_id",
-    "Worker host": "a.hostname",
-    "Fingerprint": "a.fingerprint",
-}
+# the filters the hourly counts can answer: parameter -> FailureCount field
+_COUNTED_FILTERS = {"category": "category", "dag_id": "dag__dag_id", "task_id": "task_id", "host": "hostname", "fingerprint": "fingerprint"}
 
 
-_TRUNC_UNITS = {TruncMinute: "minute", TruncHour: "hour", TruncDay: "day"}
-CHART = "chart"
+def _hour_keys(flt: Filter, first_hour: datetime, trunc: Any) -> QuerySet:
+    """One row per hourly count from `first_hour` on: its key in every breakdown, its chart
+    bucket, and how many attempts it counts."""
+    counted = FailureCount.objects.filter(hour__gte=first_hour)
+    for param, field in _COUNTED_FILTERS.items():
+        if value := getattr(flt, param):
+            counted = counted.filter(**{field: value})
+    keys = [hourly for _, hourly in BREAKDOWNS.values()]
+    return counted.values_list(*keys, trunc("hour", tzinfo=dt_timezone.utc), "n")
 
 
-def _counted_in_one_scan(flt: Filter, rows: QuerySet[TaskAttempt]) -> tuple[dict[str, list[Count_]], list[tuple[datetime, int]]]:
-    """Every breakdown and the chart's buckets from one scan of the matching attempts
-    (GROUPING SETS), not seven."""
-    ids_sql, params = rows.order_by().values("id").query.sql_with_params()
-    unit = _TRUNC_UNITS[WINDOWS[flt.window][1]]
-    sources = {**_ONE_SCAN_COLUMNS, CHART: f"date_trunc('{unit}', a.end_date AT TIME ZONE 'UTC')"}
-    titles = list(sources)
-    columns = ", ".join(f"{sql} AS c{i}" for i, sql in enumerate(sources.values()))
-    sets = ", ".join(f"(c{i})" for i in range(len(titles)))
-    grouping = ", ".join(f"GROUPING(c{i})" for i in range(len(titles)))
-    sql = f"""
-        WITH matching AS (
-            SELECT {columns}
-            FROM orchestrator_taskattempt a
-            JOIN orchestrator_taskinstance ti ON ti.id = a.task_instance_id
-            JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
-            JOIN orchestrator_dag d ON d.id = r.dag_id
-            WHERE a.id IN ({ids_sql})
-        )
-        SELECT {", ".join(f"c{i}" for i in range(len(titles)))}, ARRAY[{grouping}], COUNT(*)
-        FROM matching GROUP BY GROUPING SETS ({sets})
-    """
-    found: dict[str, list[tuple[Any, int]]] = {title: [] for title in titles}
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        for row in cursor.fetchall():
-            *values, flags, n = row
-            which = flags.index(0)  # the one column this row is grouped by
-            found[titles[which]].append((values[which], n))
+def _counted_by_hour(flt: Filter) -> bool:
+    """Whether the hourly counts can answer this filter exactly. Not with minute buckets (the 1h
+    window), and not with a reason: that filter also matches a dead-lettered task's attempts by
+    the task's own last reason (see `matching`), which no count of attempts knows. Those fall
+    back to scanning the window's attempts."""
+    return WINDOWS[flt.window][1] is not TruncMinute and not flt.reason
+
+
+def _first_whole_hour(at: datetime) -> datetime:
+    at = at.astimezone(dt_timezone.utc)
+    hour = at.replace(minute=0, second=0, microsecond=0)
+    return hour if hour == at else hour + timedelta(hours=1)
+
+
+def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[dict[str, list[Count_]], list[tuple[datetime, int]]]:
+    """Every breakdown and the chart's buckets, in one query.
+
+    From the hourly counts (`FailureCount`) for the whole hours of the window, plus the raw
+    attempts of the partial hour at its start, so the figures are exact and the scan is at most
+    an hour of attempts however long the window; from the window's attempts when the counts
+    cannot answer the filter (`_counted_by_hour`)."""
+    trunc = WINDOWS[flt.window][1]
+    if _counted_by_hour(flt):
+        first_hour = _first_whole_hour(flt.since(now))
+        parts = [_hour_keys(flt, first_hour, trunc), _attempt_keys(rows.filter(end_date__lt=first_hour), trunc)]
+    else:
+        parts = [_attempt_keys(rows, trunc)]
+    found = _grouped(parts)
     counts = {
-        title: [Count_(str(key or ""), n, BREAKDOWN_PARAM[title]) for key, n in sorted(found[title], key=lambda kn: (-kn[1], str(kn[0] or "")))[:TOP]]
-        for title in titles
-        if title != CHART
+        title: [Count_(key, n, BREAKDOWN_PARAM[title]) for key, n in sorted(found[title].items(), key=lambda kn: (-kn[1], kn[0]))[:TOP]]
+        for title in BREAKDOWNS
     }
-    buckets = sorted((at.replace(tzinfo=dt_timezone.utc), n) for at, n in found[CHART] if at is not None)
-    return counts, buckets
+    return counts, sorted(found[CHART].items())
+
+
+def _grouped(parts: list[QuerySet]) -> dict[str, dict[Any, int]]:
+    """Sum the last column of the union of `parts` (rows of every breakdown's key, a chart
+    bucket, a count) by each of the other columns: one GROUPING SETS query on PostgreSQL, one
+    GROUP BY per column in a single UNION ALL elsewhere."""
+    titles = [*BREAKDOWNS, CHART]
+    columns = [f"c{i}" for i in range(len(titles))]
+    compiled = [part.query.sql_with_params() for part in parts]
+    params = [param for _, part_params in compiled for param in part_params]
+    matching_sql = f"WITH matching ({', '.join(columns)}, n) AS ({' UNION ALL '.join(sql for sql, _ in compiled)})"
+    found: dict[str, dict[Any, int]] = {title: {} for title in titles}
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            grouping = ", ".join(f"GROUPING({c})" for c in columns)
+            sets = ", ".join(f"({c})" for c in columns)
+            cursor.execute(f"{matching_sql} SELECT {', '.join(columns)}, ARRAY[{grouping}], SUM(n) FROM matching GROUP BY GROUPING SETS ({sets})", params)
+            rows = [(flags.index(0), values[flags.index(0)], n) for *values, flags, n in cursor.fetchall()]
+        else:
+            each = " UNION ALL ".join(f"SELECT {i}, {c}, SUM(n) FROM matching GROUP BY {c}" for i, c in enumerate(columns))
+            cursor.execute(f"{matching_sql} {each}", params)
+            rows = cursor.fetchall()
+    for which, key, n in rows:
+        title = titles[which]
+        if title == CHART:
+            if key is None:
+                continue
+            key = (datetime.fromisoformat(key) if isinstance(key, str) else key).replace(tzinfo=dt_timezone.utc)
+        else:
+            key = str(key or "")  # a count's "" and an attempt's NULL are the same key
+        if n:
+            found[title][key] = found[title].get(key, 0) + int(n)
+    return found
 
 
 def total(counts: dict[str, list[Count_]], rows: QuerySet[TaskAttempt]) -> int:
@@ -188,12 +219,8 @@ def total(counts: dict[str, list[Count_]], rows: QuerySet[TaskAttempt]) -> int:
     return rows.count()
 
 
-def chart(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime, buckets: list[tuple[datetime, int]] | None = None) -> Chart:
-    length, trunc, fmt = WINDOWS[flt.window]
-    if buckets is None:
-        counted = rows.order_by().annotate(bucket=trunc("end_date")).values("bucket").annotate(n=Count("id")).order_by("bucket")
-        buckets = [(r["bucket"], r["n"]) for r in counted]
-    return over_time(buckets, f"Failed attempts over the last {flt.window}", fmt)
+def chart(flt: Filter, buckets: list[tuple[datetime, int]]) -> Chart:
+    return over_time(buckets, f"Failed attempts over the last {flt.window}", WINDOWS[flt.window][2])
 
 
 def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
@@ -226,13 +253,10 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
 def page(flt: Filter, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     rows = matching(flt, now)
-    if connection.vendor == "postgresql":
-        counts, buckets = _counted_in_one_scan(flt, rows)
-    else:
-        counts, buckets = breakdowns(rows), None
+    counts, buckets = counted(flt, rows, now)
     return {
         "counts": counts,
         "total": total(counts, rows),
-        "chart": chart(flt, rows, now, buckets),
+        "chart": chart(flt, buckets),
         "failures": newest(rows),
     }

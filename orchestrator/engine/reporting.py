@@ -20,6 +20,7 @@ from orchestrator import listeners, metrics
 from orchestrator.engine import sql
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
+from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.runs import advance_run
 from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition
@@ -367,6 +368,7 @@ def report_failure(
         )
         if not moved:
             return None
+        count_failure(task_instance_id, token)
         ti = load(ti.pk)
         if decision.next_state is TaskState.FAILED:
             lifecycle.task_finished(ti, now)
