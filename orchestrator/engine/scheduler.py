@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 import redis
 from django.conf import settings
+from rq.registry import FailedJobRegistry
 from django.db import (
     IntegrityError,
     InterfaceError,
@@ -19,17 +20,17 @@ from django.db import (
     connection,
     transaction,
 )
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from orchestrator.engine import circuits, leases, schedules
 from orchestrator.engine.clock import db_now, shared_now
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.runs import advance_run, create_run
-from orchestrator.models import Dag, DagRun, TaskInstance
+from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis, job_statuses
 from retries.context import ExecutionContext
-from retries.states import PreExecutionReason, Reason, RunState, Source, TaskState
+from retries.states import FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, PreExecutionReason, Reason, RunState, Source, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -121,25 +122,38 @@ def _advance_unfinished_runs(now: datetime, report: PassReport) -> None:
 
 
 def runs_needing_work(now: datetime) -> list[int]:
-    """Unfinished runs that a locked advance_run() would change, found with one unlocked read.
+    """Unfinished runs that a locked advance_run() would change, found without locking any.
 
     Most runs on most passes wait for their workers; locking each of them just to find
-    that out made an idle pass cost milliseconds per run. advance_run() re-checks
-    everything under its lock, so a stale read here only delays work by one pass.
+    that out made an idle pass cost milliseconds per run. Two indexed queries name the running
+    runs that could have work (a task waiting to be settled or dispatched, or no task left
+    unfinished); only their task instances are read, and `_has_work` decides. advance_run()
+    re-checks everything under its lock, so a stale read here only delays work by one pass.
     """
     needing = set(DagRun.objects.filter(state=RunState.QUEUED).values_list("pk", flat=True))
+    running = DagRun.objects.filter(state=RunState.RUNNING, dag__paused=False)
+    waiting = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=[str(s) for s in WAITING_STATES])
+    unfinished = TaskInstance.objects.filter(dag_run=OuterRef("pk")).exclude(state__in=[str(s) for s in FINISHED_TASK_STATES])
+    candidates = set(running.filter(Exists(waiting)).values_list("pk", flat=True))
+    candidates |= set(running.filter(~Exists(unfinished)).values_list("pk", flat=True))
+    if not candidates:
+        return sorted(needing)
     rows = (
-        TaskInstance.objects.filter(dag_run__state=RunState.RUNNING, dag_run__dag__paused=False)
+        TaskInstance.objects.filter(dag_run_id__in=candidates)
         .order_by()
         .values_list("dag_run_id", "task_id", "state", "next_retry_at", "definition_id", "definition__upstream", "definition__trigger_rule")
     )
-    runs: dict[int, list[tuple]] = {}
+    runs: dict[int, list[tuple]] = {run_id: [] for run_id in candidates}
     for row in rows:
-        runs.setdefault(row[0], []).append(row)
+        runs[row[0]].append(row)
     for run_id, instances in runs.items():
         if run_id not in needing and _has_work(instances, now):
             needing.add(run_id)
     return sorted(needing)
+
+
+# Task states that may let advance_run() do something: settle it, or dispatch it.
+WAITING_STATES = frozenset({TaskState.NONE}) | WAITING_TO_RUN_STATES
 
 
 def _has_work(instances: list[tuple], now: datetime) -> bool:
@@ -229,8 +243,22 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     _find_lost_jobs(now, db_time, report)
 
 
-def _in_queue(ti: TaskInstance) -> bool:
-    return get_redis().lpos(f"rq:queue:{ti.queue}", ti.job_id) is not None
+def _in_queue(queue: str, job_id: str) -> bool:
+    return get_redis().lpos(f"rq:queue:{queue}", job_id) is not None
+
+
+def _failed_in_rq(waiting: list[tuple[int, int, datetime | None, str]]) -> set[str]:
+    """Which of the waiting jobs RQ has failed: one ZMSCORE per queue over its failed registry."""
+    by_queue: dict[str, list[str]] = {}
+    for pk, token, _, queue in waiting:
+        by_queue.setdefault(queue, []).append(job_id_for(pk, token))
+    failed: set[str] = set()
+    connection_ = get_redis()
+    for queue, job_ids in by_queue.items():
+        key = FailedJobRegistry(queue, connection=connection_).key
+        scores = connection_.zmscore(key, job_ids)
+        failed.update(job_id for job_id, score in zip(job_ids, scores) if score is not None)
+    return failed
 
 
 def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> None:
@@ -241,24 +269,30 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
       one still `queued` but no longer in its queue was popped by a worker that never started it
       (a stopped worker parked in its blocking pop): `queue_lost` too; one `started` by a worker
       that never claimed it (it died, or is stopped, between taking and claiming) is a
-      pre-execution failure. A job that waits its turn in its queue is never presumed lost,
-      however long the backlog. A late claim of a presumed-lost job fails on its token.
+      pre-execution failure; one that ended some other way (finished, stopped, canceled) too. A
+      job that waits its turn in its queue is never presumed lost, however long the backlog. A
+      late claim of a presumed-lost job fails on its token.
+
+    This runs every pass over every job still on its way, so it reads only what the look needs:
+    the rows' ids, one ZMSCORE per queue, and RQ's status only of the failed and the overdue.
     """
     cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
-    # Only what the look needs: this runs every pass over every job still on its way.
     waiting = list(
-        TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True).only("id", "attempt_token", "queued_at", "queue")
+        TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True).values_list("id", "attempt_token", "queued_at", "queue")
     )
     if not waiting:
         return
-    for ti, status in zip(waiting, job_statuses([ti.job_id for ti in waiting])):
-        overdue = ti.queued_at is not None and ti.queued_at < cutoff
+    failed = _failed_in_rq(waiting)
+    suspects = [w for w in waiting if (w[2] is not None and w[2] < cutoff) or job_id_for(w[0], w[1]) in failed]
+    job_ids = [job_id_for(pk, token) for pk, token, _, _ in suspects]
+    for (pk, token, queued_at, queue), job_id, status in zip(suspects, job_ids, job_statuses(job_ids)):
+        overdue = queued_at is not None and queued_at < cutoff
         if status in ("deferred", "scheduled") or (status in (None, "queued", "started") and not overdue):
             continue  # still on its way to a worker
-        if status == "queued" and _in_queue(ti):
+        if status == "queued" and _in_queue(queue, job_id):
             continue  # waiting its turn
         if status in (None, "queued"):
-            context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=ti.job_id, job_status=status)
+            context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=job_id, job_status=status)
         else:
             # The job ended before our code claimed it: RQ gave up on it, or the claim failed.
             context = ExecutionContext.of(
@@ -267,5 +301,5 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
                 pre_execution_reason=PreExecutionReason.WORKER_DIED.value,
                 job_status=status,
             )
-        if report_failure(ti.pk, ti.attempt_token, context, expected=(TaskState.QUEUED,), now=now):
-            report.lost.append(f"{ti.pk}:{context.reason}")
+        if report_failure(pk, token, context, expected=(TaskState.QUEUED,), now=now):
+            report.lost.append(f"{pk}:{context.reason}")

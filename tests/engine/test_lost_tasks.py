@@ -7,6 +7,7 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 from rq import Queue
+from rq.registry import FailedJobRegistry
 
 from orchestrator.engine import reporting
 from orchestrator.engine.runs import create_manual_run
@@ -100,6 +101,8 @@ def test_it_requeues_a_task_whose_job_failed_before_it_was_claimed_at_once(queue
     database) is a pre-execution failure at once, without waiting for the queued timeout."""
     run, ti = _single_task_run()
     job = queue.fetch_job(f"ti-{ti.pk}-1")
+    # What RQ does with a job whose function raised: its queue's failed registry, its status.
+    FailedJobRegistry(queue.name, connection=get_redis()).add(job, ttl=600)
     get_redis().hset(job.key, "status", "failed")
     schedule_once()
     ti.refresh_from_db()
