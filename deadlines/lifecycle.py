@@ -69,19 +69,23 @@ def task_started(task_instance: TaskInstance, now: datetime) -> None:
     _create_task_deadlines(task_instance, Reference.TASK_STARTED_AT, now)
 
 
-def task_started_by_id(task_instance_id: int, now: datetime) -> None:
-    """`task_started` for a worker's hot path: one query when the task has no such deadline,
-    and only then is the task instance loaded."""
-    has_any = sql.fetch(
-        "SELECT 1 FROM deadlines_deadlinedefinition d JOIN orchestrator_taskinstance ti ON ti.definition_id = d.task_id"
-        " WHERE ti.id = %s AND d.reference = %s LIMIT 1",
-        [task_instance_id, str(Reference.TASK_STARTED_AT)],
-        [None],
+def has_start_deadlines(task_instance_id: int) -> bool:
+    """Whether the task has task_started_at deadline definitions (one query, for the worker's
+    hot path: most tasks have none, and then nothing else is read)."""
+    return bool(
+        sql.fetch(
+            "SELECT 1 FROM deadlines_deadlinedefinition d JOIN orchestrator_taskinstance ti ON ti.definition_id = d.task_id"
+            " WHERE ti.id = %s AND d.reference = %s LIMIT 1",
+            [task_instance_id, str(Reference.TASK_STARTED_AT)],
+            [None],
+        )
     )
-    if has_any:
-        definitions = list(DeadlineDefinition.objects.filter(task__instances=task_instance_id, reference=Reference.TASK_STARTED_AT))
-        ti = TaskInstance.objects.select_related("dag_run__dag").get(pk=task_instance_id)
-        _create_task_deadlines(ti, Reference.TASK_STARTED_AT, now, definitions)
+
+
+def task_started_by_id(task_instance_id: int, now: datetime) -> None:
+    """`task_started` for a task instance known by its id."""
+    ti = TaskInstance.objects.select_related("dag_run__dag").get(pk=task_instance_id)
+    _create_task_deadlines(ti, Reference.TASK_STARTED_AT, now)
 
 
 def task_finished(task_instance: TaskInstance | int, now: datetime) -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 import logging
 import random
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import listeners, metrics
@@ -23,7 +24,7 @@ from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.runs import advance_run
 from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
-from orchestrator.engine.transitions import transition
+from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
@@ -67,17 +68,34 @@ def _move_attempt(
 ) -> bool:
     """Change the task (fenced by state and token) and its current attempt row together.
 
-    Returns False when the report lost (stale or duplicate). Call inside a transaction, so
-    the two rows never disagree.
+    Returns False when the report lost (stale or duplicate). On PostgreSQL it is one statement
+    (the attempt's UPDATE in a WITH clause), atomic by itself; elsewhere it is two, and the
+    caller runs them in a transaction (`_atomic_move`), so the two rows never disagree.
     """
-    if not transition(task_instance_id, expected=expected, token=token, **task_changes):
+    statement = transition_sql(task_instance_id, expected=expected, token=token, changes=task_changes)
+    if statement is None:
         return False
-    assigned, params = sql.assignments(TaskAttempt, attempt_changes)
-    sql.execute(
-        f"UPDATE {TaskAttempt._meta.db_table} SET {assigned} WHERE task_instance_id = %s AND attempt_token = %s",
-        params + [task_instance_id, token],
-    )
+    task_sql, params = statement
+    assigned, attempt_params = sql.assignments(TaskAttempt, attempt_changes)
+    attempt_sql = f"UPDATE {TaskAttempt._meta.db_table} SET {assigned} WHERE task_instance_id = %s AND attempt_token = %s"
+    attempt_params += [task_instance_id, token]
+    if connection.vendor == "postgresql":
+        ((moved,),) = sql.fetch(
+            f"WITH moved AS ({task_sql} RETURNING id), attempt AS ({attempt_sql} AND EXISTS (SELECT 1 FROM moved))"
+            " SELECT count(*) FROM moved",
+            params + attempt_params,
+            [None],
+        )
+        return moved == 1
+    if sql.execute(task_sql, params) != 1:
+        return False
+    sql.execute(attempt_sql, attempt_params)
     return True
+
+
+def _atomic_move() -> Any:
+    """The transaction `_move_attempt` needs: none on PostgreSQL, where it is one statement."""
+    return nullcontext() if connection.vendor == "postgresql" else transaction.atomic()
 
 
 @dataclass(frozen=True)
@@ -123,10 +141,10 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
     """A worker took the job: record who holds it if the dispatch is still current, and return
     what the attempt runs; None if the dispatch is no longer current."""
     holder = {"hostname": worker.hostname, "worker_name": worker.worker_name, "pid": worker.pid}
-    with transaction.atomic():
+    with _atomic_move():
         if not _move_attempt(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder):
             return None
-        (row,) = sql.fetch(_CLAIM_SQL, [task_instance_id], _claim_fields())
+    (row,) = sql.fetch(_CLAIM_SQL, [task_instance_id], _claim_fields())
     (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
      dag_id, default_args, python_callable, bash_command, op_kwargs, task_args) = row
     return Claimed(
@@ -150,7 +168,9 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
 def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, now: datetime | None = None) -> bool:
     """The task process's "running" handshake: from here on it is no pre-execution failure."""
     now = now or shared_now()
-    with transaction.atomic():
+    # A deadline exists exactly when the state change that creates it does: same transaction.
+    has_deadlines = lifecycle.has_start_deadlines(task_instance_id)
+    with transaction.atomic() if has_deadlines else _atomic_move():
         moved = _move_attempt(
             task_instance_id,
             token,
@@ -160,7 +180,8 @@ def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, n
         )
         if not moved:
             return False
-        lifecycle.task_started_by_id(task_instance_id, now)
+        if has_deadlines:
+            lifecycle.task_started_by_id(task_instance_id, now)
     if listeners.wanted("on_task_instance_running"):
         notify("on_task_instance_running", task_instance=load(task_instance_id))
     return True
@@ -223,7 +244,10 @@ def report_success(
     now: datetime | None = None,
 ) -> bool:
     now = now or shared_now()
-    with transaction.atomic():
+    ended = _Ended.read(task_instance_id)
+    # Most successes (a wide fan-out's tasks) change nothing else: then the report is the move alone.
+    moves_run = _run_may_move_on(ended)
+    with transaction.atomic() if ended.has_deadlines or moves_run else _atomic_move():
         moved = _move_attempt(
             task_instance_id,
             token,
@@ -240,10 +264,9 @@ def report_success(
         )
         if not moved:
             return False
-        ended = _Ended.read(task_instance_id)
         if ended.has_deadlines:
             lifecycle.task_finished(task_instance_id, now)
-        if _run_may_move_on(ended):
+        if moves_run:
             _advance_within(ended.dag_run_id, now)
     if listeners.wanted("on_task_instance_success"):
         notify("on_task_instance_success", task_instance=load(task_instance_id))
@@ -253,7 +276,8 @@ def report_success(
 
 @dataclass(frozen=True)
 class _Ended:
-    """What a success report reads about its task once it is recorded (one query)."""
+    """What a success report reads about its task, in one query before it records the end
+    (none of it changes with the end)."""
 
     pk: int
     task_id: str
@@ -262,23 +286,27 @@ class _Ended:
     dag_version: datetime
     circuit: str | None
     has_deadlines: bool
+    others_unfinished: bool  # another task of the run is not finished yet
 
     @classmethod
     def read(cls, task_instance_id: int) -> _Ended:
         ti, dag = TaskInstance._meta.get_field, Dag._meta.get_field
-        ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines),) = sql.fetch(
-            """
+        finished = [str(state) for state in FINISHED_TASK_STATES]
+        ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, others_unfinished),) = sql.fetch(
+            f"""
             SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
-                   EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id)
+                   EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id),
+                   EXISTS (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
+                           AND o.id <> ti.id AND o.state NOT IN ({sql.placeholders(len(finished))}))
             FROM orchestrator_taskinstance ti
             JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
             JOIN orchestrator_dag d ON d.id = r.dag_id
             WHERE ti.id = %s
             """,
-            [task_instance_id],
-            [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None],
+            [*finished, task_instance_id],
+            [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None, None],
         )
-        return cls(task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines))
+        return cls(task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines), bool(others_unfinished))
 
 
 def _run_may_move_on(ended: _Ended) -> bool:
@@ -287,16 +315,7 @@ def _run_may_move_on(ended: _Ended) -> bool:
     and reading the whole run for each of them made their reports queue behind each other.
     Two last tasks ending at once may each see the other open: the scheduler's next pass ends
     the run then."""
-    if ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version):
-        return True
-    finished = [str(state) for state in FINISHED_TASK_STATES]
-    unfinished = sql.fetch(
-        f"SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND id <> %s"
-        f" AND state NOT IN ({sql.placeholders(len(finished))}) LIMIT 1",
-        [ended.dag_run_id, ended.pk, *finished],
-        [None],
-    )
-    return not unfinished
+    return ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version) or not ended.others_unfinished
 
 
 @functools.lru_cache(maxsize=256)

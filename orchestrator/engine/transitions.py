@@ -22,12 +22,21 @@ def transition(
     token: int | None = None,
     **changes: Any,
 ) -> bool:
-    """Apply `changes` if the task is in one of `expected` (and holds `token`); return whether it won.
+    """Apply `changes` if the task is in one of `expected` (and holds `token`); return whether it won."""
+    statement = transition_sql(task_instance_id, expected=expected, token=token, changes=changes)
+    return statement is not None and sql.execute(*statement) == 1
 
-    Written SQL (`engine/sql.py`): every attempt runs this several times."""
+
+def transition_sql(
+    task_instance_id: int, *, expected: Iterable[TaskState | str], token: int | None, changes: dict[str, Any]
+) -> tuple[str, list[Any]] | None:
+    """`transition` as one UPDATE statement and its parameters (None: nothing can match).
+
+    Written SQL (`engine/sql.py`): every attempt runs it several times."""
     states = [str(s) for s in expected]
     if not states:
-        return False
+        return None
+    changes = {**changes}
     changes.setdefault("updated_at", timezone.now())
     assigned, params = sql.assignments(TaskInstance, changes)
     where = f"id = %s AND state IN ({sql.placeholders(len(states))})"
@@ -35,7 +44,7 @@ def transition(
     if token is not None:
         where += " AND attempt_token = %s"
         params.append(token)
-    return sql.execute(f"UPDATE {TaskInstance._meta.db_table} SET {assigned} WHERE {where}", params) == 1
+    return f"UPDATE {TaskInstance._meta.db_table} SET {assigned} WHERE {where}", params
 
 
 def transition_many(rows: Iterable[tuple[int, int, str]], **changes: Any) -> set[int]:
