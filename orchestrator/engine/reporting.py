@@ -141,10 +141,12 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
     """A worker took the job: record who holds it if the dispatch is still current, and return
     what the attempt runs; None if the dispatch is no longer current."""
     holder = {"hostname": worker.hostname, "worker_name": worker.worker_name, "pid": worker.pid}
-    with _atomic_move():
+    # In a transaction even where the move is one statement: a worker killed while its claim
+    # waits on a lock never commits it, and its job is found as never claimed.
+    with transaction.atomic():
         if not _move_attempt(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder):
             return None
-    (row,) = sql.fetch(_CLAIM_SQL, [task_instance_id], _claim_fields())
+        (row,) = sql.fetch(_CLAIM_SQL, [task_instance_id], _claim_fields())
     (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
      dag_id, default_args, python_callable, bash_command, op_kwargs, task_args) = row
     return Claimed(
@@ -169,8 +171,10 @@ def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, n
     """The task process's "running" handshake: from here on it is no pre-execution failure."""
     now = now or shared_now()
     # A deadline exists exactly when the state change that creates it does: same transaction.
+    # (And like a claim, a handshake commits only if its worker is alive to commit it: the
+    # task of a worker killed meanwhile never ran its user code, and is found as such.)
     has_deadlines = lifecycle.has_start_deadlines(task_instance_id)
-    with transaction.atomic() if has_deadlines else _atomic_move():
+    with transaction.atomic():
         moved = _move_attempt(
             task_instance_id,
             token,
