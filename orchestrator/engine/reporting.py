@@ -22,7 +22,7 @@ from orchestrator.engine import sql
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
-from orchestrator.engine.runs import advance_run
+from orchestrator.engine.runs import advance_run, advance_run_now
 from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
@@ -237,6 +237,11 @@ def heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
     return {attempt for attempt in attempts if attempt not in still}
 
 
+# With fewer other tasks of its run unfinished than this, a success report looks again, once
+# it is recorded, whether the run is over (more cannot all be ending at the same moment).
+NEAR_THE_END = 100
+
+
 def report_success(
     task_instance_id: int,
     token: int,
@@ -272,10 +277,23 @@ def report_success(
             lifecycle.task_finished(task_instance_id, now)
         if moves_run:
             _advance_within(ended.dag_run_id, now)
+    if not moves_run and ended.unfinished_others < NEAR_THE_END and _run_is_over(ended):
+        # The tasks that end last each read the others unfinished before they recorded their
+        # own end; whichever looks again last, after its own commit, sees them all ended.
+        advance_run_now(ended.dag_run_id)
     if listeners.wanted("on_task_instance_success"):
         notify("on_task_instance_success", task_instance=load(task_instance_id))
     attempt_ended(ended.circuit)  # its circuit may close (or open) on this attempt
     return True
+
+
+def _run_is_over(ended: _Ended) -> bool:
+    finished = [str(state) for state in FINISHED_TASK_STATES]
+    return not sql.fetch(
+        f"SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state NOT IN ({sql.placeholders(len(finished))}) LIMIT 1",
+        [ended.dag_run_id, *finished],
+        [None],
+    )
 
 
 @dataclass(frozen=True)
@@ -290,36 +308,35 @@ class _Ended:
     dag_version: datetime
     circuit: str | None
     has_deadlines: bool
-    others_unfinished: bool  # another task of the run is not finished yet
+    unfinished_others: int  # other tasks of the run not finished yet, counted up to NEAR_THE_END
 
     @classmethod
     def read(cls, task_instance_id: int) -> _Ended:
         ti, dag = TaskInstance._meta.get_field, Dag._meta.get_field
         finished = [str(state) for state in FINISHED_TASK_STATES]
-        ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, others_unfinished),) = sql.fetch(
+        ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, unfinished_others),) = sql.fetch(
             f"""
             SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
                    EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id),
-                   EXISTS (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
-                           AND o.id <> ti.id AND o.state NOT IN ({sql.placeholders(len(finished))}))
+                   (SELECT count(*) FROM (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
+                           AND o.id <> ti.id AND o.state NOT IN ({sql.placeholders(len(finished))}) LIMIT %s) AS others)
             FROM orchestrator_taskinstance ti
             JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
             JOIN orchestrator_dag d ON d.id = r.dag_id
             WHERE ti.id = %s
             """,
-            [*finished, task_instance_id],
+            [*finished, NEAR_THE_END, task_instance_id],
             [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None, None],
         )
-        return cls(task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines), bool(others_unfinished))
+        return cls(task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines), unfinished_others)
 
 
 def _run_may_move_on(ended: _Ended) -> bool:
     """Whether this task's end can change anything in its run: a task downstream of it to settle,
     or the run to end. A wide fan-out's tasks have neither until the last one ends, and locking
     and reading the whole run for each of them made their reports queue behind each other.
-    Two last tasks ending at once may each see the other open: the scheduler's next pass ends
-    the run then."""
-    return ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version) or not ended.others_unfinished
+    (Two last tasks ending at once may each read the other open: see `_run_is_over`.)"""
+    return ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version) or ended.unfinished_others == 0
 
 
 @functools.lru_cache(maxsize=256)

@@ -173,3 +173,25 @@ def test_a_dispatch_redis_refuses_is_undone_and_charges_nothing(settings):
     ti.refresh_from_db()
     assert (ti.state, ti.try_number, ti.attempt_token) == ("queued", 1, 2)
     assert TaskAttempt.objects.filter(task_instance=ti).count() == 1
+
+
+def test_the_run_ends_when_its_last_two_tasks_end_at_once(monkeypatch):
+    """Each of the last two tasks of a fan-out reads the other unfinished before it records its
+    own end; the one that records last still ends the run, with no scheduler pass."""
+    dag = DagFactory(dag_id="two_leaves")
+    TaskFactory(dag=dag, task_id="a", upstream=[])
+    TaskFactory(dag=dag, task_id="b", upstream=[])
+    run = create_manual_run(dag)
+    a, b = _ti(run, "a"), _ti(run, "b")
+    for ti in (a, b):
+        assert reporting.claim(ti.pk, ti.attempt_token, WORKER)
+        assert reporting.mark_running(ti.pk, ti.attempt_token, pid=1)
+    read_by_b = reporting._Ended.read(b.pk)  # b's report reads before a's is recorded
+    assert read_by_b.unfinished_others == 1
+    assert reporting.report_success(a.pk, a.attempt_token)
+    run.refresh_from_db()
+    assert run.state == "running"
+    monkeypatch.setattr(reporting._Ended, "read", classmethod(lambda cls, pk: read_by_b))
+    assert reporting.report_success(b.pk, b.attempt_token)
+    run.refresh_from_db()
+    assert run.state == "success" and run.end_date is not None
