@@ -25,6 +25,7 @@ It never opens a database or Redis connection, so no child can inherit one.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import selectors
@@ -259,8 +260,7 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
                     pass
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-        os.environ.clear()
-        os.environ.update(request["env"])
+        _become_environment(request["env"])
         from orchestrator import redis_conn
 
         redis_conn._clients.clear()  # never share a Redis socket with the fork server (it has none)
@@ -273,6 +273,16 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
         from orchestrator.worker.taskprocess import exit_now
 
         exit_now(code)
+
+
+def _become_environment(env: dict[str, str]) -> None:
+    """Make os.environ exactly `env`, touching only the variables that differ: every variable
+    rewritten cost each task process some 650 KiB of memory copied from the fork server."""
+    for name in [name for name in os.environ if name not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def _open_fds() -> list[int]:
@@ -288,6 +298,9 @@ def main(argv: list[str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
     modules = [m.strip() for m in os.environ.get("ORCHESTRATOR_PRELOAD_MODULES", "").split(",") if m.strip()]
     preload(modules)
+    # Everything imported so far is never collected: a task process's garbage collector then
+    # never walks (and so never copies) the fork server's objects.
+    gc.freeze()
     sock.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
     ForkServer(sock).serve()
 

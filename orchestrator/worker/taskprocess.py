@@ -36,11 +36,14 @@ TEMPLATE_NAMES = ("dag_id", "task_id", "run_id", "logical_date", "try_number", "
 _TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 
 
+# Loaded once, in the fork server: each task process would otherwise load it again.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
 def set_parent_death_signal(expected_parent: int | None = None) -> None:
     """Ask Linux to SIGKILL this process when its parent dies; exit now if it already has."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if expected_parent is not None and os.getppid() != expected_parent:
         os._exit(1)  # the parent died before the death signal was armed
 
