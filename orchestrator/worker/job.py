@@ -5,6 +5,7 @@ task process, classifies what it saw and reports it, fenced by the attempt token
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -71,7 +72,12 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
 
 def worker_info() -> WorkerInfo:
     shared = runtime()
-    return WorkerInfo(hostname=socket.gethostname(), worker_name=shared.name if shared else default_worker_name(), pid=os.getpid())
+    return WorkerInfo(hostname=_hostname(), worker_name=shared.name if shared else default_worker_name(), pid=os.getpid())
+
+
+@functools.lru_cache(maxsize=1)
+def _hostname() -> str:
+    return socket.gethostname()
 
 
 def limits() -> Limits:
