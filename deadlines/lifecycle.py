@@ -55,10 +55,15 @@ def task_queued(task_instance: TaskInstance, now: datetime) -> None:
 
 def tasks_queued(task_instances: list[TaskInstance], now: datetime) -> None:
     """Many tasks were dispatched at once: one query when none of them has such a deadline."""
-    definition_ids = {ti.definition_id for ti in task_instances if ti.definition_id is not None}
+    definition_ids = sorted({ti.definition_id for ti in task_instances if ti.definition_id is not None})
     if not definition_ids:
         return
-    if not DeadlineDefinition.objects.filter(task_id__in=definition_ids, reference=Reference.TASK_QUEUED_AT).exists():
+    has_any = sql.fetch(
+        f"SELECT 1 FROM deadlines_deadlinedefinition WHERE reference = %s AND task_id IN ({sql.placeholders(len(definition_ids))}) LIMIT 1",
+        [str(Reference.TASK_QUEUED_AT), *definition_ids],
+        [None],
+    )
+    if not has_any:
         return
     for ti in task_instances:
         task_queued(ti, now)
