@@ -195,3 +195,47 @@ def test_the_run_ends_when_its_last_two_tasks_end_at_once(monkeypatch):
     assert reporting.report_success(b.pk, b.attempt_token)
     run.refresh_from_db()
     assert run.state == "success" and run.end_date is not None
+
+
+
+def test_a_batch_dispatch_skips_the_task_that_changed_since_it_was_read():
+    """Many tasks are dispatched in one statement, each fenced by the token and state it was
+    read with: one that changed meanwhile (a clear takes a new token) is left alone; the others
+    go, each with one attempt row and one job."""
+    from orchestrator.engine.dispatch import dispatch_many
+    from orchestrator.engine.runs import create_run
+    from orchestrator.engine.transitions import transition
+
+    dag = DagFactory(dag_id="batch")
+    for name in ("a", "b", "c"):
+        TaskFactory(dag=dag, task_id=name, upstream=[])
+    run = create_run(dag, run_type="manual", logical_date=timezone.now())
+    TaskInstance.objects.filter(dag_run=run).update(state=TaskState.SCHEDULED)
+    read = list(TaskInstance.objects.filter(dag_run=run).order_by("task_id"))
+    b = read[1]
+    assert transition(b.pk, expected=[TaskState.SCHEDULED], token=b.attempt_token, attempt_token=b.attempt_token + 1)
+    assert dispatch_many(read, timezone.now()) == 2
+    after = {ti.task_id: ti for ti in TaskInstance.objects.filter(dag_run=run)}
+    assert (after["a"].state, after["a"].attempt_token, after["a"].try_number) == (TaskState.QUEUED, 1, 1)
+    assert (after["c"].state, after["c"].attempt_token, after["c"].try_number) == (TaskState.QUEUED, 1, 1)
+    assert (after["b"].state, after["b"].attempt_token, after["b"].try_number) == (TaskState.SCHEDULED, 1, 0)
+    assert not after["b"].attempts.exists()
+    assert Queue("default", connection=get_redis()).job_ids == [job_id_for(after["a"].pk, 1), job_id_for(after["c"].pk, 1)]
+
+
+def test_a_platform_retry_repeats_the_try_in_a_batch_dispatch():
+    """The try arithmetic of a batch dispatch: a user try adds one, a platform retry does not."""
+    from orchestrator.engine.dispatch import dispatch_many
+    from orchestrator.engine.runs import create_run
+
+    dag = DagFactory(dag_id="tries")
+    for name in ("user", "platform"):
+        TaskFactory(dag=dag, task_id=name, upstream=[])
+    run = create_run(dag, run_type="manual", logical_date=timezone.now())
+    TaskInstance.objects.filter(dag_run=run).update(state=TaskState.UP_FOR_RETRY, try_number=2, attempt_token=2, pre_execution_tries=1)
+    TaskInstance.objects.filter(dag_run=run, task_id="platform").update(retry_is_platform=True)
+    assert dispatch_many(list(TaskInstance.objects.filter(dag_run=run)), timezone.now()) == 2
+    after = {ti.task_id: ti for ti in TaskInstance.objects.filter(dag_run=run)}
+    assert (after["user"].try_number, after["user"].pre_execution_tries, after["user"].attempt_token) == (3, 0, 3)
+    assert (after["platform"].try_number, after["platform"].pre_execution_tries, after["platform"].attempt_token) == (2, 1, 3)
+    assert not after["platform"].retry_is_platform
