@@ -77,3 +77,14 @@ def _convert(value: Any, field: models.Field | None, chain: list) -> Any:
     for converter in chain:
         value = converter(value, field.cached_col, connection)
     return value
+
+
+def columns(alias: str, fields: Iterable[models.Field]) -> str:
+    """`alias.col, ...` for a SELECT of `fields`."""
+    return ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in fields)
+
+
+def instances(model: type[models.Model], fields: Sequence[models.Field], values: Sequence[Any]) -> models.Model:
+    """A model instance from already converted column values, as the ORM builds one (fields not
+    given are deferred: reading one queries it)."""
+    return model.from_db(connection.alias, [field.attname for field in fields], values)
