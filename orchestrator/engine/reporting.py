@@ -191,6 +191,12 @@ def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, n
     return True
 
 
+def record_pid(task_instance_id: int, token: int, pid: int) -> bool:
+    """A command started directly, after its handshake was recorded: which process it is."""
+    with _atomic_move():
+        return _move_attempt(task_instance_id, token, frozenset({TaskState.RUNNING}), {"pid": pid}, {"pid": pid})
+
+
 def heartbeat(task_instance_id: int, token: int) -> bool:
     """False means the attempt was superseded: the supervisor must kill its task at once."""
     return transition(

@@ -87,6 +87,12 @@ def configured() -> list[Failpoint]:
     return parse(settings.ORCHESTRATOR_FAILPOINTS or "")
 
 
+def in_task_process(task_id: str) -> bool:
+    """Whether a failpoint is set to fire in this task's own process (so it must have one that
+    runs Python before the task: a bash command is then not started directly)."""
+    return any(fp.matches(TASK_BEFORE_RUNNING, task_id) or fp.matches(TASK_AFTER_RUNNING, task_id) for fp in configured())
+
+
 def fire(name: str, *, task_instance_id: int, task_id: str) -> None:
     """Act on every configured failpoint `name` that matches this task and has not run out."""
     for failpoint in configured():

@@ -21,6 +21,10 @@ It is also the worker's watchdog and reaper:
   was SIGSTOPped, or cut off from both) has its task groups SIGKILLed here when that runs out,
   before any scheduler can presume them lost, since the worker itself cannot act.
 
+A spawn that names a command (a bash task whose handshake the supervisor has already recorded)
+starts that command itself with `posix_spawn`, through `setpriv --pdeathsig KILL`: no copy of
+this process, no Python in between, the same session, descriptors and death signal.
+
 It never opens a database or Redis connection, so no child can inherit one.
 """
 from __future__ import annotations
@@ -29,8 +33,10 @@ import gc
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
@@ -126,7 +132,7 @@ class ForkServer:
 
     def _spawn(self, request: dict[str, Any], fds: list[int]) -> None:
         try:
-            pid = os.fork()
+            pid = _spawn_command(request, fds) if request.get("argv") else os.fork()
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
@@ -285,6 +291,38 @@ def _become_environment(env: dict[str, str]) -> None:
             os.environ[name] = value
 
 
+def direct_spawner() -> str | None:
+    """The `setpriv` that gives a directly spawned command the parent-death signal a forked
+    task process sets itself; None where there is none (then commands are forked too)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    try:
+        usage = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return setpriv if "--pdeathsig" in usage else None
+
+
+_SETPRIV: str | None = None
+
+
+def _spawn_command(request: dict[str, Any], fds: list[int]) -> int:
+    """A command started without a Python in between (`posix_spawn`, no copy of this process):
+    its own session, stdin from /dev/null, only the stdout and stderr it was sent, its
+    environment as sent, default signal handling, and SIGKILL when this server dies."""
+    stdout_fd, stderr_fd = fds
+    actions: list[tuple] = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, stdout_fd, 1),
+        (os.POSIX_SPAWN_DUP2, stderr_fd, 2),
+    ]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_fds() if fd > 2]
+    argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *request["argv"]]
+    defaults = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE)
+    return os.posix_spawn(_SETPRIV, argv, request["env"], file_actions=actions, setsid=True, setsigdef=defaults)
+
+
 def _open_fds() -> list[int]:
     try:
         return [int(name) for name in os.listdir("/proc/self/fd")]
@@ -301,7 +339,9 @@ def main(argv: list[str]) -> None:
     # Everything imported so far is never collected: a task process's garbage collector then
     # never walks (and so never copies) the fork server's objects.
     gc.freeze()
-    sock.send(json.dumps({"op": "ready", "pid": os.getpid()}).encode())
+    global _SETPRIV
+    _SETPRIV = direct_spawner()
+    sock.send(json.dumps({"op": "ready", "pid": os.getpid(), "direct": _SETPRIV is not None}).encode())
     ForkServer(sock).serve()
 
 

@@ -24,6 +24,7 @@ from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
 from orchestrator.worker.rqworker import WorkerRuntime, default_worker_name, runtime
 from orchestrator.worker.shutdown import SHUTDOWN
 from orchestrator.worker.supervisor import Limits, Plan, Supervised, Supervisor
+from orchestrator.worker.taskprocess import context_environment, render
 from retries.context import ExecutionContext
 from retries.states import Reason, TaskState
 
@@ -113,6 +114,9 @@ def plan_for(claimed: Claimed) -> Plan:
         "op_kwargs": claimed.op_kwargs,
         "context": context,
     }
+    # A bash task is started directly (no Python in its process) unless a failpoint is set to
+    # fire in its process.
+    direct = bool(claimed.bash_command) and not failpoints.in_task_process(claimed.task_id)
     return Plan(
         task_instance_id=claimed.pk,
         token=claimed.attempt_token,
@@ -121,6 +125,8 @@ def plan_for(claimed: Claimed) -> Plan:
         is_bash=bool(claimed.bash_command),
         execution_timeout=float(timeout) if timeout not in (None, "") else None,
         kill_grace=float(args["kill_grace"]),
+        command=("bash", "-c", render(claimed.bash_command or "", context)) if direct else None,
+        command_env=context_environment(context) if direct else {},
     )
 
 

@@ -69,6 +69,7 @@ class Launcher:
         self._handles: dict[int, TaskHandle] = {}
         self._sock: socket.socket | None = None
         self._server: subprocess.Popen | None = None
+        self.direct = False  # the server can start a command with no Python in between
 
     # --- life of the server ---------------------------------------------------------------------
 
@@ -104,6 +105,7 @@ class Launcher:
                 self._server.wait()
                 raise LaunchError("the fork server did not start (see the worker's log for its error)")
             ours.settimeout(None)
+            self.direct = bool(ready.get("direct"))
             self._sock = ours
             threading.Thread(target=self._read_replies, args=(ours,), name="fork-server-reader", daemon=True).start()
 
@@ -127,15 +129,19 @@ class Launcher:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def spawn(self, fds: list[int], env: dict[str, str]) -> TaskHandle:
-        """A new task process holding `fds` (stdout, stderr, control read end, message write end)."""
+    def spawn(self, fds: list[int], env: dict[str, str], argv: list[str] | None = None) -> TaskHandle:
+        """A new task process holding `fds` (stdout, stderr, control read end, message write end);
+        with `argv` (and `direct`), that command itself, holding only `fds` (stdout, stderr)."""
         self.start()
         request_id = next(self._ids)
         done = threading.Event()
         reply: dict = {}
         with self._state_lock:
             self._pending[request_id] = (done, reply)
-        message = json.dumps({"op": "spawn", "id": request_id, "env": env}).encode()
+        request = {"op": "spawn", "id": request_id, "env": env}
+        if argv is not None:
+            request["argv"] = argv
+        message = json.dumps(request).encode()
         try:
             with self._lock:
                 sock = self._sock

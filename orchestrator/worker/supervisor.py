@@ -56,6 +56,10 @@ class Plan:
     is_bash: bool
     execution_timeout: float | None
     kill_grace: float
+    # A command to start directly (a bash task), with its own context variables: the handshake
+    # is then recorded before it starts, and no Python runs in its process.
+    command: tuple[str, ...] | None = None
+    command_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,8 +153,16 @@ class Supervisor:
         oom_before = oom_kill_count()
         # The lease outlives this call: the job forgets it once the outcome is recorded.
         self.lease = self.heartbeats.watch(self.plan.task_instance_id, self.plan.token)
+        direct = self.plan.command is not None and self._can_start_directly()
+        if direct:
+            running = self._handshake_before_start()
+            if running is None:
+                direct = False  # the database did not answer: the usual handshake waits for it
+            elif not running:
+                self.superseded = True
+                return Supervised(superseded=True, outcome=Outcome(is_bash=True, handshake=False, metadata=metadata))
         try:
-            self._spawn()
+            self._spawn(direct)
         except OSError as exc:
             log.error("could not start the task process for %s: %s", self._label(), exc)
             return Supervised(
@@ -192,7 +204,23 @@ class Supervisor:
             output_truncated=self.streams.stdout.truncated or self.streams.stderr.truncated,
         )
 
-    def _spawn(self) -> None:
+    def _can_start_directly(self) -> bool:
+        try:
+            self.launcher.start()
+        except OSError:
+            return False
+        return self.launcher.direct
+
+    def _handshake_before_start(self) -> bool | None:
+        """Record "running" before a command starts directly: True to start it, False when the
+        attempt is no longer current, None when the database did not answer."""
+        try:
+            return bool(self.db(reporting.mark_running, self.plan.task_instance_id, self.plan.token, pid=None))
+        except (OperationalError, InterfaceError):
+            log.warning("could not record that %s is running; starting it the usual way", self._label())
+            return None
+
+    def _spawn(self, direct: bool = False) -> None:
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
         control_read, control_write = os.pipe()
@@ -200,8 +228,13 @@ class Supervisor:
         theirs = [stdout_write, stderr_write, control_read, message_write]
         ours = [stdout_read, stderr_read, control_write, message_read]
         env = {**task_environment(os.environ, self.passthrough), "PYTHONUNBUFFERED": "1"}
+        if direct:
+            env.update(self.plan.command_env)
         try:
-            self.proc = self.launcher.spawn(theirs, env)
+            if direct:  # only its output: no pipe to a Python runner that is not there
+                self.proc = self.launcher.spawn(theirs[:2], env, list(self.plan.command or ()))
+            else:
+                self.proc = self.launcher.spawn(theirs, env)
         except BaseException:
             for fd in ours:
                 os.close(fd)
@@ -225,7 +258,14 @@ class Supervisor:
         self.pid_fd = procs.pidfd(self.proc.pid)
         if self.pid_fd is not None:
             self.selector.register(self.pid_fd, selectors.EVENT_READ)
-        send(self.control_fd, self.plan.payload)
+        if not direct:
+            send(self.control_fd, self.plan.payload)
+            return
+        self.handshake_at = time.monotonic()  # recorded before the start
+        try:
+            self.db(reporting.record_pid, self.plan.task_instance_id, self.plan.token, self.proc.pid)
+        except (OperationalError, InterfaceError):
+            log.warning("could not record the pid of %s", self._label())
 
     def _supervise(self) -> None:
         assert self.proc is not None

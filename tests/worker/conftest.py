@@ -84,10 +84,11 @@ def settle(run: DagRun, task_id: str, states: tuple[str, ...], timeout: float = 
 
 
 def running_pid(run: DagRun, task_id: str, timeout: float = 20.0) -> int:
-    """The task process's pid once the task reported running."""
+    """The task process's pid once the task reported running (a bash command started directly
+    is recorded running just before it starts, and its pid just after)."""
     ti = settle(run, task_id, ("running",), timeout=timeout)
     attempt = ti.attempts.get(attempt_token=ti.attempt_token)
-    assert attempt.pid
+    wait_until(lambda: attempt.refresh_from_db() or attempt.pid, timeout=5, message=f"the pid of {task_id}")
     return attempt.pid
 
 
