@@ -130,6 +130,15 @@ def test_the_validators_are_not_vacuous(rendered):
         jsonschema.validate(scaled, keda_schema("scaledobjects"))
 
 
+@pytest.mark.parametrize("values_files", [(), (PRODUCTION,)], ids=["default", "production"])
+def test_helm_lint_passes_strictly(values_files):
+    command = [helm_binary(), "lint", "--strict", str(CHART)]
+    for path in values_files:
+        command += ["-f", str(path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_values_the_schema_refuses_stop_the_render_naming_the_field():
     cases = {
         "workers[0].queues[0]": ("bad queue; DROP TABLE x", "/workers/0/queues/0"),
