@@ -21,7 +21,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from orchestrator.api.declarations import choice, read_query, string
-from orchestrator.console.charts import Chart, over_time
+from orchestrator.console.charts import StackedChart, failures_over_time
 from orchestrator.console.text import error_summary
 from orchestrator.models import FailureCount, TaskAttempt
 from retries.states import Category, Reason, TaskState
@@ -34,6 +34,7 @@ WINDOWS: dict[str, tuple[timedelta, Any, str]] = {
     "7d": (timedelta(days=7), TruncDay, "%Y-%m-%d"),
     "30d": (timedelta(days=30), TruncDay, "%Y-%m-%d"),
 }
+BUCKET_STEP = {TruncMinute: timedelta(minutes=1), TruncHour: timedelta(hours=1), TruncDay: timedelta(days=1)}
 DEFAULT_WINDOW = "24h"
 ROWS = 100
 TOP = 10
@@ -158,8 +159,8 @@ def _first_whole_hour(at: datetime) -> datetime:
     return hour if hour == at else hour + timedelta(hours=1)
 
 
-def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[dict[str, list[Count_]], list[tuple[datetime, int]]]:
-    """Every breakdown and the chart's buckets, in one query.
+def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[dict[str, list[Count_]], dict[tuple[datetime, str], int]]:
+    """Every breakdown and the chart's buckets (by bucket and category), in one query.
 
     From the hourly counts (`FailureCount`) for the whole hours of the window, plus the raw
     attempts of the partial hour at its start, so the figures are exact and the scan is at most
@@ -176,15 +177,17 @@ def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[di
         title: [Count_(key, n, BREAKDOWN_PARAM[title]) for key, n in sorted(found[title].items(), key=lambda kn: (-kn[1], kn[0]))[:TOP]]
         for title in BREAKDOWNS
     }
-    return counts, sorted(found[CHART].items())
+    return counts, found[CHART]
 
 
 def _grouped(parts: list[QuerySet]) -> dict[str, dict[Any, int]]:
     """Sum the last column of the union of `parts` (rows of every breakdown's key, a chart
-    bucket, a count) by each of the other columns: one GROUPING SETS query on PostgreSQL, one
-    GROUP BY per column in a single UNION ALL elsewhere."""
+    bucket, a count) by each breakdown's column, and by (chart bucket, category) for the
+    stacked chart: one GROUPING SETS query on PostgreSQL, one GROUP BY per set in a single
+    UNION ALL elsewhere. The chart's keys are (bucket, category) pairs."""
     titles = [*BREAKDOWNS, CHART]
     columns = [f"c{i}" for i in range(len(titles))]
+    category, bucket = columns[list(BREAKDOWNS).index("Category")], columns[-1]
     compiled = [part.query.sql_with_params() for part in parts]
     params = [param for _, part_params in compiled for param in part_params]
     matching_sql = f"WITH matching ({', '.join(columns)}, n) AS ({' UNION ALL '.join(sql for sql, _ in compiled)})"
@@ -192,19 +195,27 @@ def _grouped(parts: list[QuerySet]) -> dict[str, dict[Any, int]]:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             grouping = ", ".join(f"GROUPING({c})" for c in columns)
-            sets = ", ".join(f"({c})" for c in columns)
+            sets = ", ".join([*(f"({c})" for c in columns[:-1]), f"({bucket}, {category})"])
             cursor.execute(f"{matching_sql} SELECT {', '.join(columns)}, ARRAY[{grouping}], SUM(n) FROM matching GROUP BY GROUPING SETS ({sets})", params)
-            rows = [(flags.index(0), values[flags.index(0)], n) for *values, flags, n in cursor.fetchall()]
+            rows = []
+            for *values, flags, n in cursor.fetchall():
+                if flags[-1] == 0:  # the chart's set: (bucket, category)
+                    rows.append((len(columns) - 1, values[-1], values[columns.index(category)], n))
+                else:
+                    which = flags.index(0)
+                    rows.append((which, values[which], None, n))
         else:
-            each = " UNION ALL ".join(f"SELECT {i}, {c}, SUM(n) FROM matching GROUP BY {c}" for i, c in enumerate(columns))
-            cursor.execute(f"{matching_sql} {each}", params)
+            each = [f"SELECT {i}, {c}, NULL, SUM(n) FROM matching GROUP BY {c}" for i, c in enumerate(columns[:-1])]
+            each.append(f"SELECT {len(columns) - 1}, {bucket}, {category}, SUM(n) FROM matching GROUP BY {bucket}, {category}")
+            cursor.execute(f"{matching_sql} {' UNION ALL '.join(each)}", params)
             rows = cursor.fetchall()
-    for which, key, n in rows:
+    for which, key, second, n in rows:
         title = titles[which]
         if title == CHART:
             if key is None:
                 continue
-            key = (datetime.fromisoformat(key) if isinstance(key, str) else key).replace(tzinfo=dt_timezone.utc)
+            at = (datetime.fromisoformat(key) if isinstance(key, str) else key).replace(tzinfo=dt_timezone.utc)
+            key = (at, str(second or ""))
         else:
             key = str(key or "")  # a count's "" and an attempt's NULL are the same key
         if n:
@@ -219,8 +230,11 @@ def total(counts: dict[str, list[Count_]], rows: QuerySet[TaskAttempt]) -> int:
     return rows.count()
 
 
-def chart(flt: Filter, buckets: list[tuple[datetime, int]]) -> Chart:
-    return over_time(buckets, f"Failed attempts over the last {flt.window}", WINDOWS[flt.window][2])
+def chart(flt: Filter, buckets: dict[tuple[datetime, str], int], now: datetime) -> StackedChart:
+    """Every bucket of the window on a time axis, each bar stacked by category."""
+    length, trunc, fmt = WINDOWS[flt.window]
+    step = BUCKET_STEP[trunc]
+    return failures_over_time(buckets, since=flt.since(now), until=now, step=step, fmt=fmt, window=flt.window)
 
 
 def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
@@ -257,6 +271,6 @@ def page(flt: Filter, now: datetime | None = None) -> dict[str, Any]:
     return {
         "counts": counts,
         "total": total(counts, rows),
-        "chart": chart(flt, buckets),
+        "chart": chart(flt, buckets, now),
         "failures": newest(rows),
     }
