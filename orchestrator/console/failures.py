@@ -15,13 +15,14 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import F, Q, QuerySet, Value
-from django.db.models.fields.json import KT, KeyTextTransform
+from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 from django.db.models.functions import Right, TruncDay, TruncHour, TruncMinute
 from django.http import QueryDict
 from django.utils import timezone
 
 from orchestrator.api.declarations import choice, read_query, string
 from orchestrator.console.charts import StackedChart, failures_over_time
+from orchestrator.console.rootcause import budget_label
 from orchestrator.console.text import error_summary
 from orchestrator.models import FailureCount, TaskAttempt
 from retries.states import Category, Reason, TaskState
@@ -120,7 +121,8 @@ class FailureRow:
     task_id: str
     category: str
     reason: str
-    task_reason: str  # the task's own last reason when it differs (e.g. poisoned)
+    task_reason: str  # "poisoned" on the attempt that dead-lettered its task, else ''
+    budget: str  # "user try 2 of 3" / "platform retry 1 of 5"
     error: str
 
 
@@ -241,7 +243,11 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
     page = (
         rows.select_related("task_instance", "task_instance__dag_run", "task_instance__dag_run__dag")
         .defer("stdout", "stderr", "result", "task_instance__last_failure_context", "task_instance__dag_run__conf", "task_instance__dag_run__dag__default_args")
-        .annotate(stderr_tail=Right("stderr", 600), task_reason=KeyTextTransform("reason", "task_instance__last_failure_context"))
+        .annotate(
+            stderr_tail=Right("stderr", 600),
+            task_reason=KeyTextTransform("reason", "task_instance__last_failure_context"),
+            task_prior_state=KeyTextTransform("prior_state", KeyTransform("metadata", "task_instance__last_failure_context")),
+        )
         .order_by("-end_date", "-id")[:limit]
     )
     out = []
@@ -257,11 +263,22 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
                 task_id=ti.task_id,
                 category=context.get("category", ""),
                 reason=reason,
-                task_reason=attempt.task_reason if attempt.task_reason and attempt.task_reason != reason and ti.state == TaskState.DEAD_LETTER else "",
+                task_reason=Reason.POISONED.value if _tipped(attempt, ti) else "",
+                budget=budget_label(attempt.kind, attempt.try_number, attempt.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit),
                 error=error_summary(context, attempt.stderr_tail),
             )
         )
     return out
+
+
+def _tipped(attempt: TaskAttempt, ti: Any) -> bool:
+    """Whether this attempt dead-lettered its task: the task's latest attempt, while the task is
+    dead-lettered or was when an operator marked it failed or success (its context's prior state)."""
+    if attempt.attempt_token != ti.attempt_token:
+        return False
+    if ti.state == TaskState.DEAD_LETTER:
+        return attempt.task_reason == Reason.POISONED
+    return attempt.task_prior_state == TaskState.DEAD_LETTER
 
 
 def page(flt: Filter, now: datetime | None = None) -> dict[str, Any]:
