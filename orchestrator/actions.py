@@ -107,17 +107,18 @@ def set_paused(dag: Dag, user: User, *, paused: bool) -> AuditLog | None:
     return _audit(user, "pause" if paused else "unpause", dag.dag_id, "", "", before, after, {})
 
 
-def trigger(dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None) -> DagRun:
+def trigger(dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None, actor: str = "") -> DagRun:
     """Create a manual run with `conf` (a JSON object). Paused DAG: Conflict; other conf: BadRequest.
 
-    `triggered_by` defaults to the user's name; the CLI passes no user and "cli".
+    `triggered_by` defaults to the user's name; the CLI passes no user, "cli", and as `actor`
+    the operating-system user who ran it, the audit log's "who".
     """
     by = triggered_by if triggered_by is not None else _username(user)
     run = create_manual_run(dag, conf=conf, triggered_by=by)
     details: dict[str, Any] = {"conf": conf or {}}
     if by != _username(user):  # e.g. "cli": who asked, when no user did
         details["triggered_by"] = by
-    _audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details)
+    _audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details, username=actor)
     return run
 
 
@@ -294,6 +295,14 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
         task_id=ti.task_id,
         reason=Reason.OPERATOR_RECLASSIFIED.value,
     )
+    original = attempt.context or {}
+    metrics.increment(
+        metrics.RECLASSIFICATIONS,
+        dag_id=ti.dag_run.dag.dag_id,
+        task_id=ti.task_id,
+        from_category=str(original.get("category", "")),
+        from_reason=str(original.get("reason", "")),
+    )
     advance_run_now(ti.dag_run_id)
     return entry
 
@@ -462,11 +471,14 @@ def _audit(
     prior_state: str,
     new_state: str,
     details: dict[str, Any],
+    *,
+    username: str = "",
 ) -> AuditLog:
+    """One audit row; `username` names who acted when no logged-in user did (the CLI's OS user)."""
     account = user if user is not None and getattr(user, "is_authenticated", False) else None
     return AuditLog.objects.create(
         user=account,
-        username=_username(user),
+        username=_username(user) or username[:150],
         action=action,
         dag_id=dag_id,
         run_id=run_id,

@@ -112,6 +112,11 @@ class DagAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).annotate(task_total=Count("tasks"))
 
+    def render_change_form(self, request: HttpRequest, context: dict, *args, **kwargs):
+        # The task inline needs the whole width to show whole ids and callables: no side menu here.
+        context["is_nav_sidebar_enabled"] = False
+        return super().render_change_form(request, context, *args, **kwargs)
+
     @admin.display(description="tasks", ordering="task_total")
     def task_count(self, dag: Dag) -> int:
         return dag.task_total

@@ -22,11 +22,18 @@ log = logging.getLogger(__name__)
 TASK_FAILURES = "orchestrator_task_failures_total"
 INFRASTRUCTURE_RETRIES = "orchestrator_infrastructure_retries_total"
 DEADLINE_MISSES = "orchestrator_deadline_misses_total"
+# A counter cannot take back what it counted: a failure an operator reclassifies stays in
+# TASK_FAILURES under the category it had when it happened, and is counted here as moved.
+RECLASSIFICATIONS = "orchestrator_reclassifications_total"
 
 METRICS = {
     TASK_FAILURES: ("Failed task attempts by category and reason.", ("dag_id", "task_id", "category", "reason")),
     INFRASTRUCTURE_RETRIES: ("Retries charged to the platform budget.", ("dag_id", "task_id", "reason")),
     DEADLINE_MISSES: ("Deadlines missed.", ("dag_id",)),
+    RECLASSIFICATIONS: (
+        "Failed attempts an operator reclassified as the platform's (still counted in task_failures_total under their first category).",
+        ("dag_id", "task_id", "from_category", "from_reason"),
+    ),
 }
 
 

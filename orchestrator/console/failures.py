@@ -15,13 +15,14 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import F, Q, QuerySet, Value
-from django.db.models.fields.json import KT, KeyTextTransform
+from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 from django.db.models.functions import Right, TruncDay, TruncHour, TruncMinute
 from django.http import QueryDict
 from django.utils import timezone
 
 from orchestrator.api.declarations import choice, read_query, string
-from orchestrator.console.charts import Chart, over_time
+from orchestrator.console.charts import StackedChart, failures_over_time
+from orchestrator.console.rootcause import budget_label
 from orchestrator.console.text import error_summary
 from orchestrator.models import FailureCount, TaskAttempt
 from retries.states import Category, Reason, TaskState
@@ -34,6 +35,7 @@ WINDOWS: dict[str, tuple[timedelta, Any, str]] = {
     "7d": (timedelta(days=7), TruncDay, "%Y-%m-%d"),
     "30d": (timedelta(days=30), TruncDay, "%Y-%m-%d"),
 }
+BUCKET_STEP = {TruncMinute: timedelta(minutes=1), TruncHour: timedelta(hours=1), TruncDay: timedelta(days=1)}
 DEFAULT_WINDOW = "24h"
 ROWS = 100
 TOP = 10
@@ -119,7 +121,8 @@ class FailureRow:
     task_id: str
     category: str
     reason: str
-    task_reason: str  # the task's own last reason when it differs (e.g. poisoned)
+    task_reason: str  # "poisoned" on the attempt that dead-lettered its task, else ''
+    budget: str  # "user try 2 of 3" / "platform retry 1 of 5"
     error: str
 
 
@@ -158,8 +161,8 @@ def _first_whole_hour(at: datetime) -> datetime:
     return hour if hour == at else hour + timedelta(hours=1)
 
 
-def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[dict[str, list[Count_]], list[tuple[datetime, int]]]:
-    """Every breakdown and the chart's buckets, in one query.
+def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[dict[str, list[Count_]], dict[tuple[datetime, str], int]]:
+    """Every breakdown and the chart's buckets (by bucket and category), in one query.
 
     From the hourly counts (`FailureCount`) for the whole hours of the window, plus the raw
     attempts of the partial hour at its start, so the figures are exact and the scan is at most
@@ -176,15 +179,17 @@ def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[di
         title: [Count_(key, n, BREAKDOWN_PARAM[title]) for key, n in sorted(found[title].items(), key=lambda kn: (-kn[1], kn[0]))[:TOP]]
         for title in BREAKDOWNS
     }
-    return counts, sorted(found[CHART].items())
+    return counts, found[CHART]
 
 
 def _grouped(parts: list[QuerySet]) -> dict[str, dict[Any, int]]:
     """Sum the last column of the union of `parts` (rows of every breakdown's key, a chart
-    bucket, a count) by each of the other columns: one GROUPING SETS query on PostgreSQL, one
-    GROUP BY per column in a single UNION ALL elsewhere."""
+    bucket, a count) by each breakdown's column, and by (chart bucket, category) for the
+    stacked chart: one GROUPING SETS query on PostgreSQL, one GROUP BY per set in a single
+    UNION ALL elsewhere. The chart's keys are (bucket, category) pairs."""
     titles = [*BREAKDOWNS, CHART]
     columns = [f"c{i}" for i in range(len(titles))]
+    category, bucket = columns[list(BREAKDOWNS).index("Category")], columns[-1]
     compiled = [part.query.sql_with_params() for part in parts]
     params = [param for _, part_params in compiled for param in part_params]
     matching_sql = f"WITH matching ({', '.join(columns)}, n) AS ({' UNION ALL '.join(sql for sql, _ in compiled)})"
@@ -192,19 +197,27 @@ def _grouped(parts: list[QuerySet]) -> dict[str, dict[Any, int]]:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             grouping = ", ".join(f"GROUPING({c})" for c in columns)
-            sets = ", ".join(f"({c})" for c in columns)
+            sets = ", ".join([*(f"({c})" for c in columns[:-1]), f"({bucket}, {category})"])
             cursor.execute(f"{matching_sql} SELECT {', '.join(columns)}, ARRAY[{grouping}], SUM(n) FROM matching GROUP BY GROUPING SETS ({sets})", params)
-            rows = [(flags.index(0), values[flags.index(0)], n) for *values, flags, n in cursor.fetchall()]
+            rows = []
+            for *values, flags, n in cursor.fetchall():
+                if flags[-1] == 0:  # the chart's set: (bucket, category)
+                    rows.append((len(columns) - 1, values[-1], values[columns.index(category)], n))
+                else:
+                    which = flags.index(0)
+                    rows.append((which, values[which], None, n))
         else:
-            each = " UNION ALL ".join(f"SELECT {i}, {c}, SUM(n) FROM matching GROUP BY {c}" for i, c in enumerate(columns))
-            cursor.execute(f"{matching_sql} {each}", params)
+            each = [f"SELECT {i}, {c}, NULL, SUM(n) FROM matching GROUP BY {c}" for i, c in enumerate(columns[:-1])]
+            each.append(f"SELECT {len(columns) - 1}, {bucket}, {category}, SUM(n) FROM matching GROUP BY {bucket}, {category}")
+            cursor.execute(f"{matching_sql} {' UNION ALL '.join(each)}", params)
             rows = cursor.fetchall()
-    for which, key, n in rows:
+    for which, key, second, n in rows:
         title = titles[which]
         if title == CHART:
             if key is None:
                 continue
-            key = (datetime.fromisoformat(key) if isinstance(key, str) else key).replace(tzinfo=dt_timezone.utc)
+            at = (datetime.fromisoformat(key) if isinstance(key, str) else key).replace(tzinfo=dt_timezone.utc)
+            key = (at, str(second or ""))
         else:
             key = str(key or "")  # a count's "" and an attempt's NULL are the same key
         if n:
@@ -219,15 +232,22 @@ def total(counts: dict[str, list[Count_]], rows: QuerySet[TaskAttempt]) -> int:
     return rows.count()
 
 
-def chart(flt: Filter, buckets: list[tuple[datetime, int]]) -> Chart:
-    return over_time(buckets, f"Failed attempts over the last {flt.window}", WINDOWS[flt.window][2])
+def chart(flt: Filter, buckets: dict[tuple[datetime, str], int], now: datetime) -> StackedChart:
+    """Every bucket of the window on a time axis, each bar stacked by category."""
+    length, trunc, fmt = WINDOWS[flt.window]
+    step = BUCKET_STEP[trunc]
+    return failures_over_time(buckets, since=flt.since(now), until=now, step=step, fmt=fmt, window=flt.window)
 
 
 def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
     page = (
         rows.select_related("task_instance", "task_instance__dag_run", "task_instance__dag_run__dag")
         .defer("stdout", "stderr", "result", "task_instance__last_failure_context", "task_instance__dag_run__conf", "task_instance__dag_run__dag__default_args")
-        .annotate(stderr_tail=Right("stderr", 600), task_reason=KeyTextTransform("reason", "task_instance__last_failure_context"))
+        .annotate(
+            stderr_tail=Right("stderr", 600),
+            task_reason=KeyTextTransform("reason", "task_instance__last_failure_context"),
+            task_prior_state=KeyTextTransform("prior_state", KeyTransform("metadata", "task_instance__last_failure_context")),
+        )
         .order_by("-end_date", "-id")[:limit]
     )
     out = []
@@ -243,11 +263,22 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
                 task_id=ti.task_id,
                 category=context.get("category", ""),
                 reason=reason,
-                task_reason=attempt.task_reason if attempt.task_reason and attempt.task_reason != reason and ti.state == TaskState.DEAD_LETTER else "",
+                task_reason=Reason.POISONED.value if _tipped(attempt, ti) else "",
+                budget=budget_label(attempt.kind, attempt.try_number, attempt.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit),
                 error=error_summary(context, attempt.stderr_tail),
             )
         )
     return out
+
+
+def _tipped(attempt: TaskAttempt, ti: Any) -> bool:
+    """Whether this attempt dead-lettered its task: the task's latest attempt, while the task is
+    dead-lettered or was when an operator marked it failed or success (its context's prior state)."""
+    if attempt.attempt_token != ti.attempt_token:
+        return False
+    if ti.state == TaskState.DEAD_LETTER:
+        return attempt.task_reason == Reason.POISONED
+    return attempt.task_prior_state == TaskState.DEAD_LETTER
 
 
 def page(flt: Filter, now: datetime | None = None) -> dict[str, Any]:
@@ -257,6 +288,6 @@ def page(flt: Filter, now: datetime | None = None) -> dict[str, Any]:
     return {
         "counts": counts,
         "total": total(counts, rows),
-        "chart": chart(flt, buckets),
+        "chart": chart(flt, buckets, now),
         "failures": newest(rows),
     }

@@ -24,6 +24,22 @@ CELL_FIELDS = ["id", "dag_run_id", "task_id", "state", "try_number", "max_tries"
 HAS_WAITING_FOR = any(f.name == "waiting_for" for f in TaskInstance._meta.get_fields())
 
 
+# The grid's legend: every task state a square can take, in the order a run goes through them.
+LEGEND = [
+    (TaskState.NONE, "not started"),
+    (TaskState.SCHEDULED, "scheduled"),
+    (TaskState.QUEUED, "queued"),
+    (TaskState.RUNNING, "running"),
+    (TaskState.SUCCESS, "success"),
+    (TaskState.UP_FOR_RETRY, "up for retry"),
+    (TaskState.FAILED, "failed"),
+    (TaskState.UPSTREAM_FAILED, "upstream failed"),
+    (TaskState.DEAD_LETTER, "dead letter"),
+    (TaskState.SKIPPED, "skipped"),
+    (TaskState.REMOVED, "removed"),
+]
+
+
 @dataclass(frozen=True)
 class Cell:
     state: str
@@ -49,6 +65,10 @@ class Grid:
     task_ids: list[str]
     runs: list[GridRun]  # oldest first, as a timeline reads
     active: bool
+
+    @property
+    def legend(self) -> list[tuple[str, str]]:
+        return [(state.value, words) for state, words in LEGEND]
 
     @property
     def rows(self) -> list[tuple[str, list[Cell | None]]]:

@@ -19,8 +19,9 @@ from django.utils import timezone
 from orchestrator import actions
 from orchestrator.console.grid import waiting_text
 from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows, duration, excerpt, seconds_between
+from orchestrator.console import rootcause
 from orchestrator.engine.taskconfig import args_for
-from orchestrator.models import TaskAttempt, TaskInstance
+from orchestrator.models import AuditLog, TaskAttempt, TaskInstance
 from retries.policy import cleared_max_tries
 from retries.states import (
     ACTIVE_TASK_STATES,
@@ -28,7 +29,6 @@ from retries.states import (
     MARK_FAILED_FROM,
     MARK_SUCCESS_FROM,
     AttemptKind,
-    Category,
     TaskState,
 )
 
@@ -59,10 +59,8 @@ class AttemptView:
     context: list[Row]
     traceback: str
     outputs: list[Output] = field(default_factory=list)
-
-    @property
-    def kind_label(self) -> str:
-        return "platform retry" if self.attempt.kind == AttemptKind.PLATFORM else "user try"
+    budget: str = ""  # "user try 2 of 3" / "platform retry 1 of 5"
+    poisoned: bool = False  # this attempt dead-lettered the task
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ def task_url(dag_id: str, run_id: str, task_id: str) -> str:
     return reverse("web:task_detail", args=[dag_id, run_id, task_id])
 
 
-def attempt_views(ti: TaskInstance, base_url: str, now: datetime) -> list[AttemptView]:
+def attempt_views(ti: TaskInstance, base_url: str, now: datetime) -> tuple[list[AttemptView], list[TaskAttempt]]:
     windows = {}
     for stream in STREAMS:
         windows[f"{stream}_head"] = Left(stream, OUTPUT_WINDOW)
@@ -113,9 +111,12 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime) -> list[Attemp
                 context=context_rows(context, skip=frozenset({"traceback"})),
                 traceback=traceback,
                 outputs=outputs,
+                budget=rootcause.budget_label(
+                    attempt.kind, attempt.try_number, attempt.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit
+                ),
             )
         )
-    return views
+    return views, attempts
 
 
 def _outputs(attempt: TaskAttempt, base: str) -> list[Output]:
@@ -178,13 +179,28 @@ def choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url: 
     return out
 
 
-def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "") -> dict[str, Any]:
+def dead_lettered_at(ti: TaskInstance) -> list[datetime]:
+    """When an operator acted on the task while it was dead-lettered (from the audit log)."""
+    rows = AuditLog.objects.filter(
+        dag_id=ti.dag_run.dag.dag_id, run_id=ti.dag_run.run_id, task_id=ti.task_id, prior_state=TaskState.DEAD_LETTER
+    )
+    return list(rows.order_by("at").values_list("at", flat=True))
+
+
+def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "", notice: str = "") -> dict[str, Any]:
     now = timezone.now()
     run, dag = ti.dag_run, ti.dag_run.dag
     base_url = task_url(dag.dag_id, run.run_id, ti.task_id).rstrip("/")
-    attempts = attempt_views(ti, base_url, now)
+    attempts, rows = attempt_views(ti, base_url, now)
     has_user_failure = any(a.attempt.kind == AttemptKind.USER and a.attempt.state == "failed" for a in attempts)
     last = ti.last_failure_context or {}
+    facts = rootcause.facts_of(rows, stderr_tail=lambda a: getattr(a, "stderr_tail", "") or "")
+    tipped = rootcause.tipping_tokens(facts, ti.state, dead_lettered_at(ti))
+    for view in attempts:
+        view.poisoned = view.attempt.attempt_token in tipped
+    cause = rootcause.root_cause(facts, last, max_tries=ti.max_tries, infrastructure_retry_limit=ti.infrastructure_retry_limit, tipped=tipped)
+    action = rootcause.operator_action(last)
+    ran = rootcause.attempts_seconds(facts, now)
     return {
         "dag": dag,
         "run": run,
@@ -193,13 +209,18 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
         "attempt_label": attempt_label(ti.try_number, ti.max_tries),
         "waiting": waiting_text(getattr(ti, "waiting_for", None)),
         "attempts": attempts,
-        "last_failure": context_rows(last, skip=frozenset({"traceback"})),
-        # After a success (or an operator's action) the last failure is history, not the state.
-        "last_failure_is_history": bool(last) and (ti.state == TaskState.SUCCESS or last.get("category") == Category.USER_ACTION),
+        # The task's own context when it is a failure (an operator's action is shown as one, below).
+        "last_failure": [] if action else context_rows(last, skip=frozenset({"traceback"})),
+        "root_cause": cause,
+        "operator_action": action,
+        # After a success the last failure is history, not the state.
+        "last_failure_is_history": cause is not None and ti.state == TaskState.SUCCESS,
         "choices": choices(ti, user, base_url, has_user_failure),
         "fingerprint_url": reverse("web:fingerprint", args=[ti.failure_fingerprint]) if ti.failure_fingerprint else "",
         "action_error": action_error,
-        "duration": duration(seconds_between(ti.start_date, ti.end_date or (now if ti.state == "running" else None))),
+        "notice": notice,
+        "duration": duration(ran) if ran is not None else "",
+        "attempts_count": len(facts),
     }
 
 

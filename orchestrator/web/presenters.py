@@ -12,7 +12,8 @@ from django.urls import reverse
 
 from orchestrator.actions import ACT_PERMISSION, TRIGGER_PERMISSION
 from orchestrator.engine.taskconfig import effective_args
-from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.console import rootcause
+from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
 from orchestrator.console.text import Row, attempt_label, context_rows
 from orchestrator.engine.taskconfig import args_for
 from retries.policy import cleared_max_tries
@@ -100,9 +101,12 @@ class AttemptView:
     source: str
     metadata: list[Row]
     traceback: str  # '' when stderr already holds it: it is shown once
+    number: int = 0  # 1-based position among the task's attempts
+    budget: str = ""  # "user try 2 of 3" / "platform retry 1 of 5"
+    poisoned: bool = False  # this attempt dead-lettered the task
 
     @classmethod
-    def of(cls, attempt: TaskAttempt) -> AttemptView:
+    def of(cls, attempt: TaskAttempt, number: int = 0, budget: str = "", poisoned: bool = False) -> AttemptView:
         context = attempt.context or {}
         traceback = str((context.get("metadata") or {}).get("traceback") or "")
         if traceback and traceback.strip()[-200:] in (attempt.stderr or ""):
@@ -114,6 +118,9 @@ class AttemptView:
             source=context.get("source", ""),
             metadata=[r for r in context_rows(context, skip=frozenset({"traceback"})) if r.key not in ("category", "reason", "source")],
             traceback=traceback,
+            number=number,
+            budget=budget,
+            poisoned=poisoned,
         )
 
 
@@ -160,9 +167,11 @@ class TaskInstanceView:
     attempts: list[AttemptView]
     last_category: str
     last_reason: str
-    last_is_history: bool  # the task succeeded since, or an operator acted: not a current failure
+    last_is_history: bool  # the task succeeded since: its last failure is not a current one
     url: str
     buttons: list[ActionButton]
+    cause: rootcause.RootCause | None = None  # the task's own last failure, whatever an operator did since
+    action: rootcause.OperatorAction | None = None  # the operator's last action on it, if that is its context
 
     @property
     def tries(self) -> str:
@@ -205,20 +214,31 @@ def allowed_actions(ti: TaskInstance, attempts: list[TaskAttempt]) -> list[str]:
 
 def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> list[TaskInstanceView]:
     may_act = user.has_perm(ACT_PERMISSION)
+    dead_lettered: dict[str, list] = {}
+    for task_id, at in AuditLog.objects.filter(dag_id=run.dag.dag_id, run_id=run.run_id, prior_state=TaskState.DEAD_LETTER).order_by("at").values_list("task_id", "at"):
+        dead_lettered.setdefault(task_id, []).append(at)
     views = []
     for ti in run.task_instances.select_related("definition").order_by("id").prefetch_related("attempts"):
         ti.dag_run = run
-        attempts = list(ti.attempts.all())
+        attempts = sorted(ti.attempts.all(), key=lambda a: a.attempt_token)
         context = ti.last_failure_context or {}
+        facts = rootcause.facts_of(attempts)
+        tipped = rootcause.tipping_tokens(facts, ti.state, dead_lettered.get(ti.task_id, []))
+        cause = rootcause.root_cause(facts, context, max_tries=ti.max_tries, infrastructure_retry_limit=ti.infrastructure_retry_limit, tipped=tipped)
         views.append(
             TaskInstanceView(
                 ti=ti,
-                attempts=[AttemptView.of(a) for a in attempts],
-                last_category=context.get("category", ""),
-                last_reason=context.get("reason", ""),
-                last_is_history=bool(context) and (ti.state == TaskState.SUCCESS or context.get("category") == Category.USER_ACTION),
+                attempts=[
+                    AttemptView.of(a, f.number, rootcause.budget_label(a.kind, a.try_number, a.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit), a.attempt_token in tipped)
+                    for a, f in zip(attempts, facts)
+                ],
+                last_category=cause.category if cause else "",
+                last_reason=cause.reason if cause else "",
+                last_is_history=cause is not None and ti.state == TaskState.SUCCESS,
                 url=reverse("web:task_detail", args=[run.dag.dag_id, run.run_id, ti.task_id]),
                 buttons=[_button(run, ti, name) for name in allowed_actions(ti, attempts)] if may_act else [],
+                cause=cause,
+                action=rootcause.operator_action(context),
             )
         )
     return views
@@ -229,7 +249,21 @@ def _button(run: DagRun, ti: TaskInstance, name: str) -> ActionButton:
     return ActionButton(name, ACTION_LABELS[name], url, explain(ti, name), danger=name == "mark_failed", downstream_option=name == "clear")
 
 
-def run_context(run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "") -> dict[str, Any]:
+DONE = {
+    "clear": "Cleared {task}: it runs again with a fresh set of tries.",
+    "mark_success": "Marked {task} success.",
+    "mark_failed": "Marked {task} failed.",
+    "reclassify": "Reclassified the last failure of {task} as the platform's: that try repeats.",
+}
+
+
+def action_done(action: str, task_id: str, note: str) -> str:
+    """The confirmation an operator reads after one action on one task."""
+    text = DONE[action].format(task=task_id)
+    return f"{text} Noted: “{note}”." if note else text
+
+
+def run_context(run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "", notice: str = "") -> dict[str, Any]:
     """The context of the run page and of its #run-body partial."""
     views = task_instance_views(run, user)
     return {
@@ -240,6 +274,7 @@ def run_context(run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_e
         "deadlines": list(run.deadlines.all().order_by("need_by", "id")),
         "conf": pretty_json(run.conf),
         "action_error": action_error,
+        "notice": notice,
         "may_act": user.has_perm(ACT_PERMISSION),
         "has_failed": any(v.ti.state == TaskState.FAILED for v in views),
     }

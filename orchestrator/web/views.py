@@ -142,26 +142,30 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
             actions.TASK_ACTIONS[action](ti, request.user, note=note)
     except ActionError as exc:
         error, status = str(exc), exc.status
+    notice = "" if error else presenters.action_done(action, task_id, note)
     if request.POST.get("back") == "task":
-        return _after_task_action(request, dag_id, run_id, task_id, error, status)
+        return _after_task_action(request, dag_id, run_id, task_id, error, status, notice)
     run = _lookup(actions.find_run, dag_id, run_id)
     if is_htmx(request):
-        # htmx swaps only 2xx responses: the error is shown inside the partial.
-        context = presenters.run_context(run, request.user, action_error=error)
+        # htmx swaps only 2xx responses: the error (or what was done) is shown inside the partial.
+        context = presenters.run_context(run, request.user, action_error=error, notice=notice)
         return TemplateResponse(request, "web/run_detail.html#run_body", context)
     if error:
         context = presenters.run_context(run, request.user, action_error=error)
         return TemplateResponse(request, "web/run_detail.html", context, status=status)
+    messages.success(request, notice)
     return HttpResponseRedirect(run_url(run), status=303)
 
 
-def _after_task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, error: str, status: int) -> HttpResponse:
+def _after_task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, error: str, status: int, notice: str) -> HttpResponse:
     ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id)
-    context = taskinstance.context(ti, request.user, action_error=error)
     if is_htmx(request):
+        context = taskinstance.context(ti, request.user, action_error=error, notice=notice)
         return TemplateResponse(request, "web/task_detail.html#task_body", context)
     if error:
+        context = taskinstance.context(ti, request.user, action_error=error)
         return TemplateResponse(request, "web/task_detail.html", context, status=status)
+    messages.success(request, notice)
     return HttpResponseRedirect(taskinstance.task_url(dag_id, run_id, task_id), status=303)
 
 

@@ -16,6 +16,16 @@
     return true;
   };
 
+  // A refresh that was already on its way when the operator opened an action or typed a note
+  // must not replace the form under them: drop that refresh (the next one comes in 2 s).
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    var config = evt.detail.requestConfig || {};
+    var target = evt.detail.target;
+    if (config.verb === "get" && target && target.id && !window.orchestratorMayRefresh(target.id)) {
+      evt.detail.shouldSwap = false;
+    }
+  });
+
   // Keep expanded <details> (attempts, logs) open across refreshes.
   var open = [];
   document.addEventListener("htmx:beforeSwap", function () {

@@ -68,3 +68,19 @@ def test_it_refuses_anonymous_scrapes(anonymous_client):
     response = anonymous_client.get("/metrics")
     assert response.status_code == 401
     assert response.json()["error"]
+
+
+def test_a_reclassification_is_counted_as_moved_not_taken_back(bob_client, alice):
+    """The failure stays counted as it happened; its move to the platform has its own counter,
+    so the failures page (which reads the attempt as it is now) and /metrics can be reconciled."""
+    from orchestrator import actions
+    from tests.api.factories import instance
+
+    run = make_run(chain_dag("moved", retries=0))
+    fail(run, "extract")
+    actions.reclassify(instance(run, "extract"), alice, note="node drained")
+    found = samples(bob_client.get("/metrics").content.decode())
+    app = (("category", "application"), ("dag_id", "moved"), ("reason", "task_exception"), ("task_id", "extract"))
+    moved = (("dag_id", "moved"), ("from_category", "application"), ("from_reason", "task_exception"), ("task_id", "extract"))
+    assert found[("orchestrator_task_failures_total", app)] == 1
+    assert found[("orchestrator_reclassifications_total", moved)] == 1

@@ -69,6 +69,20 @@ def test_the_task_inline_fits_the_viewport_with_its_error_on_screen(live_server,
         assert page.evaluate("document.scrollingElement.scrollWidth") <= WIDTH
         # Nor hidden in the inline's own horizontal scroll.
         assert page.evaluate("(() => { const t = document.querySelector('.inline-group .tabular'); return t.scrollWidth - t.clientWidth; })()") <= 0
+        # Every value is whole in its box: the ids, callables, upstreams and trigger rules.
+        cut = page.evaluate("""() => [...document.querySelectorAll(
+            '.inline-group .tabular tr.form-row:not(.empty-form) td.field-task_id input, ' +
+            '.inline-group .tabular tr.form-row:not(.empty-form) td.field-python_callable input, ' +
+            '.inline-group .tabular tr.form-row:not(.empty-form) td.field-upstream input:not([aria-invalid]), ' +
+            '.inline-group .tabular tr.form-row:not(.empty-form) td.field-trigger_rule select')]
+            .filter(e => e.value && e.scrollWidth > e.clientWidth + 1).map(e => e.name + '=' + e.value)""")
+        if row == TASKS - 1:  # the cycle's error names all forty tasks: it scrolls in its box
+            assert cut == [], f"values cut off: {cut[:5]}"
+        if row == TASKS - 1:
+            selects = page.evaluate("""() => [...document.querySelectorAll('.inline-group td.field-trigger_rule select')]
+                .filter(s => s.value && s.offsetParent !== null).map(s => { const c = document.createElement('canvas').getContext('2d');
+                c.font = getComputedStyle(s).font; return c.measureText(s.options[s.selectedIndex].text).width + 24 <= s.clientWidth; })""")
+            assert all(selects), "a trigger rule is cut off"
         assert Dag.objects.get(pk=dag.pk).tasks.get(position=row).upstream != [s.strip() for s in upstream.split(",")]  # nothing saved
         if os.environ.get("UPDATE_SCREENSHOTS") == "1" and row == TASKS - 1:
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,8 @@
 """Actions the console relies on: mark failed stops a held task, bulk actions, CLI and admin edits audited."""
 from __future__ import annotations
 
+import getpass
+
 import pytest
 from django.core.management import call_command
 
@@ -43,10 +45,11 @@ def test_act_on_many_reports_refusals_and_goes_on(alice):
 
 
 def test_the_cli_trigger_is_audited(capsys):
+    """Who: the operating-system user who ran the command (no Django user), by way of "cli"."""
     chain_dag("etl")
     call_command("trigger_dag", "etl")
     entry = AuditLog.objects.get()
-    assert (entry.action, entry.username, entry.user, entry.details["triggered_by"]) == ("trigger", "", None, "cli")
+    assert (entry.action, entry.username, entry.user, entry.details["triggered_by"]) == ("trigger", getpass.getuser(), None, "cli")
     assert capsys.readouterr().out.strip() == entry.run_id
 
 

@@ -33,8 +33,8 @@ def fail_at(run, task_id: str, at: datetime, reason: Reason = Reason.TASK_EXCEPT
     return instance(run, task_id)
 
 
-def raw(flt: failures.Filter, now: datetime = NOW) -> tuple[dict[str, Counter], list[str]]:
-    """Every breakdown and the chart's bars, counted in Python from the failed attempts."""
+def raw(flt: failures.Filter, now: datetime = NOW) -> tuple[dict[str, Counter], Counter]:
+    """Every breakdown and the chart's bars (by bucket and category), counted in Python from the failed attempts."""
     since = flt.since(now)
     rows = [
         a for a in TaskAttempt.objects.select_related("task_instance__dag_run__dag").filter(state="failed", end_date__gte=since)
@@ -51,13 +51,18 @@ def raw(flt: failures.Filter, now: datetime = NOW) -> tuple[dict[str, Counter], 
     counts = {title: Counter(key(a) for a in rows) for title, key in keys.items()}
     _, _, fmt = failures.WINDOWS[flt.window]
     day = flt.window in ("7d", "30d")
-    buckets = Counter(a.end_date.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0, **({"hour": 0} if day else {})) for a in rows)
-    return counts, [f"{at.strftime(fmt)}: {n}" for at, n in sorted(buckets.items())]
+    buckets = Counter(
+        (a.end_date.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0, **({"hour": 0} if day else {})).strftime(fmt), a.context["category"])
+        for a in rows
+    )
+    return counts, buckets
 
 
-def shown(flt: failures.Filter, now: datetime = NOW) -> tuple[dict[str, Counter], list[str]]:
+def shown(flt: failures.Filter, now: datetime = NOW) -> tuple[dict[str, Counter], Counter]:
     page = failures.page(flt, now)
-    return {title: Counter({c.key: c.n for c in rows}) for title, rows in page["counts"].items()}, [bar.title for bar in page["chart"].bars]
+    _, _, fmt = failures.WINDOWS[flt.window]
+    bars = Counter({(bar.start.strftime(fmt), seg.category): seg.n for bar in page["chart"].bars for seg in bar.segments})
+    return {title: Counter({c.key: c.n for c in rows}) for title, rows in page["counts"].items()}, bars
 
 
 def assert_page_equals_raw_count(now: datetime = NOW) -> None:
@@ -106,7 +111,13 @@ def test_the_page_equals_a_raw_count_every_way(history):
     assert_page_equals_raw_count()
     counts, bars = shown(failures.Filter(window="24h"))
     assert sum(counts["Category"].values()) == 6  # the one before the window is left out
-    assert bars[0] == "23 10:00: 2"  # the partial first hour, read from the attempts
+    # the partial first hour, read from the attempts, stacked by category
+    assert bars[("23 10:00", "application")] == 1 and bars[("23 10:00", "infrastructure")] == 1
+    chart = failures.page(failures.Filter(window="24h"), NOW)["chart"]
+    assert len(chart.bars) == 25  # every hour of the window, 10:00 yesterday to 10:00 today, empty ones too
+    assert chart.bars[0].title == "23 10:00: 2 (1 infrastructure, 1 application)"
+    assert chart.bars[1].title == "23 11:00: 1 (1 timeout)"
+    assert chart.bars[2].title == "23 12:00: 0 (no failures)"
 
 
 def test_a_reclassify_moves_the_count_to_the_new_reason(history, alice):

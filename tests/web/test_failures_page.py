@@ -43,7 +43,11 @@ def test_it_counts_failures_every_way(bob_client, failures):
     assert "By worker host" in html and "By task" in html
     assert "(4 of 4, newest first)" in html
     assert "ValueError: bad row 7" in html  # the error on the row
-    assert '<svg class="chart"' in html
+    # the chart: 25 hourly bars (empty ones too), the latest stacked by category, a labelled axis
+    assert '<svg class="chart stacked"' in html
+    assert html.count('<g class="bucket"') == 25
+    assert re.search(r"<title>\d\d \d\d:00: 4 \(1 infrastructure, 2 application, 1 timeout\)</title>", html)
+    assert html.count('<text x=') >= 4
     assert 'href="/dags/etl/runs/' in html and "/tasks/extract" in html
 
 

@@ -6,7 +6,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from orchestrator.documents import run_document
-from orchestrator.models import DagRun
+from orchestrator.models import Dag, DagRun
 
 LATEST = "latest"
 
@@ -37,6 +37,8 @@ class Command(BaseCommand):
 
 def find_run(dag_id: str, run_id: str) -> DagRun:
     """The run named, or with `latest` the one queued last (no run id is ever `latest`)."""
+    if not Dag.objects.filter(dag_id=dag_id).exists():
+        raise CommandError(f"unknown DAG '{dag_id}'")
     runs = DagRun.objects.select_related("dag").filter(dag__dag_id=dag_id)
     run = runs.order_by("-queued_at", "-id").first() if run_id == LATEST else runs.filter(run_id=run_id).first()
     if run is None:

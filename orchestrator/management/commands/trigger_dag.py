@@ -6,6 +6,7 @@ otherwise, so scripts can still read the first and the last line.
 """
 from __future__ import annotations
 
+import getpass
 import json
 import sys
 import time
@@ -41,7 +42,8 @@ class Command(BaseCommand):
         if dag is None:
             raise CommandError(f"unknown DAG '{dag_id}'")
         try:
-            run = actions.trigger(dag, None, conf=conf_value, triggered_by="cli")  # audited like the API and pages
+            # audited like the API and pages, with the operating-system user as who
+            run = actions.trigger(dag, None, conf=conf_value, triggered_by="cli", actor=os_user())
         except ActionError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(run.run_id)
@@ -147,3 +149,11 @@ class ProgressDisplay:
         if self.in_place and self.last:
             self.out.write("")
             self.out.flush()
+
+
+def os_user() -> str:
+    """Who ran the command, for the audit log: the operating-system user, else "cli"."""
+    try:
+        return getpass.getuser() or "cli"
+    except (OSError, KeyError):  # no USER/LOGNAME and no passwd entry (e.g. an arbitrary container uid)
+        return "cli"
