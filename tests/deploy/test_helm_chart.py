@@ -198,6 +198,8 @@ def test_every_container_has_probes_resources_and_a_non_root_user(rendered, vari
             assert security["readOnlyRootFilesystem"] is True, where
             assert security["allowPrivilegeEscalation"] is False, where
             assert security["capabilities"]["drop"] == ["ALL"], where
+            # Only the proxy adds one back: the one its image's binary needs to be executed at all.
+            assert security["capabilities"].get("add", []) == (["NET_BIND_SERVICE"] if container["name"] == "static-proxy" else []), where
             assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"], where
             assert container["resources"]["limits"]["memory"], where
         if owner["kind"] == "Deployment":
