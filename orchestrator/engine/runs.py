@@ -58,7 +58,7 @@ def create_run(
         for task in dag.tasks.all():
             task.dag = dag
             args = effective_args(task)
-            limits = limit_args(task.args)
+            limits = limit_args(task.args, dag.default_args)
             instances.append(
                 TaskInstance(
                     dag_run=run,
