@@ -17,6 +17,30 @@ REPLACEMENT = "\ufffd"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+def unstorable(text: str) -> bool:
+    """Whether `text` holds what neither database stores (to refuse it where a user typed it)."""
+    return _UNSTORABLE.search(text) is not None
+
+
+def first_unstorable(value: Any, path: str = "") -> str | None:
+    """The path of the first string (or key) in a JSON-like value that holds NUL or a lone
+    surrogate (`conf.a[2]`), or None; iterative, so a deep value cannot exhaust the stack."""
+    stack = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if unstorable(item):
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and unstorable(key):
+                    return where
+                stack.append((child, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return None
+
+
 def clean_text(text: str) -> tuple[str, bool]:
     """`text` with NUL and lone surrogates replaced; whether any was."""
     cleaned, replaced = _UNSTORABLE.subn(REPLACEMENT, text)

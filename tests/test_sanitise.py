@@ -57,3 +57,17 @@ def test_clean_fields_names_what_it_changed():
     record = {"result": "a\x00", "output": {"stdout": "fine", "stderr": "\udc80"}, "error": None}
     assert clean_fields(record, ("result", "error", "output.stdout", "output.stderr", "missing.field")) == ["result", "output.stderr"]
     assert record == {"result": f"a{REPLACEMENT}", "output": {"stdout": "fine", "stderr": REPLACEMENT}, "error": None}
+
+
+@given(json_like)
+def test_first_unstorable_finds_nothing_in_a_cleaned_value(value):
+    from orchestrator.sanitise import first_unstorable
+
+    assert first_unstorable(clean(value)[0]) is None
+
+
+def test_first_unstorable_names_the_path():
+    from orchestrator.sanitise import first_unstorable
+
+    assert first_unstorable({"a": [1, {"b": "x\x00"}]}, "conf") == "conf.a[1].b"
+    assert first_unstorable({"ok": "fine"}) is None

@@ -30,6 +30,7 @@ from orchestrator.engine.limitconfig import LIMIT_KEYS
 from orchestrator.engine.taskconfig import (
     ARG_KEYS,  # also the order the exporter writes them in
 )
+from orchestrator.sanitise import unstorable
 from orchestrator.specs.checks import (
     IDENTIFIER,
     Problems,
@@ -237,12 +238,12 @@ def _refuse_nul(value: object, path: str, problems: Problems) -> None:
                 continue
             seen.add(id(item))
         if isinstance(item, str):
-            if "\x00" in item:
-                problems.add(where, "must not contain the NUL character")
+            if unstorable(item):
+                problems.add(where, "must not contain the NUL character or a lone surrogate (\\ud800-\\udfff)")
         elif isinstance(item, Mapping):
             for key, child in item.items():
-                if isinstance(key, str) and "\x00" in key:
-                    problems.add(where, f"has a key with the NUL character: {show(key)}")
+                if isinstance(key, str) and unstorable(key):
+                    problems.add(where, f"has a key with the NUL character or a lone surrogate: {show(key)}")
                 stack.append((child, join(where, str(key))))
         elif isinstance(item, (list, tuple)):
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
