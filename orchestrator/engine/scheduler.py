@@ -161,8 +161,10 @@ def _has_work(instances: list[tuple], now: datetime) -> bool:
     if run_outcome(states.values()) is not None:
         return True  # every task is done: the run must end
     for _, _, state, next_retry_at, definition_id, upstream, trigger_rule in instances:
-        if state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (next_retry_at is None or next_retry_at <= now):
-            return True
+        if state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (
+            definition_id is None or next_retry_at is None or next_retry_at <= now
+        ):
+            return True  # due, or removed from its DAG: to be dispatched, or removed
         if state == TaskState.NONE:
             if definition_id is None:
                 return True
