@@ -25,11 +25,11 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
-from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics
 from orchestrator.engine import failure_counts
+from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.runs import advance_run_now, create_manual_run
@@ -140,7 +140,7 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, not
     worker holds makes the whole action a Conflict). A finished run is reopened.
     """
     _refuse_unless(ti, CLEAR_FROM, "clear")
-    now = timezone.now()
+    now = shared_now()
     context = _user_context(Reason.MANUAL_CLEAR, user, note, ti.state, now)
     to_clear: list[TaskInstance] = []
     if include_downstream:
@@ -174,7 +174,7 @@ def mark_success(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     so that they run, and a failed run is reopened.
     """
     _refuse_unless(ti, MARK_SUCCESS_FROM, "mark success")
-    now = timezone.now()
+    now = shared_now()
     context = _user_context(Reason.MANUAL_MARK_SUCCESS, user, note, ti.state, now)
     with transaction.atomic():
         _finish_one(ti, TaskState.SUCCESS, context, now)
@@ -201,7 +201,7 @@ def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     rules; a succeeded run is reopened so that it ends `failed`.
     """
     _refuse_unless(ti, MARK_FAILED_FROM | ACTIVE_TASK_STATES, "mark failed")
-    now = timezone.now()
+    now = shared_now()
     stopping = ti.state in ACTIVE_TASK_STATES
     context = _user_context(Reason.MANUAL_MARK_FAILED, user, note, ti.state, now, **({"stop": True} if stopping else {}))
     with transaction.atomic():
@@ -243,7 +243,7 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     )
     if attempt is None:
         raise Conflict(f"task '{ti.task_id}' has no user-charged failed attempt to reclassify")
-    now = timezone.now()
+    now = shared_now()
     attempt_context = ExecutionContext.of(
         Reason.OPERATOR_RECLASSIFIED,
         Source.API,

@@ -15,7 +15,7 @@ from orchestrator.engine import circuits, storms
 from orchestrator.models import Circuit, Pool, TaskInstance
 from orchestrator.redis_conn import get_redis
 from retries.circuits import current_state
-from retries.states import CIRCUIT_GAUGE, HOLD_FROM, SLOT_HOLDING_STATES, CircuitState
+from retries.states import CIRCUIT_GAUGE, HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ DEADLINE_MISSES = "orchestrator_deadline_misses_total"
 # A counter cannot take back what it counted: a failure an operator reclassifies stays in
 # TASK_FAILURES under the category it had when it happened, and is counted here as moved.
 RECLASSIFICATIONS = "orchestrator_reclassifications_total"
+SPOOL_SET_ASIDE = "orchestrator_spool_set_aside_total"
 
 METRICS = {
     TASK_FAILURES: ("Failed task attempts by category and reason.", ("dag_id", "task_id", "category", "reason")),
@@ -34,6 +35,7 @@ METRICS = {
         "Failed attempts an operator reclassified as the platform's (still counted in task_failures_total under their first category).",
         ("dag_id", "task_id", "from_category", "from_reason"),
     ),
+    SPOOL_SET_ASIDE: ("Spooled reports no database would take, set aside by a worker.", ("worker_name",)),
 }
 
 
@@ -92,3 +94,19 @@ def limit_gauges() -> list[GaugeMetricFamily]:
     for queue in sorted(storms.paused_queues(now)):
         paused.add_metric([queue], 1)
     return [state, held, slots, used, paused]
+
+
+def system_gauges() -> list[GaugeMetricFamily]:
+    """What is running and waiting now: tasks running (the database), jobs waiting in each RQ
+    queue and live workers (Redis). Read at scrape time."""
+    from rq import Queue, Worker
+
+    running = GaugeMetricFamily("orchestrator_tasks_running", "Task instances running now.")
+    running.add_metric([], TaskInstance.objects.filter(state=TaskState.RUNNING).count())
+    redis = get_redis()
+    depth = GaugeMetricFamily("orchestrator_queue_depth", "Jobs waiting in each RQ queue.", labels=["queue"])
+    for queue in sorted(Queue.all(connection=redis), key=lambda q: q.name):
+        depth.add_metric([queue.name], queue.count)
+    alive = GaugeMetricFamily("orchestrator_workers_alive", "Workers registered and heartbeating in Redis.")
+    alive.add_metric([], Worker.count(connection=redis))
+    return [running, depth, alive]

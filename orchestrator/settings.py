@@ -279,8 +279,9 @@ LOGGING = {
 }
 
 # --- HTTPS behind a TLS-terminating proxy, and request size -----------------------------------
-# With DEBUG off the defaults are production's: HTTPS only, secure cookies, HSTS, and the
-# scheme taken from the proxy's X-Forwarded-Proto. With DEBUG on, plain http://localhost works.
+# With DEBUG off the defaults are production's: secure cookies, HSTS, and the scheme taken from
+# the proxy's X-Forwarded-Proto (the redirect to HTTPS only when SECURE_SSL_REDIRECT says so).
+# With DEBUG on, plain http://localhost works.
 import re as _re
 from urllib.parse import urlsplit as _urlsplit
 
@@ -315,9 +316,12 @@ def _origins(name: str) -> list[str]:
 DATA_UPLOAD_MAX_MEMORY_SIZE = _number("DATA_UPLOAD_MAX_MEMORY_SIZE")
 SECURE_PROXY_SSL_HEADER = _proxy_ssl_header("" if DEBUG else "X-Forwarded-Proto")
 CSRF_TRUSTED_ORIGINS = _origins("CSRF_TRUSTED_ORIGINS")
-SECURE_SSL_REDIRECT = _boolean("SECURE_SSL_REDIRECT", not DEBUG)
-# Health checks of load balancers and containers speak plain HTTP to the app itself.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# TLS is the proxy's job: the app answers plain HTTP (Prometheus, probes, services inside the
+# network talk to it directly) and redirects to HTTPS only when told to (the production stack
+# sets SECURE_SSL_REDIRECT=true, and `check --deploy` reminds whoever does not).
+SECURE_SSL_REDIRECT = _boolean("SECURE_SSL_REDIRECT", False)
+# Even then, health checks and scrapes that speak plain HTTP to the app itself get an answer.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SESSION_COOKIE_SECURE = _boolean("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = _boolean("CSRF_COOKIE_SECURE", not DEBUG)
 SECURE_HSTS_SECONDS = _number("SECURE_HSTS_SECONDS")

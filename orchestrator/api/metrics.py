@@ -38,10 +38,18 @@ class LimitGaugeCollector:
         yield from metrics.limit_gauges()
 
 
+class SystemGaugeCollector:
+    """Tasks running, queue depths and live workers, read at scrape time."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from metrics.system_gauges()
+
+
 def render() -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RedisCounterCollector())
     registry.register(LimitGaugeCollector())
+    registry.register(SystemGaugeCollector())
     return generate_latest(registry)
 
 

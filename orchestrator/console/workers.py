@@ -15,6 +15,7 @@ from rq.job import Job
 
 from orchestrator.models import TaskInstance
 from orchestrator.redis_conn import get_redis
+from orchestrator.worker.spool import set_aside_entries
 from retries.states import ACTIVE_TASK_STATES
 
 
@@ -112,6 +113,36 @@ def queues(worker_rows: list[WorkerRow]) -> list[QueueRow]:
             job = Job.fetch(first[0], connection=redis) if redis.exists(f"rq:job:{first[0]}") else None
             oldest = _aware(job.enqueued_at) if job else None
         rows.append(QueueRow(name=name, depth=queue.count, oldest_enqueued_at=oldest, listeners=listening.get(name, 0)))
+    return rows
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A spooled report no database would take, set aside by its worker."""
+
+    worker_name: str
+    file: str
+    reason: str
+    task_instance_id: int | None
+    token: int | None
+    at: datetime | None
+
+
+def set_aside() -> list[SetAside]:
+    """The newest reports workers set aside, newest first."""
+    rows = []
+    for entry in set_aside_entries():
+        at = entry.get("at")
+        rows.append(
+            SetAside(
+                worker_name=str(entry.get("worker_name") or ""),
+                file=str(entry.get("file") or ""),
+                reason=str(entry.get("reason") or ""),
+                task_instance_id=entry.get("task_instance_id"),
+                token=entry.get("token"),
+                at=datetime.fromtimestamp(at, dt_timezone.utc) if isinstance(at, (int, float)) else None,
+            )
+        )
     return rows
 
 

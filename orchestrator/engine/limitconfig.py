@@ -15,7 +15,8 @@ LIMIT_DEFAULTS: dict[str, Any] = {
 }
 
 
-def limit_args(task_args: dict[str, Any] | None) -> dict[str, Any]:
-    """The task's limit keys with their defaults filled in (`task_args` is Task.args)."""
-    args = task_args or {}
+def limit_args(task_args: dict[str, Any] | None, dag_default_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The task's limit keys: its own (`task_args` is Task.args), else the DAG's default_args,
+    else the defaults."""
+    args = {**(dag_default_args or {}), **(task_args or {})}
     return {key: args.get(key, default) for key, default in LIMIT_DEFAULTS.items()}

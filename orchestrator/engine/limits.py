@@ -91,7 +91,7 @@ def is_limited(ti: TaskInstance, dag: Dag) -> bool:
 
 
 def _task_limit(ti: TaskInstance) -> int | None:
-    return limit_args(ti.definition.args if ti.definition else None)["max_active_tis_per_dag"]
+    return limit_args(ti.definition.args if ti.definition else None, ti.dag_run.dag.default_args)["max_active_tis_per_dag"]
 
 
 def _go(ti: TaskInstance, verdict: Gate, now: datetime) -> bool:

@@ -220,27 +220,35 @@ def operator_stop(task_instance_id: int, token: int) -> ExecutionContext | None:
 
 
 def heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
-    """One heartbeat for all of a worker's attempts: one fenced statement while every one is
-    current; returns the (task_instance_id, token) pairs that were refused (superseded)."""
-    if not attempts:
-        return set()
+    """One heartbeat for all of a worker's attempts: one fenced statement per HEARTBEAT_CHUNK
+    attempts (row values against VALUES: one OR term per attempt exceeded SQLite's expression
+    depth at about a thousand); returns the (task_instance_id, token) pairs that were refused
+    (superseded)."""
+    refused: set[tuple[int, int]] = set()
     states = [str(s) for s in HEARTBEAT_FROM]
-    current = " OR ".join(["(id = %s AND attempt_token = %s)"] * len(attempts))
-    params = [value for attempt in attempts for value in attempt]
-    if sql.execute(
-        f"UPDATE orchestrator_taskinstance SET heartbeat_at = {sql.now_sql()}"
-        f" WHERE ({current}) AND state IN ({sql.placeholders(len(states))})",
-        params + states,
-    ) == len(attempts):
-        return set()
-    still = set(
-        sql.fetch(
-            f"SELECT id, attempt_token FROM orchestrator_taskinstance WHERE ({current}) AND state IN ({sql.placeholders(len(states))})",
+    in_state = f"state IN ({sql.placeholders(len(states))})"
+    for start in range(0, len(attempts), HEARTBEAT_CHUNK):
+        chunk = attempts[start : start + HEARTBEAT_CHUNK]
+        current = f"(id, attempt_token) IN (VALUES {', '.join(['(%s, %s)'] * len(chunk))})"
+        params = [value for attempt in chunk for value in attempt]
+        if sql.execute(
+            f"UPDATE orchestrator_taskinstance SET heartbeat_at = {sql.now_sql()} WHERE {current} AND {in_state}",
             params + states,
-            [None, None],
+        ) == len(chunk):
+            continue
+        still = set(
+            sql.fetch(
+                f"SELECT id, attempt_token FROM orchestrator_taskinstance WHERE {current} AND {in_state}",
+                params + states,
+                [None, None],
+            )
         )
-    )
-    return {attempt for attempt in attempts if attempt not in still}
+        refused.update(attempt for attempt in chunk if attempt not in still)
+    return refused
+
+
+# Attempts per heartbeat statement: two bound parameters each, well under SQLite's limit.
+HEARTBEAT_CHUNK = 500
 
 
 # With fewer other tasks of its run unfinished than this, a success report looks again, once

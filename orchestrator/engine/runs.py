@@ -23,7 +23,7 @@ from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskInstance
-from retries.states import RunState, TaskState
+from retries.states import WAITING_TO_RUN_STATES, RunState, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def create_run(
         for task in dag.tasks.all():
             task.dag = dag
             args = effective_args(task)
-            limits = limit_args(task.args)
+            limits = limit_args(task.args, dag.default_args)
             instances.append(
                 TaskInstance(
                     dag_run=run,
@@ -207,12 +207,14 @@ def _start_run(run: DagRun, now: datetime) -> bool:
 
 def _settle(instances: list[TaskInstance], states: dict[str, str], now: datetime) -> None:
     """Decide the waiting tasks whose upstreams allow it: ready (scheduled), upstream_failed,
-    skipped or removed. One statement per kind of decision; settling one task can decide its
+    skipped or removed. A task removed from its DAG while it waited to run (scheduled, or
+    up_for_retry) is removed too, not dispatched to fail for want of a definition and spend the
+    user's retries. One statement per kind of decision; settling one task can decide its
     downstream, so it repeats (in memory) until nothing changes."""
     while True:
         decided: dict[TaskState, list[TaskInstance]] = {}
         for ti in instances:
-            if ti.state == TaskState.NONE:
+            if ti.state == TaskState.NONE or (ti.definition is None and ti.state in WAITING_TO_RUN_STATES):
                 target = _settled_state(ti, states)
                 if target is not None:
                     decided.setdefault(target, []).append(ti)

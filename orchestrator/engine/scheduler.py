@@ -161,8 +161,10 @@ def _has_work(instances: list[tuple], now: datetime) -> bool:
     if run_outcome(states.values()) is not None:
         return True  # every task is done: the run must end
     for _, _, state, next_retry_at, definition_id, upstream, trigger_rule in instances:
-        if state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (next_retry_at is None or next_retry_at <= now):
-            return True
+        if state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (
+            definition_id is None or next_retry_at is None or next_retry_at <= now
+        ):
+            return True  # due, or removed from its DAG: to be dispatched, or removed
         if state == TaskState.NONE:
             if definition_id is None:
                 return True
@@ -176,22 +178,39 @@ def _has_work(instances: list[tuple], now: datetime) -> bool:
 
 
 class _Reconnection:
-    """Whether this scheduler lost the database lately. Workers get one heartbeat timeout after it
-    is back before anything is presumed lost: their heartbeats could not get through either."""
+    """Whether a scheduler lost the database lately. Workers get one heartbeat timeout after it
+    is back before anything is presumed lost: their heartbeats could not get through either.
 
-    outage = False
-    lost_detection_from: datetime | None = None
+    Kept in Redis, not in this process: a scheduler restarted during or after the outage (or
+    another scheduler) still waits. The outage is noted (`OUTAGE_KEY`); the first pass that
+    reaches the database again turns it into a time before which no task is presumed lost
+    (`PRESUME_FROM_KEY`, the database's time). If Redis cannot be read, nothing is presumed lost.
+    """
+
+    OUTAGE_KEY = "orchestrator:scheduler:db_outage"
+    PRESUME_FROM_KEY = "orchestrator:scheduler:presume_lost_from"
 
     @classmethod
     def note_outage(cls) -> None:
-        cls.outage = True
+        try:
+            get_redis().set(cls.OUTAGE_KEY, "1")
+        except redis.RedisError:
+            log.warning("could not note the database outage in Redis", exc_info=True)
 
     @classmethod
     def may_presume_lost(cls, db_time: datetime) -> bool:
-        if cls.outage:
-            cls.outage = False
-            cls.lost_detection_from = db_time + timedelta(seconds=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT))
-        return cls.lost_detection_from is None or db_time >= cls.lost_detection_from
+        client = get_redis()
+        timeout = float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT)
+        if client.get(cls.OUTAGE_KEY) is not None:
+            hold_until = db_time + timedelta(seconds=timeout)
+            # Kept a little longer than the wait itself; a stale value only says "wait until then".
+            client.set(cls.PRESUME_FROM_KEY, hold_until.isoformat(), ex=max(1, int(timeout * 2) + 1))
+            client.delete(cls.OUTAGE_KEY)
+            return False
+        raw = client.get(cls.PRESUME_FROM_KEY)
+        if raw is None:
+            return True
+        return db_time >= datetime.fromisoformat(raw.decode() if isinstance(raw, bytes) else raw)
 
 
 def _silent(candidates: list[TaskInstance]) -> list[TaskInstance]:
@@ -207,7 +226,11 @@ def _silent(candidates: list[TaskInstance]) -> list[TaskInstance]:
 
 def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     db_time = db_now()
-    if not _Reconnection.may_presume_lost(db_time):
+    try:
+        if not _Reconnection.may_presume_lost(db_time):
+            return
+    except redis.RedisError:
+        log.warning("cannot read the last database outage from Redis; presuming no task lost this pass")
         return
     heartbeat_cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT))
     stale_running = list(TaskInstance.objects.filter(state=TaskState.RUNNING, heartbeat_at__lt=heartbeat_cutoff))

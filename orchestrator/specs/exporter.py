@@ -10,7 +10,7 @@ from django.db.models import Prefetch
 
 from deadlines.models import DeadlineDefinition
 from orchestrator.models import Dag, Task
-from orchestrator.specs.schema import ARG_KEYS, DAG_DEFAULTS, LIMIT_KEYS
+from orchestrator.specs.schema import ARG_KEYS, DAG_DEFAULTS, DEFAULT_ARG_KEYS, LIMIT_KEYS
 from retries.states import TriggerRule
 
 
@@ -62,15 +62,17 @@ def dag_spec(dag: Dag) -> dict[str, Any]:
     if dag.max_active_tasks is not None:
         spec["max_active_tasks"] = dag.max_active_tasks
     if dag.default_args:
-        spec["default_args"] = _args(dag.default_args)
+        spec["default_args"] = {key: dag.default_args[key] for key in DEFAULT_ARG_KEYS if key in dag.default_args}
     deadlines = [deadline_spec(row) for row in dag.dag_deadlines]
     if deadlines:
         spec["deadlines"] = deadlines
-    spec["tasks"] = [task_spec(task) for task in dag.tasks.all()]
+    spec["tasks"] = [task_spec(task, dag.default_args) for task in dag.tasks.all()]
     return spec
 
 
-def task_spec(task: Task) -> dict[str, Any]:
+def task_spec(task: Task, dag_default_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One task as a spec entry. Its trigger_rule is written when it differs from what the task
+    would take without one (the DAG's default_args trigger_rule, else all_success)."""
     spec: dict[str, Any] = {"task_id": task.task_id}
     if task.python_callable:
         spec["python_callable"] = task.python_callable
@@ -80,7 +82,7 @@ def task_spec(task: Task) -> dict[str, Any]:
         spec["op_kwargs"] = _sorted(task.op_kwargs)
     if task.upstream:
         spec["upstream"] = list(task.upstream)
-    if task.trigger_rule != TriggerRule.ALL_SUCCESS:
+    if task.trigger_rule != (dag_default_args or {}).get("trigger_rule", TriggerRule.ALL_SUCCESS):
         spec["trigger_rule"] = task.trigger_rule
     deadlines = [deadline_spec(row) for row in task.deadline_definitions.all()]
     if deadlines:

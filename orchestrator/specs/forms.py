@@ -22,7 +22,7 @@ from deadlines.models import (
 from orchestrator.models import Dag, Task
 from orchestrator.specs.errors import Problem
 from orchestrator.specs.exporter import task_spec
-from orchestrator.specs.pools import unknown_pool_problems
+from orchestrator.specs.pools import default_pool_problems, unknown_pool_problems
 from orchestrator.specs.schema import (
     ARG_KEYS,
     DAG_KEYS,
@@ -108,6 +108,8 @@ class DagForm(forms.ModelForm):
         raw = {key: cleaned[key] for key in DAG_FORM_FIELDS if key in cleaned}
         raw["schedule"] = raw.get("schedule") or None
         _, problems = validate_dag(raw)
+        if not problems:
+            problems = default_pool_problems(raw.get("default_args"))
         add_problems(self, problems)
         return cleaned
 

@@ -16,7 +16,7 @@ from orchestrator.models import Circuit, Dag, Task
 from orchestrator.specs.checks import parse_datetime
 from orchestrator.specs.errors import SpecError, dag_label, located
 from orchestrator.specs.files import FileError, read_spec_file, spec_paths
-from orchestrator.specs.pools import known_pools, unknown_pool_problems
+from orchestrator.specs.pools import known_pools, spec_pool_problems
 from orchestrator.specs.schema import DagSpec, validate_dag
 
 # A change to any of these moves the DAG's next scheduled run: the scheduler recomputes it.
@@ -67,7 +67,7 @@ def load_specs(paths: Iterable[str | Path]) -> list[DagSpec]:
                 label = dag_label(dag_id, raw.index)
                 spec, problems = validate_dag(raw.data)
                 if not problems:
-                    problems = unknown_pool_problems(spec["tasks"], pools)
+                    problems = spec_pool_problems(spec, pools)
                 messages.extend(located(raw.source, label, problem) for problem in problems)
                 if isinstance(dag_id, str) and dag_id in seen:
                     messages.append(located(raw.source, label, f"dag_id: {dag_id!r} is also defined in {seen[dag_id]}"))
@@ -142,7 +142,7 @@ def write_dag(spec: DagSpec) -> str:
             task.save()
             touched = True
         touched |= sync_deadlines(dag, task, task_spec["deadlines"])
-        circuit = task_spec["args"].get("circuit")
+        circuit = task_spec["args"].get("circuit", spec["default_args"].get("circuit"))
         if circuit:
             Circuit.objects.get_or_create(name=circuit)  # so operators see it before its first failure
     touched |= sync_deadlines(dag, None, spec["deadlines"])

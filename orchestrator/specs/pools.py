@@ -26,3 +26,20 @@ def unknown_pool_problems(tasks: Iterable[dict[str, Any]], known: set[str] | Non
                 )
             )
     return problems
+
+
+def default_pool_problems(default_args: dict[str, Any] | None, known: set[str] | None = None) -> list[Problem]:
+    """A problem if the DAG's default_args name a pool that does not exist."""
+    pool = (default_args or {}).get("pool")
+    if not isinstance(pool, str):
+        return []
+    known = known_pools() if known is None else known
+    if pool in known:
+        return []
+    return [Problem("default_args.pool", f"unknown pool {pool!r} (create it with: manage.py set_pool {pool} SLOTS)")]
+
+
+def spec_pool_problems(spec: dict[str, Any], known: set[str] | None = None) -> list[Problem]:
+    """Every unknown pool a validated DAG spec names, in its default_args or its tasks."""
+    known = known_pools() if known is None else known
+    return default_pool_problems(spec.get("default_args"), known) + unknown_pool_problems(spec.get("tasks") or [], known)

@@ -9,8 +9,9 @@ The normalised form (`DagSpec`, a plain dict):
 
     dag_id, description, schedule (str | None), timezone, start_date (aware | None),
     catchup, paused (bool | None: None = not given, keep what is stored), max_active_runs,
-    max_active_tasks (int | None), default_args (only the keys given), deadlines: [DeadlineSpec],
-    tasks: [{task_id, python_callable, bash_command, op_kwargs, upstream, trigger_rule,
+    max_active_tasks (int | None), default_args (only the keys given: DEFAULT_ARG_KEYS), deadlines: [DeadlineSpec],
+    tasks: [{task_id, python_callable, bash_command, op_kwargs, upstream, trigger_rule (its own, else
+             default_args', else all_success),
              args (default_args keys and LIMIT_KEYS set on the task), deadlines: [DeadlineSpec]}]
 
 Whether a task's pool exists is a database question: the importer and the admin forms ask
@@ -29,6 +30,7 @@ from orchestrator.engine.limitconfig import LIMIT_KEYS
 from orchestrator.engine.taskconfig import (
     ARG_KEYS,  # also the order the exporter writes them in
 )
+from orchestrator.sanitise import unstorable
 from orchestrator.specs.checks import (
     IDENTIFIER,
     Problems,
@@ -75,6 +77,11 @@ TASK_KEYS = (
     *LIMIT_KEYS,
 )
 
+# A task's identity and shape: only the task itself can say these. Every other task key may
+# also be given in default_args, with the same checks.
+TASK_ONLY_KEYS = ("task_id", "python_callable", "bash_command", "op_kwargs", "upstream", "expand", "deadlines")
+DEFAULT_ARG_KEYS = tuple(key for key in TASK_KEYS if key not in TASK_ONLY_KEYS)
+
 DAG_DEFAULTS: dict[str, Any] = {
     "description": "",
     "schedule": None,
@@ -85,8 +92,11 @@ DAG_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _validate_task(raw: object, prefix: str, tz: ZoneInfo, problems: Problems) -> dict[str, Any]:
-    """One entry of `tasks:`; the graph as a whole is checked by `_check_graph`."""
+def _validate_task(
+    raw: object, prefix: str, tz: ZoneInfo, problems: Problems, default_trigger_rule: str = TriggerRule.ALL_SUCCESS.value
+) -> dict[str, Any]:
+    """One entry of `tasks:`; the graph as a whole is checked by `_check_graph`. A task that
+    names no trigger_rule takes the DAG's default_args one (when valid), else all_success."""
     if not isinstance(raw, Mapping):
         problems.add(prefix, f"must be a mapping, not {show(raw)}")
         return {}
@@ -115,10 +125,8 @@ def _validate_task(raw: object, prefix: str, tz: ZoneInfo, problems: Problems) -
     for name in {u for u in upstream if upstream.count(u) > 1}:
         problems.add(join(prefix, "upstream"), f"lists {name!r} more than once")
 
-    trigger_rule = raw.get("trigger_rule", TriggerRule.ALL_SUCCESS.value)
-    if not isinstance(trigger_rule, str) or trigger_rule not in {rule.value for rule in TriggerRule}:
-        rules = ", ".join(rule.value for rule in TriggerRule)
-        problems.add(join(prefix, "trigger_rule"), f"must be one of {rules}; not {show(trigger_rule)}")
+    trigger_rule = raw.get("trigger_rule", default_trigger_rule)
+    _check_trigger_rule(trigger_rule, join(prefix, "trigger_rule"), problems)
 
     return {
         "task_id": task_id,
@@ -132,6 +140,14 @@ def _validate_task(raw: object, prefix: str, tz: ZoneInfo, problems: Problems) -
             raw.get("deadlines"), join(prefix, "deadlines"), task_level=True, tz=tz, problems=problems
         ),
     }
+
+
+def _check_trigger_rule(value: object, path: str, problems: Problems) -> bool:
+    if isinstance(value, str) and value in {rule.value for rule in TriggerRule}:
+        return True
+    rules = ", ".join(rule.value for rule in TriggerRule)
+    problems.add(path, f"must be one of {rules}; not {show(value)}")
+    return False
 
 
 def _check_limits(raw: Mapping, prefix: str, problems: Problems) -> dict[str, Any]:
@@ -222,12 +238,12 @@ def _refuse_nul(value: object, path: str, problems: Problems) -> None:
                 continue
             seen.add(id(item))
         if isinstance(item, str):
-            if "\x00" in item:
-                problems.add(where, "must not contain the NUL character")
+            if unstorable(item):
+                problems.add(where, "must not contain the NUL character or a lone surrogate (\\ud800-\\udfff)")
         elif isinstance(item, Mapping):
             for key, child in item.items():
-                if isinstance(key, str) and "\x00" in key:
-                    problems.add(where, f"has a key with the NUL character: {show(key)}")
+                if isinstance(key, str) and unstorable(key):
+                    problems.add(where, f"has a key with the NUL character or a lone surrogate: {show(key)}")
                 stack.append((child, join(where, str(key))))
         elif isinstance(item, (list, tuple)):
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
@@ -295,8 +311,12 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
     if raw_args is not None and not isinstance(raw_args, Mapping):
         problems.add("default_args", f"must be a mapping, not {show(raw_args)}")
     elif raw_args:
-        unknown_keys(raw_args, ARG_KEYS, "default_args", problems)
-        default_args = check_args(raw_args, ARG_KEYS, "default_args", problems)
+        unknown_keys(raw_args, DEFAULT_ARG_KEYS, "default_args", problems)
+        default_args = {**check_args(raw_args, ARG_KEYS, "default_args", problems), **_check_limits(raw_args, "default_args", problems)}
+        if "trigger_rule" in raw_args:
+            default_args["trigger_rule"] = raw_args["trigger_rule"]
+            if not _check_trigger_rule(raw_args["trigger_rule"], "default_args.trigger_rule", problems):
+                default_args.pop("trigger_rule")
 
     deadlines = validate_deadlines(raw.get("deadlines"), "deadlines", task_level=False, tz=tz, problems=problems)
 
@@ -307,7 +327,8 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
     if not isinstance(raw_tasks, list):
         problems.add("tasks", f"must be a list, not {show(raw_tasks)}")
     else:
-        tasks = [_validate_task(item, f"tasks[{i}]", tz, problems) for i, item in enumerate(raw_tasks)]
+        default_rule = default_args.get("trigger_rule", TriggerRule.ALL_SUCCESS.value)
+        tasks = [_validate_task(item, f"tasks[{i}]", tz, problems, default_rule) for i, item in enumerate(raw_tasks)]
         _check_graph(tasks, problems)
 
     spec: DagSpec = {

@@ -275,7 +275,7 @@ def failures(request: HttpRequest) -> HttpResponse:
 def workers(request: HttpRequest) -> HttpResponse:
     """Live workers with what they run, and queues with their depth; unattended queues flagged."""
     rows = worker_pages.workers()
-    context = {"workers": rows, "queues": worker_pages.queues(rows)}
+    context = {"workers": rows, "queues": worker_pages.queues(rows), "set_aside": worker_pages.set_aside()}
     return TemplateResponse(request, "web/workers.html", context)
 
 

@@ -265,7 +265,8 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
                 except OSError:
                     pass
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        # As Python's own stderr: a traceback holding a lone surrogate is printed, not raised.
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False, errors="backslashreplace")
         _become_environment(request["env"])
         from orchestrator import redis_conn
 

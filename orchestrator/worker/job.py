@@ -19,6 +19,7 @@ from django.db import InterfaceError, OperationalError
 from orchestrator.engine import reporting
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
+from orchestrator.sanitise import clean_fields, clean_text
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
 from orchestrator.worker.rqworker import WorkerRuntime, default_worker_name, runtime
@@ -26,7 +27,7 @@ from orchestrator.worker.shutdown import SHUTDOWN
 from orchestrator.worker.supervisor import Limits, Plan, Supervised, Supervisor
 from orchestrator.worker.taskprocess import context_environment, render
 from retries.context import ExecutionContext
-from retries.states import Reason, TaskState
+from retries.states import REPORT_SUCCESS_FROM, Reason, Source, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +135,28 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
     """Deliver the outcome; if the database cannot take it within ORCHESTRATOR_REPORT_PATIENCE, spool it and
     let the worker deliver it later (the attempt keeps its lease until then)."""
     record = report_record(task_instance_id, token, verdict, supervised)
+    patience = float(settings.ORCHESTRATOR_REPORT_PATIENCE)
     try:
-        described = _with_db_retries(lambda: deliver(shared, record), patience=float(settings.ORCHESTRATOR_REPORT_PATIENCE))
+        try:
+            described = _with_db_retries(lambda: deliver(shared, record), patience=patience)
+        except (OperationalError, InterfaceError):
+            raise
+        except Exception as exc:
+            # The database answered but refused this report: its lease must not outlive it.
+            log.exception("task instance %s attempt %s: the database refused its report", task_instance_id, token)
+            record = refused_record(record, exc)
+            described = _with_db_retries(lambda: deliver(shared, record), patience=patience)
     except (OperationalError, InterfaceError):
         path = shared.spool.put(record)
         log.warning("task instance %s attempt %s: the database is unreachable; its outcome waits in %s", task_instance_id, token, path)
         return "spooled"
+    except Exception as exc:
+        # Not even the bare failure could be recorded: set it aside (seen on the workers page)
+        # and let the lease go, so the scheduler ends the attempt instead of it running forever.
+        shared.spool.set_aside(record, f"{type(exc).__name__}: {exc}")
+        shared.heartbeats.forget_attempt(task_instance_id, token)
+        log.exception("task instance %s attempt %s: its outcome cannot be recorded; set aside", task_instance_id, token)
+        return "set aside"
     shared.heartbeats.forget_attempt(task_instance_id, token)
     return described
 
@@ -164,7 +181,63 @@ def report_record(task_instance_id: int, token: int, verdict: Verdict, supervise
             error=None if verdict.error is None else str(verdict.error),
             expected=[str(state) for state in verdict.expected],
         )
+    return sanitised(record)
+
+
+# What a task wrote, in a report: the one place its text is made storable (both databases).
+USER_TEXT_FIELDS = ("result", "error", "output.stdout", "output.stderr", "context.metadata")
+
+
+def sanitised(record: dict[str, Any]) -> dict[str, Any]:
+    """The report with NUL, lone surrogates and invalid UTF-8 replaced in what the task wrote,
+    and a note of what was replaced: in a failure's metadata (`sanitised`), and for a success
+    (whose context stays null) as a last line of its stderr."""
+    replaced = clean_fields(record, USER_TEXT_FIELDS)
+    if not replaced:
+        return record
+    if record["success"]:
+        note = f"[orchestrator: unstorable characters (NUL, invalid UTF-8) replaced with U+FFFD in: {', '.join(replaced)}]\n"
+        stderr = record["output"]["stderr"]
+        record["output"]["stderr"] = stderr + ("" if not stderr or stderr.endswith("\n") else "\n") + note
+    else:
+        record["context"]["metadata"]["sanitised"] = replaced
     return record
+
+
+def refused_record(record: dict[str, Any], error: BaseException) -> dict[str, Any]:
+    """A report the database refused (not for want of a connection), reduced to what can always
+    be stored: the same attempt ended as a failure, without the task's text, saying why.
+
+    A success becomes an application failure (what it produced could not be stored: it will not
+    be storable the next time either); a failure keeps its classification and loses its text."""
+    why = clean_text(f"{type(error).__name__}: {error}"[:500])[0]
+    kept = {"report_refused": why, "output_dropped": True}
+    if record["success"]:
+        context = ExecutionContext.of(
+            Reason.TASK_EXCEPTION, Source.WORKER, exception_type="UnstorableOutcome", message="the outcome could not be stored", **kept
+        )
+        fingerprint, expected = None, [str(state) for state in REPORT_SUCCESS_FROM]
+    else:
+        original = ExecutionContext.from_dict(record["context"])
+        bare = {k: v for k, v in original.metadata.items() if isinstance(v, (int, float, bool)) or k in _PLAIN_METADATA}
+        context = ExecutionContext(original.category, original.reason, original.source, {**bare, **kept})
+        fingerprint, expected = record.get("fingerprint"), record["expected"]
+    return {
+        "task_instance_id": record["task_instance_id"],
+        "token": record["token"],
+        "success": False,
+        "ended_at": record["ended_at"],
+        "output": {"stdout": "", "stderr": "", "output_truncated": True},
+        "context": context.to_dict(),
+        "fingerprint": fingerprint,
+        "retry_after": None,
+        "error": why,
+        "expected": expected,
+    }
+
+
+# Metadata written by the platform itself (never the task's text): kept in a refused report.
+_PLAIN_METADATA = frozenset({"worker_name", "hostname", "exception_type", "signal", "pre_execution_reason", "sqlstate", "during"})
 
 
 def deliver(shared: WorkerRuntime, record: dict[str, Any]) -> str:
@@ -193,8 +266,23 @@ def deliver(shared: WorkerRuntime, record: dict[str, Any]) -> str:
 
 
 def deliver_spooled(shared: WorkerRuntime, record: dict[str, Any]) -> bool:
-    """The spool's delivery: True once the database took the report (or refused it as stale)."""
-    described = deliver(shared, record)
+    """The spool's delivery: True once the database took the report (or refused it as stale).
+    Raises while the database is unreachable; a report it refuses otherwise is delivered bare
+    (`refused_record`), and if even that is refused the error is raised for the spool to set the
+    file aside, the lease let go."""
+    try:
+        described = deliver(shared, record)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:
+        log.exception("the database refused the spooled report of task instance %s attempt %s", record["task_instance_id"], record["token"])
+        try:
+            described = deliver(shared, refused_record(record, exc))
+        except (OperationalError, InterfaceError):
+            raise
+        except Exception:
+            shared.heartbeats.forget_attempt(record["task_instance_id"], record["token"])
+            raise
     shared.heartbeats.forget_attempt(record["task_instance_id"], record["token"])
     log.info("delivered the spooled report of task instance %s attempt %s: %s", record["task_instance_id"], record["token"], described)
     return True

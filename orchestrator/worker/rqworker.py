@@ -151,7 +151,7 @@ class OrchestratorWorker(SimpleWorker):
             on_lease=launcher.keep_alive,
         )
         db = DatabasePool(DATABASE_CONNECTIONS)
-        spool = Spool(Path(settings.ORCHESTRATOR_SPOOL_DIR))
+        spool = Spool(Path(settings.ORCHESTRATOR_SPOOL_DIR), self.name)
         _runtime = WorkerRuntime(self.name, launcher, heartbeats, db, spool)
         launcher.keep_alive(heartbeats.lease_seconds)  # from the first job on, the fork server holds the lease
         heartbeats.start()
@@ -167,6 +167,7 @@ class OrchestratorWorker(SimpleWorker):
             heartbeats.stop()
             launcher.close()
             runtime_.db.close()
+            spool.close()
 
     @staticmethod
     def _deliver_spooled(shared: WorkerRuntime, stop: threading.Event) -> None:

@@ -314,3 +314,29 @@ def test_a_clear_fences_out_a_dispatch_that_read_the_task_before_it(alice):
 
     assert not dispatch(before, timezone.now())
     assert instance(run, "extract").state == "none"
+
+
+def test_actions_take_their_time_from_the_shared_clock(alice):
+    """A web host whose clock is an hour behind the database's still stamps an operator's
+    action (the task's end, its context's `at`) on the database's time, as every other
+    process does."""
+    import time
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from orchestrator.engine import clock
+
+    run = make_run(chain_dag("clocked"))
+    pause(run.dag)
+    # As measured: the database is an hour ahead of this machine.
+    clock._offset = (time.monotonic(), timedelta(hours=1))
+    try:
+        actions.mark_failed(instance(run, "extract"), alice, note="by the database's clock")
+        actions.mark_success(instance(run, "transform"), alice)
+    finally:
+        clock._offset = None
+    extract, transform = instance(run, "extract"), instance(run, "transform")
+    ahead = timezone.now() + timedelta(minutes=59)
+    assert extract.end_date > ahead and transform.end_date > ahead
+    assert extract.last_failure_context["at"] > ahead.isoformat()

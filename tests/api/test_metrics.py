@@ -84,3 +84,37 @@ def test_a_reclassification_is_counted_as_moved_not_taken_back(bob_client, alice
     moved = (("dag_id", "moved"), ("from_category", "application"), ("from_reason", "task_exception"), ("task_id", "extract"))
     assert found[("orchestrator_task_failures_total", app)] == 1
     assert found[("orchestrator_reclassifications_total", moved)] == 1
+
+
+def test_it_serves_the_gauges_of_what_runs_and_waits_now(bob_client, settings):
+    """orchestrator_tasks_running, orchestrator_queue_depth{queue}, orchestrator_workers_alive and
+    orchestrator_circuit_state{circuit}, read at scrape time (a second scrape sees the change)."""
+    from rq import Queue, Worker
+
+    from orchestrator.models import Circuit, TaskInstance
+    from orchestrator.redis_conn import get_redis
+
+    run = make_run(chain_dag("gauged"))
+    first = run.task_instances.order_by("id").first()
+    TaskInstance.objects.filter(pk=first.pk).update(state="running")
+    Circuit.objects.create(name="gauge-downstream")
+    redis = get_redis()
+    queue = Queue("gauge-queue", connection=redis)
+    for n in range(3):
+        queue.enqueue("tests.worker.tasks.succeed", job_id=f"gauge-{n}")
+    worker = Worker([queue], connection=redis, name="gauge-worker")
+    worker.register_birth()
+    try:
+        found = samples(bob_client.get("/metrics").content.decode())
+        assert found[("orchestrator_tasks_running", ())] == 1
+        assert found[("orchestrator_queue_depth", (("queue", "gauge-queue"),))] == 3
+        assert found[("orchestrator_workers_alive", ())] == 1
+        assert found[("orchestrator_circuit_state", (("circuit", "gauge-downstream"),))] == 0
+        queue.empty()
+        TaskInstance.objects.filter(pk=first.pk).update(state="success")
+    finally:
+        worker.register_death()
+    found = samples(bob_client.get("/metrics").content.decode())
+    assert found[("orchestrator_tasks_running", ())] == 0
+    assert found.get(("orchestrator_queue_depth", (("queue", "gauge-queue"),)), 0) == 0
+    assert found[("orchestrator_workers_alive", ())] == 0

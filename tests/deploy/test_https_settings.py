@@ -36,14 +36,21 @@ def read(**env: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_debug_off_defaults_to_https_only():
+def test_debug_off_defaults_to_secure_cookies_and_hsts_but_no_redirect():
+    """TLS is the proxy's job: with DEBUG off the app still answers plain HTTP unless
+    SECURE_SSL_REDIRECT=true; /healthz and /metrics are never redirected."""
     values = read(DEBUG="false")
     assert values["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
-    assert values["SECURE_SSL_REDIRECT"] and values["SESSION_COOKIE_SECURE"] and values["CSRF_COOKIE_SECURE"]
+    assert values["SECURE_SSL_REDIRECT"] is False
+    assert values["SESSION_COOKIE_SECURE"] and values["CSRF_COOKIE_SECURE"]
     assert values["SECURE_HSTS_SECONDS"] == 31_536_000 and values["SECURE_HSTS_INCLUDE_SUBDOMAINS"]
     assert values["SECURE_HSTS_PRELOAD"] is False
-    assert values["SECURE_REDIRECT_EXEMPT"] == [r"^healthz$"]
+    assert values["SECURE_REDIRECT_EXEMPT"] == [r"^healthz$", r"^metrics$"]
     assert values["DATA_UPLOAD_MAX_MEMORY_SIZE"] == 2_621_440
+
+
+def test_debug_off_redirects_when_told_to():
+    assert read(DEBUG="false", SECURE_SSL_REDIRECT="true")["SECURE_SSL_REDIRECT"] is True
 
 
 def test_debug_on_defaults_to_plain_http_for_development():
@@ -93,11 +100,63 @@ def https_only(settings):
     settings.SECURE_HSTS_SECONDS = 3600
 
 
-def test_healthz_answers_plain_http_while_everything_else_is_redirected(https_only, db):
+def test_healthz_and_metrics_answer_plain_http_while_everything_else_is_redirected(https_only, db):
     client = Client()
     assert client.get("/healthz").status_code == 200
-    redirected = client.get("/api/v1/dags")
-    assert redirected.status_code == 301 and redirected["Location"].startswith("https://")
+    assert client.get("/metrics").status_code == 401  # answered (a scrape needs a token), not redirected
+    for path in ("/api/v1/dags", "/"):
+        redirected = client.get(path)
+        assert redirected.status_code == 301 and redirected["Location"].startswith("https://")
+
+
+def test_plain_http_is_served_by_a_server_with_debug_off_by_default(tmp_path, process_env):
+    """A real server process with DEBUG off and the production settings but no
+    SECURE_SSL_REDIRECT: plain HTTP requests are answered, not sent to HTTPS."""
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in process_env.items() if not k.startswith(OURS)}
+    env.update(DEBUG="false", ALLOWED_HOSTS="127.0.0.1", SECRET_KEY="x" * 60, DJANGO_SETTINGS_MODULE="orchestrator.settings")
+    log = tmp_path / "server.log"
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"],
+        env=env, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+
+    def status(path: str) -> int:
+        try:
+            return opener.open(f"http://127.0.0.1:{port}{path}", timeout=5).status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                first = status("/healthz")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    pytest.fail(f"the server did not answer: {log.read_text()}")
+                time.sleep(0.2)
+        assert first == 200
+        assert status("/metrics") == 401
+        assert status("/api/v1/dags") == 401
+        assert status("/") == 302  # to the login page, over plain HTTP
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def test_a_request_the_proxy_marks_https_is_served(https_only, db):

@@ -37,6 +37,15 @@ def test_it_rejects_conf_that_is_not_a_json_object(conf):
     assert not DagRun.objects.exists()
 
 
+@pytest.mark.parametrize("conf", ['{"a": "x\\u0000y"}', '{"a": ["ok", "\\udcff"]}', '{"\\u0000": 1}'])
+def test_it_rejects_conf_holding_what_no_database_stores(conf):
+    """NUL or a lone surrogate in --conf: a clear error naming where, and no run."""
+    DagFactory(dag_id="d")
+    with pytest.raises(CommandError, match="conf.*NUL character or a lone surrogate"):
+        call_command("trigger_dag", "d", "--conf", conf)
+    assert not DagRun.objects.exists()
+
+
 def test_it_prints_the_run_id_and_status_json(capsys):
     """The run_id is the first stdout line; run_status --json prints the run document."""
     dag = DagFactory(dag_id="d")

@@ -255,3 +255,11 @@ def test_it_names_a_nul_character_anywhere_in_the_spec(baseline) -> None:
     where = {str(p) for p in problems}
     assert any("description" in w and "NUL" in w for w in where), where
     assert any("tasks[0].op_kwargs.source" in w for w in where), where
+
+
+def test_it_names_a_lone_surrogate_anywhere_in_the_spec(baseline) -> None:
+    """A JSON spec's "\\udcff" escape is a lone surrogate: refused like NUL, the field named."""
+    baseline["tasks"][0]["op_kwargs"] = {"source": "s3://x\udcff"}
+    _, problems = validate_dag(baseline)
+    assert [p.path for p in problems] == ["tasks[0].op_kwargs.source"]
+    assert "lone surrogate" in problems[0].message

@@ -159,3 +159,26 @@ def count_dags() -> int:
     from orchestrator.models import Dag
 
     return Dag.objects.count()
+
+
+def raise_with_nul() -> None:
+    raise ValueError("bad 'a\x00b'")
+
+
+def raise_with_lone_surrogate() -> None:
+    raise ValueError("half a pair: \udcff")
+
+
+def return_with_nul() -> str:
+    return "before\x00after"
+
+
+def return_unstorable_float() -> dict[str, Any]:
+    """A result neither database's JSON takes (NaN), although it is not text."""
+    return {"value": float("nan")}
+
+
+def print_invalid_utf8() -> str:
+    sys.stdout.buffer.write(b"valid, then \xff\xfe\xfd not UTF-8, then NUL \x00 end\n")
+    sys.stdout.flush()
+    return "printed"

@@ -192,14 +192,14 @@ def test_a_database_outage_keeps_tasks_running_and_their_outcomes(worker, make_d
         running_pid(run, "t")
         proxy.cut()
         # Longer than the heartbeat timeout, through the task's end and its spooled report.
-        wait_until(lambda: list(spool.glob("ti-*.json")), timeout=15, message="the outcome spooled")
+        wait_until(lambda: list(spool.glob("*/ti-*.json")), timeout=15, message="the outcome spooled")
         for _ in range(10):
             assert not schedule_once().lost, "a task of a worker cut off only from the database was presumed lost"
         proxy.restore()
         ti = settle(run, "t", ("success", "failed", "up_for_retry", "scheduled"))
         assert (ti.state, ti.try_number, ti.infrastructure_try_number) == ("success", 1, 0)
         assert ti.attempts.count() == 1
-        wait_until(lambda: not list(spool.glob("ti-*.json")), timeout=5, message="the spool emptied")
+        wait_until(lambda: not list(spool.glob("*/ti-*.json")), timeout=5, message="the spool emptied")
     finally:
         proxy.cut()
 

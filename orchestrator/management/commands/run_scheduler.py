@@ -9,7 +9,7 @@ import redis
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from deadlines.check import check_due
 from orchestrator import liveness
@@ -37,8 +37,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         last_deadline_check = 0.0
         while True:
-            close_old_connections()
-            schedule_once()
+            run_pass_safely()
             if once or time.monotonic() - last_deadline_check >= float(settings.ORCHESTRATOR_DEADLINE_CHECK_INTERVAL):
                 # Keep going while a batch came back full: a backlog drains at once.
                 while check_due_safely() and not stopping:
@@ -56,6 +55,20 @@ def record_beat() -> None:
         liveness.record_scheduler_beat(get_redis())
     except redis.RedisError:
         log.debug("could not record the scheduler's heartbeat", exc_info=True)
+
+
+def run_pass_safely() -> None:
+    """One pass; whatever it raises (a database gone mid-pass, a bug) is logged, and the loop
+    goes on to the next pass rather than the scheduler dying."""
+    try:
+        close_old_connections()
+        schedule_once()
+    except Exception:
+        log.exception("scheduler pass failed; trying again next pass")
+        try:
+            connection.close()
+        except Exception:
+            pass
 
 
 def check_due_safely() -> bool:

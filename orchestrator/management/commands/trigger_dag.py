@@ -20,6 +20,7 @@ from orchestrator import actions
 from orchestrator.engine.waiting import wait_outcome
 from orchestrator.exceptions import ActionError
 from orchestrator.models import Dag, DagRun
+from orchestrator.sanitise import first_unstorable
 from retries.states import FINISHED_TASK_STATES, TaskState
 
 EXIT_CODES = {"success": 0, "failed": 1, "dead_letter": 3}
@@ -72,6 +73,9 @@ def parse_conf(conf: str | None) -> dict | None:
         raise CommandError(f"--conf is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise CommandError(f"--conf must be a JSON object, got {type(value).__name__}: {conf}")
+    where = first_unstorable(value, "conf")
+    if where is not None:
+        raise CommandError(f"--conf: {where} holds the NUL character or a lone surrogate, which cannot be stored")
     return value
 
 

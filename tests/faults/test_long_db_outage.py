@@ -1,0 +1,198 @@
+"""A metadata database away for minutes, with tasks ending two minutes into the outage.
+
+The test starts a PostgreSQL cluster of its own (initdb into a temporary directory as the
+postgres user, on a free port), runs a real scheduler and worker on it, stops the cluster while
+six tasks run and starts it again minutes later. Every outcome must survive: each task ran once,
+succeeded on its first try, nothing charged to either budget, the scheduler still alive, and the
+run went on to its downstream task. It needs root and PostgreSQL's server binaries (skipped
+without them), never touches the machine's shared cluster, and takes about
+OUTAGE_SECONDS + 90 s (deselect it with `-m "not long_outage"`).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.long_outage]
+
+OUTAGE_SECONDS = float(os.environ.get("TEST_LONG_OUTAGE_SECONDS", "180"))
+TASKS_END_INTO_OUTAGE = float(os.environ.get("TEST_LONG_OUTAGE_TASKS_END", "120"))
+TASKS = 6
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster: its own data directory, socket directory and port."""
+
+    def __init__(self) -> None:
+        binaries = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if os.geteuid() != 0 or not binaries or not shutil.which("runuser"):
+            pytest.skip("needs root, runuser and PostgreSQL's server binaries (initdb, pg_ctl)")
+        self.bin = Path(binaries[-1]).parent
+        self.port = _free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="private-pg-"))
+        self.data = self.dir / "data"
+        shutil.chown(self.dir, "postgres", "postgres")
+        self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/orchestrator"
+
+    def _as_postgres(self, tool: str, *args: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", str(self.bin / tool), *args], check=True, capture_output=True, timeout=180)
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._as_postgres("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.dir / "log"), "-w", "-t", "120", "start")
+
+    def stop(self) -> None:
+        self._as_postgres("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "120", "stop")
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def close(self) -> None:
+        try:
+            if self.running():
+                self.stop()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _query(url: str, sql: str, params: tuple = ()) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(url, connect_timeout=5, autocommit=True) as conn:
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+class Processes:
+    """run_worker / run_scheduler / other commands against the private cluster; killed at the end."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.procs: list[tuple[subprocess.Popen, list[str]]] = []
+
+    def start(self, *args: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+        self.procs.append((proc, lines))
+        return proc
+
+    def run(self, *args: str) -> str:
+        result = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    def close(self) -> None:
+        for proc, lines in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, 9)
+                except ProcessLookupError:
+                    pass
+            proc.wait(timeout=10)
+            print(f"--- {' '.join(proc.args[2:])} ({proc.pid}) ---\n{''.join(lines[-150:])}")
+
+
+@pytest.mark.timeout(OUTAGE_SECONDS + 900)
+def test_a_database_outage_of_minutes_loses_no_outcome_and_charges_nothing(tmp_path):
+    cluster = PrivatePostgres()
+    processes: Processes | None = None
+    try:
+        cluster.start()
+        _query(cluster.url.rsplit("/", 1)[0] + "/postgres", "CREATE DATABASE orchestrator")
+        queue = f"outage-{uuid.uuid4().hex[:8]}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "DATABASE_URL": cluster.url,
+            "ORCHESTRATOR_HEARTBEAT_INTERVAL": "0.5",
+            "ORCHESTRATOR_HEARTBEAT_TIMEOUT": "3",
+            "ORCHESTRATOR_REPORT_PATIENCE": "2",
+            "ORCHESTRATOR_DB_OUTAGE_TOLERANCE": str(int(OUTAGE_SECONDS + 300)),
+            "ORCHESTRATOR_SCHEDULER_INTERVAL": "0.2",
+            "ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY": "0",
+            "ORCHESTRATOR_SPOOL_DIR": str(tmp_path / "spool"),
+        }
+        processes = Processes(env)
+        processes.run("migrate", "--no-input")
+        windows = tmp_path / "windows"
+        seconds = TASKS_END_INTO_OUTAGE + 5  # the outage starts about when the last one started
+        spec = {
+            "dag_id": "long_outage",
+            "default_args": {"queue": queue, "retries": 0},
+            "tasks": [
+                *({"task_id": f"t{i}", "python_callable": "tests.worker.tasks.window",
+                   "op_kwargs": {"path": str(windows), "seconds": seconds}} for i in range(TASKS)),  # fmt: skip
+                {"task_id": "after", "python_callable": "tests.worker.tasks.succeed", "upstream": ["t0"]},
+            ],
+        }
+        (tmp_path / "dag.yaml").write_text(yaml.safe_dump(spec))
+        processes.run("import_dags", str(tmp_path / "dag.yaml"))
+        worker = processes.start("run_worker", queue, "--concurrency", str(TASKS + 2))
+        scheduler = processes.start("run_scheduler")
+        processes.run("trigger_dag", "long_outage")
+
+        def states() -> dict[str, tuple[Any, ...]]:
+            rows = _query(
+                cluster.url,
+                "SELECT task_id, state, try_number, infrastructure_try_number,"
+                " (SELECT count(*) FROM orchestrator_taskattempt a WHERE a.task_instance_id = ti.id)"
+                " FROM orchestrator_taskinstance ti",
+            )
+            return {row[0]: row[1:] for row in rows}
+
+        wait_until(lambda: sum(s[0] == "running" for s in states().values()) == TASKS, timeout=180, message="every task running")
+        outage_started = time.monotonic()
+        cluster.stop()
+        try:
+            time.sleep(OUTAGE_SECONDS)
+            assert worker.poll() is None and scheduler.poll() is None, "a process died in the outage"
+            spooled = list((tmp_path / "spool").glob("*/ti-*.json"))
+            assert len(spooled) == TASKS, f"{len(spooled)} of {TASKS} outcomes spooled"
+        finally:
+            cluster.start()
+        outage = time.monotonic() - outage_started
+        wait_until(lambda: states().get("after", ("",))[0] == "success", timeout=180, message="the run to go on after the outage")
+        final = states()
+        for task_id, (state, try_number, infra, attempts) in final.items():
+            assert (state, try_number, infra, attempts) == ("success", 1, 0, 1), (task_id, final[task_id])
+        wait_until(lambda: _query(cluster.url, "SELECT state FROM orchestrator_dagrun")[0][0] == "success", timeout=60, message="the run to succeed")
+        events = [json.loads(line) for line in windows.read_text().splitlines()]
+        starts = sorted(e["task_id"] for e in events if e["event"] == "start")
+        assert starts == sorted(f"t{i}" for i in range(TASKS)), "a task ran twice (or not at all)"
+        assert worker.poll() is None and scheduler.poll() is None
+        assert not list((tmp_path / "spool").glob("*/ti-*.json")), "an outcome is still waiting in the spool"
+        print(f"outage {outage:.0f}s; every outcome delivered after it")
+    finally:
+        if processes is not None:
+            processes.close()
+        cluster.close()

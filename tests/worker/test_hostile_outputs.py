@@ -1,0 +1,86 @@
+"""What a task writes that no database stores as is (NUL, lone surrogates, invalid UTF-8, a
+result the database refuses): every attempt still ends, with a record an operator can read."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.models import TaskInstance
+from tests.worker.conftest import instance, settle, trigger
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+T = "tests.worker.tasks."
+REPLACED = "\ufffd"
+
+
+def test_it_records_an_exception_message_holding_nul(worker, make_dag):
+    """ValueError("bad 'a\\x00b'"): failed as task_exception, NUL replaced, and the metadata says so."""
+    dag = make_dag([{"task_id": "t", "python_callable": T + "raise_with_nul"}])
+    worker()
+    run = trigger(dag)
+    ti = settle(run, "t", ("failed",), timeout=40)
+    attempt = ti.attempts.get()
+    assert (attempt.state, attempt.context["reason"]) == ("failed", "task_exception")
+    assert attempt.context["metadata"]["message"] == f"bad 'a{REPLACED}b'"
+    assert "context.metadata" in attempt.context["metadata"]["sanitised"]
+    assert ti.last_failure_context["metadata"]["message"] == f"bad 'a{REPLACED}b'"
+
+
+def test_it_records_an_exception_message_holding_a_lone_surrogate(worker, make_dag):
+    dag = make_dag([{"task_id": "t", "python_callable": T + "raise_with_lone_surrogate"}])
+    worker()
+    run = trigger(dag)
+    ti = settle(run, "t", ("failed",), timeout=40)
+    attempt = ti.attempts.get()
+    assert attempt.context["metadata"].get("message") == f"half a pair: {REPLACED}", (attempt.context, attempt.stderr)
+    assert attempt.context["metadata"]["sanitised"]
+
+
+def test_it_records_a_result_holding_nul(worker, make_dag):
+    """The result is stored with NUL replaced; a success's context stays null, so its stderr says so."""
+    dag = make_dag([{"task_id": "t", "python_callable": T + "return_with_nul"}])
+    worker()
+    run = trigger(dag)
+    ti = settle(run, "t", ("success",), timeout=40)
+    attempt = ti.attempts.get()
+    assert attempt.result == f"before{REPLACED}after"
+    assert attempt.context is None
+    assert "replaced with U+FFFD in: result" in attempt.stderr
+
+
+def test_it_records_output_that_is_not_utf8(worker, make_dag):
+    dag = make_dag([{"task_id": "t", "python_callable": T + "print_invalid_utf8"}])
+    worker()
+    run = trigger(dag)
+    ti = settle(run, "t", ("success",), timeout=40)
+    attempt = ti.attempts.get()
+    assert attempt.result == "printed"
+    assert "valid, then" in attempt.stdout and "end" in attempt.stdout
+    assert "\x00" not in attempt.stdout and REPLACED in attempt.stdout
+
+
+def test_it_records_a_bash_task_echoing_nul_bytes(worker, make_dag):
+    dag = make_dag([{"task_id": "t", "bash_command": r"printf 'a\000b\n'; printf 'err\000or\n' >&2; exit 3"}])
+    worker()
+    run = trigger(dag)
+    ti = settle(run, "t", ("failed",), timeout=40)
+    attempt = ti.attempts.get()
+    assert attempt.context["reason"] == "nonzero_exit"
+    assert attempt.stdout == f"a{REPLACED}b\n"
+    assert f"err{REPLACED}or" in attempt.stderr
+
+
+def test_a_result_the_database_refuses_ends_the_attempt_as_a_classified_failure(worker, make_dag):
+    """NaN is not JSON either database stores: the report is refused (not for want of a
+    connection), and the attempt ends as an application failure saying why, lease let go."""
+    dag = make_dag([{"task_id": "t", "python_callable": T + "return_unstorable_float"}])
+    proc = worker()
+    run = trigger(dag)
+    ti = settle(run, "t", ("failed",), timeout=40)
+    attempt = ti.attempts.get()
+    assert (attempt.state, attempt.kind) == ("failed", "user")
+    assert attempt.context["category"] == "application"
+    assert attempt.context["metadata"]["exception_type"] == "UnstorableOutcome"
+    assert attempt.context["metadata"]["report_refused"]
+    assert proc.poll() is None  # the worker carries on
+    assert not TaskInstance.objects.filter(dag_run=run, state="running").exists()
