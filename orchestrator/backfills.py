@@ -8,7 +8,7 @@ action is audited with who did it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone as dt_timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,6 +24,8 @@ from orchestrator.models import Backfill, BackfillDate, Dag
 
 DEFAULT_MAX_ACTIVE_RUNS = 10
 MAX_ACTIVE_RUNS_LIMIT = 10_000
+# Dates a schedule can be walked over without leaving what datetime and croniter can represent.
+MIN_YEAR, MAX_YEAR = 1900, 2999
 FINAL_STATES = frozenset({Backfill.State.SUCCESS, Backfill.State.FAILED, Backfill.State.CANCELLED})
 
 
@@ -57,6 +59,8 @@ def parse_when(argument: str, value: object, tz_name: str) -> datetime:
         when = datetime.fromisoformat(value.strip())
     except ValueError:
         raise BackfillError(argument, f"not an ISO 8601 date or date-time: {_show(value)}") from None
+    if not MIN_YEAR <= when.year <= MAX_YEAR:
+        raise BackfillError(argument, f"must lie between the years {MIN_YEAR} and {MAX_YEAR}, not {_show(value)}")
     if when.tzinfo is None:
         when = when.replace(tzinfo=ZoneInfo(tz_name))
     return when
@@ -203,8 +207,8 @@ def preview_document(planned: list[engine.PlannedDate]) -> dict[str, Any]:
 
 def _arguments(backfill: Backfill) -> dict[str, Any]:
     return {
-        "from": iso(backfill.from_date),
-        "to": iso(backfill.to_date),
+        "from": iso(backfill.from_date.astimezone(dt_timezone.utc)),
+        "to": iso(backfill.to_date.astimezone(dt_timezone.utc)),
         "reprocess": backfill.reprocess,
         "max_active_runs": backfill.max_active_runs,
         "backwards": backfill.backwards,
