@@ -120,7 +120,7 @@ def backfill_action(request: HttpRequest, backfill_id: str, action: str) -> Http
 
 def recent_backfills(dag: Any, limit: int = 5) -> list[dict[str, Any]]:
     """The DAG page's list: its newest backfills with their progress."""
-    return [backfills.document(b) for b in Backfill.objects.select_related("dag").filter(dag=dag)[:limit]]
+    return [{**backfills.document(b), "object": b} for b in Backfill.objects.select_related("dag").filter(dag=dag)[:limit]]
 
 
 __all__ = ["backfill_new", "backfill_detail", "backfill_action", "recent_backfills", "BadRequest"]
