@@ -94,3 +94,34 @@ def check_task(
     )
     platform = platform_worst_case_seconds(int(args["infrastructure_retry_limit"]), float(timeout), infrastructure_retry_delay, detection_seconds)
     return [Verdict(task_id, label, interval, worst, platform) for label, interval in bounding_deadlines(task_deadlines, dag_deadlines)]
+
+
+def remaining_worst_case_seconds(
+    state: str,
+    *,
+    try_number: int,
+    max_tries: int,
+    execution_timeout: float,
+    retry_delay: float,
+    backoff: str,
+    max_delay: float,
+    running_for: float = 0.0,
+    wait_left: float = 0.0,
+) -> float:
+    """The most a task can still take from now on its user budget: the rest of the current try
+    (`running_for` seconds in, for a queued or running one) or the wait before the next
+    (`wait_left`, for one up for retry), then every try left at its timeout with the longest
+    wait before each. A deadline-risk estimate is never worse than this."""
+    timeout = float(execution_timeout)
+    if state in ("queued", "running"):
+        total, next_try, waited = max(0.0, timeout - running_for), try_number + 1, False
+    elif state == "up_for_retry":
+        total, next_try, waited = max(0.0, wait_left), try_number + 1, True
+    else:  # not started: its next try runs without a wait
+        total, next_try, waited = 0.0, try_number + 1, True
+    for n in range(next_try, max(max_tries, next_try - 1) + 1):
+        if not waited:
+            total += ceiling(n - 1, retry_delay, backoff, max_delay)
+        waited = False
+        total += timeout
+    return total

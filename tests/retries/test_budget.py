@@ -102,3 +102,28 @@ def test_a_task_without_a_timeout_has_no_verdict():
 @pytest.mark.parametrize(("value", "text"), [(450.0, "450"), (0.5, "0.5"), (3600, "3600")])
 def test_seconds_are_written_plainly(value, text):
     assert seconds(value) == text
+
+
+WORST = {"execution_timeout": 60, "retry_delay": 30, "backoff": "exponential", "max_delay": 120}
+
+
+def test_a_task_not_started_has_the_whole_budget_ahead():
+    from retries.budget import remaining_worst_case_seconds
+
+    assert remaining_worst_case_seconds("none", try_number=0, max_tries=4, **WORST) == worst_case_seconds(3, 60, 30, "exponential", 120) == 450
+
+
+def test_a_running_task_has_the_rest_of_its_try_and_the_tries_left():
+    from retries.budget import remaining_worst_case_seconds
+
+    # try 2 of 4, 20 s in: 40 s left, then wait 60 + try 3, wait 120 + try 4.
+    assert remaining_worst_case_seconds("running", try_number=2, max_tries=4, running_for=20, **WORST) == 40 + 60 + 60 + 120 + 60
+    # the last try, past its timeout: nothing left.
+    assert remaining_worst_case_seconds("running", try_number=4, max_tries=4, running_for=90, **WORST) == 0
+
+
+def test_a_task_up_for_retry_waits_then_runs_the_tries_left():
+    from retries.budget import remaining_worst_case_seconds
+
+    # try 1 failed, 10 s of its wait left: try 2, then wait 60 + try 3, wait 120 + try 4.
+    assert remaining_worst_case_seconds("up_for_retry", try_number=1, max_tries=4, wait_left=10, **WORST) == 10 + 60 + 60 + 60 + 120 + 60
