@@ -70,7 +70,7 @@ def test_a_backfill_runs_each_date_once_within_its_limit_across_dst(stack, make_
     nothing_stuck(dag)
 
 
-def test_every_reprocess_behaviour_on_a_paused_dag(stack, make_dag, tmp_path):
+def test_every_reprocess_behaviour_on_a_paused_dag(stack, make_dag, process_env, tmp_path):
     log = tmp_path / "calls.log"
     dag = daily_dag(make_dag, log, seconds=0.1, paused=True)
     second_day = AMSTERDAM_MIDNIGHTS[1]
@@ -87,7 +87,14 @@ def test_every_reprocess_behaviour_on_a_paused_dag(stack, make_dag, tmp_path):
             counted[date] = counted.get(date, 0) + 1
         return counted
 
-    first = backfill("none")
+    # The first through the command: --wait ends with the state, exit 1 as a run failed.
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "backfill", dag.dag_id, "--from", "2026-03-27", "--to", "2026-03-29", "--max-active-runs", "3", "--wait"],
+        env=process_env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "failed"
+    first = Backfill.objects.get()
     assert first.state == "failed"
     assert calls() == {AMSTERDAM_MIDNIGHTS[0]: 1, second_day: 1, AMSTERDAM_MIDNIGHTS[2]: 1}
     Path(f"{log}.fail-{second_day}").unlink()
@@ -131,3 +138,17 @@ def test_pause_unpause_and_cancel_mid_way_leave_nothing_stuck(stack, make_dag, t
     assert doc["state"] == "cancelled" and doc["cancelled"] == 4
     assert doc["runs"] == {"total": 6, "pending": 0, "queued": 0, "running": 0, "success": 2, "failed": 0}
     nothing_stuck(dag)
+
+
+def test_two_schedulers_at_once_never_exceed_the_limit(spawn, make_dag, tmp_path):
+    """No worker: the runs stay running, and two schedulers racing over the backfill start 3 of
+    its 10 dates between them, however many passes they make."""
+    dag = daily_dag(make_dag, tmp_path / "calls.log")
+    backfill = backfills.create(backfills.check(dag, start="2026-03-20", end="2026-03-29", max_active_runs=3), None)
+    for _ in range(2):
+        procs = [spawn("run_scheduler", "--once"), spawn("run_scheduler", "--once")]
+        for proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0, out
+        assert DagRun.objects.filter(backfill=backfill).count() == 3
+    assert backfills.document(Backfill.objects.get(pk=backfill.pk))["runs"]["pending"] == 7
