@@ -16,10 +16,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from orchestrator.actions import User, _audit, _username, find_dag
+from orchestrator.actions import User, _audit, _username
 from orchestrator.documents import iso
 from orchestrator.engine import backfills as engine
-from orchestrator.exceptions import BadRequest, Conflict, NotFound  # noqa: F401  (Conflict: raised by act)
+from orchestrator.exceptions import BadRequest, Conflict, NotFound
 from orchestrator.models import Backfill, BackfillDate, Dag
 
 DEFAULT_MAX_ACTIVE_RUNS = 10
@@ -220,5 +220,3 @@ def _show(value: object, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
-
-__all__ = ["BackfillError", "check", "create", "preview", "act", "find", "document", "find_dag"]

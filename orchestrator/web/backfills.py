@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.contrib.auth.decorators import login_required
 
 from orchestrator import actions, backfills
-from orchestrator.exceptions import ActionError, BadRequest, NotFound
+from orchestrator.exceptions import ActionError, NotFound
 from orchestrator.models import Backfill, BackfillDate
 from orchestrator.web import presenters
 
@@ -122,5 +122,3 @@ def recent_backfills(dag: Any, limit: int = 5) -> list[dict[str, Any]]:
     """The DAG page's list: its newest backfills with their progress."""
     return [{**backfills.document(b), "object": b} for b in Backfill.objects.select_related("dag").filter(dag=dag)[:limit]]
 
-
-__all__ = ["backfill_new", "backfill_detail", "backfill_action", "recent_backfills", "BadRequest"]
