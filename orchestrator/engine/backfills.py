@@ -206,7 +206,7 @@ def _start_date_inner(backfill: Backfill, date: BackfillDate, now: datetime) -> 
     run_pk = runs[-1][0]
     # Taken only from a finished state: a run that became queued or running meanwhile stays as it is.
     if not DagRun.objects.filter(pk=run_pk, state__in=list(FINISHED_RUN_STATES)).update(
-        state=RunState.RUNNING, start_date=now, end_date=None, backfill=backfill
+        state=RunState.RUNNING, start_date=now, end_date=None, backfill=backfill, run_type=DagRun.RunType.BACKFILL
     ):
         _claim(date, BackfillDate.State.SKIPPED, run_pk)
         return None

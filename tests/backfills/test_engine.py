@@ -101,7 +101,7 @@ def test_reprocess_failed_clears_the_failed_the_upstream_failed_and_the_dead_let
     backfill = make(dag, "2026-03-27", "2026-03-27", reprocess="failed")
     assert engine.start_batch(backfill.pk, timezone.now()) == 1
     run.refresh_from_db()
-    assert (run.state, run.backfill_id, run.run_type, run.end_date) == ("running", backfill.pk, "scheduled", None)
+    assert (run.state, run.backfill_id, run.run_type, run.end_date) == ("running", backfill.pk, "backfill", None)
     states = dict(TaskInstance.objects.filter(dag_run=run).values_list("task_id", "state"))
     assert states["audit"] == "success"  # a task that succeeded is kept
     assert states["extract"] == "queued"  # cleared, then dispatched at once
