@@ -335,3 +335,23 @@ def test_the_limit_on_dates_is_a_setting(settings):
     with pytest.raises(backfills.BackfillError, match="more than ORCHESTRATOR_BACKFILL_MAX_RUNS"):
         backfills.check(dag, start="2026-03-27", end="2026-03-30")
     assert len(backfills.check(dag, start="2026-03-27", end="2026-03-29").dates) == 3
+
+
+def test_a_backfill_run_cleared_after_the_end_runs_again_on_a_paused_dag():
+    """An operator's clear of a finished backfill run reopens it, and the scheduler moves it on
+    although the DAG is paused: nothing stuck."""
+    from orchestrator import actions
+
+    dag = daily_dag(paused=True)
+    backfill = make(dag, "2026-03-27", "2026-03-27")
+    schedule_once()
+    run = DagRun.objects.get(backfill=backfill)
+    finish(run.pk, "failed")
+    schedule_once()
+    assert Backfill.objects.get(pk=backfill.pk).state == "failed"
+    extract = TaskInstance.objects.select_related("dag_run__dag", "definition").get(dag_run=run, task_id="extract")
+    actions.clear(extract, None)
+    schedule_once()
+    run.refresh_from_db()
+    assert run.state == "running"
+    assert TaskInstance.objects.get(dag_run=run, task_id="extract").state == "queued"
