@@ -76,6 +76,9 @@ def test_an_operator_previews_creates_pauses_and_watches_a_backfill(live_server,
         page.wait_for_function("document.querySelector('#backfill-state').innerText === 'success'", timeout=180_000)
         assert page.locator("#backfill-counts").inner_text().startswith("7 success")
         shot(page, "backfill-done")
+        page.emulate_media(color_scheme="dark")
+        shot(page, "backfill-done-dark")
+        page.emulate_media(color_scheme="light")
 
         # The DAG stays paused; its grid marks the backfill's runs; the budget verdict is shown.
         page.goto(f"{live_server.url}/dags/settlement/")
