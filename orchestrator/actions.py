@@ -350,7 +350,7 @@ def clear_for_rerun(run: DagRun, states: Iterable[str], *, by: str, note: str) -
     clear would (fresh tries, context `user_action/manual_clear` naming `by`); one audit entry.
 
     The caller has taken the finished run (a conditional update) in the same transaction."""
-    now = timezone.now()
+    now = shared_now()
     touched = []
     instances = TaskInstance.objects.filter(dag_run=run, state__in=list(states), definition__isnull=False)
     for ti in instances.select_related("dag_run", "dag_run__dag", "definition").order_by("id"):

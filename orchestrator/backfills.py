@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.utils import timezone
+from orchestrator.engine.clock import shared_now
 
 from orchestrator.actions import User, _audit, _username
 from orchestrator.documents import iso
@@ -108,7 +108,7 @@ def preview(request: Request) -> list[engine.PlannedDate]:
 def create(request: Request, user: User, *, created_by: str | None = None) -> Backfill:
     """Create the backfill and its dates in one transaction; the scheduler starts its runs."""
     by = created_by if created_by is not None else _username(user)
-    now = timezone.now()
+    now = shared_now()
     with transaction.atomic():
         backfill = Backfill.objects.create(
             dag=request.dag,
@@ -169,7 +169,7 @@ def act(backfill: Backfill, action: str, user: User) -> Backfill:
         if current.state not in allowed:
             raise Conflict(f"backfill {backfill.pk} is {current.state}: it cannot be {action}d")
         prior = current.state
-        now = timezone.now()
+        now = shared_now()
         changes: dict[str, Any] = {"state": target}
         if action == "cancel":
             changes["end_date"] = now
