@@ -33,6 +33,9 @@ def run_created(dag_run: DagRun, now: datetime) -> None:
         d
         for d in DeadlineDefinition.objects.filter(dag_id=dag_run.dag_id, task__isnull=True)
         if d.reference in DAG_REFERENCES
+        # A backfill's run gets only the deadlines measured from its own queue time: one
+        # from its logical date (long past) or a fixed time would be missed at once.
+        and (dag_run.backfill_id is None or d.reference == Reference.DAGRUN_QUEUED_AT)
     ]
     if not definitions:
         return

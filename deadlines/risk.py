@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from deadlines.conf import int_setting
-from orchestrator.models import DagRun, TaskAttempt, TaskInstance
+from orchestrator.engine.taskconfig import merge_args
+from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
+from retries.budget import remaining_worst_case_seconds
 from retries.states import FINISHED_TASK_STATES, TaskState
 
 # --- pure rules ------------------------------------------------------------------------------
@@ -106,4 +108,30 @@ def _estimate(dag_pk: int, open_tasks: list[TaskInstance], now: datetime) -> flo
             return None
         remaining[ti.task_id] = task_remaining(ti.state, typical.get(ti.task_id, 0.0), now, ti.start_date, ti.next_retry_at)
         upstream[ti.task_id] = list(ti.definition.upstream) if ti.definition else []
+    _cap_by_worst_case(dag_pk, open_tasks, remaining, now)
     return critical_path_seconds(remaining, upstream)
+
+
+def _cap_by_worst_case(dag_pk: int, open_tasks: list[TaskInstance], remaining: dict[str, float], now: datetime) -> None:
+    """A task can never need more than what its retry budget still allows (every try left at its
+    execution_timeout, the longest backoff before each): where that is less than the history's
+    estimate (a slow history, a task on its last try), it is the better estimate."""
+    default_args = Dag.objects.filter(pk=dag_pk).values_list("default_args", flat=True).first() or {}
+    for ti in open_tasks:
+        if ti.state == TaskState.DEAD_LETTER or ti.task_id not in remaining:
+            continue
+        args = merge_args(default_args, ti.definition.args if ti.definition else {})
+        if args.get("execution_timeout") is None:
+            continue
+        worst = remaining_worst_case_seconds(
+            str(ti.state),
+            try_number=ti.try_number,
+            max_tries=ti.max_tries,
+            execution_timeout=float(args["execution_timeout"]),
+            retry_delay=float(args["retry_delay"]),
+            backoff=str(args["retry_backoff"]),
+            max_delay=float(args["retry_max_delay"]),
+            running_for=(now - ti.start_date).total_seconds() if ti.state == TaskState.RUNNING and ti.start_date else 0.0,
+            wait_left=(ti.next_retry_at - now).total_seconds() if ti.state == TaskState.UP_FOR_RETRY and ti.next_retry_at else 0.0,
+        )
+        remaining[ti.task_id] = min(remaining[ti.task_id], worst)

@@ -345,6 +345,25 @@ def failed_in_run(run: DagRun) -> list[TaskInstance]:
     )
 
 
+def clear_for_rerun(run: DagRun, states: Iterable[str], *, by: str, note: str) -> list[dict[str, str]]:
+    """Clear every task of `run` in one of `states` for a backfill's re-run, as an operator's
+    clear would (fresh tries, context `user_action/manual_clear` naming `by`); one audit entry.
+
+    The caller has taken the finished run (a conditional update) in the same transaction."""
+    now = shared_now()
+    touched = []
+    instances = TaskInstance.objects.filter(dag_run=run, state__in=list(states), definition__isnull=False)
+    for ti in instances.select_related("dag_run", "dag_run__dag", "definition").order_by("id"):
+        context = {**ExecutionContext.of(Reason.MANUAL_CLEAR, Source.API, user=by, note=note, prior_state=str(ti.state)).to_dict(), "at": now.isoformat()}
+        _clear_one(ti, context)
+        touched.append({"task_id": ti.task_id, "prior_state": ti.state, "new_state": TaskState.NONE.value})
+    AuditLog.objects.create(
+        username=by, action="backfill_rerun", dag_id=run.dag.dag_id, run_id=run.run_id, task_id="",
+        prior_state="", new_state=RunState.RUNNING, details={"note": note, "cleared": touched},
+    )
+    return touched
+
+
 # --- helpers ------------------------------------------------------------------------------------
 
 

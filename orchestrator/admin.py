@@ -10,7 +10,11 @@ from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
 from deadlines.models import DeadlineDefinition
+from django.utils.html import format_html, format_html_join
+
 from orchestrator.actions import record_edit, set_paused
+from orchestrator.specs.budget import dag_verdicts
+from retries.budget import seconds
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.exceptions import ActionError
 from orchestrator.models import (
@@ -100,11 +104,12 @@ class DagAdmin(admin.ModelAdmin):
     list_display = ("dag_id", "schedule", "timezone", "paused", "task_count", "next_run_logical_date", "updated_at")
     list_filter = ("paused", "catchup", "timezone")
     search_fields = ("dag_id", "description")
-    readonly_fields = ("next_run_logical_date", "created_at", "updated_at")
+    readonly_fields = ("next_run_logical_date", "created_at", "updated_at", "retry_budgets")
     fieldsets = (
         (None, {"fields": ("dag_id", "description", "paused")}),
         ("Schedule", {"fields": ("schedule", "timezone", "start_date", "catchup", "max_active_runs")}),
         ("Task defaults", {"fields": ("default_args",)}),
+        ("Retry budgets against deadlines", {"fields": ("retry_budgets",)}),
         ("Bookkeeping", {"fields": ("next_run_logical_date", "created_at", "updated_at"), "classes": ("collapse",)}),
     )
     actions = ["trigger_run", "pause", "unpause"]
@@ -116,6 +121,29 @@ class DagAdmin(admin.ModelAdmin):
         # The task inline needs the whole width to show whole ids and callables: no side menu here.
         context["is_nav_sidebar_enabled"] = False
         return super().render_change_form(request, context, *args, **kwargs)
+
+    @admin.display(description="verdicts")
+    def retry_budgets(self, dag: Dag) -> str:
+        """Each task's worst case against each deadline that bounds it (as saved), with the
+        platform budget's worst case beside it."""
+        if dag.pk is None:
+            return "Saved DAGs only."
+        verdicts = dag_verdicts(dag)
+        if not verdicts:
+            return "No task with an execution_timeout has a deadline that bounds it."
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{} s</td><td>{} s</td><td>+{} s</td><td>{}</td></tr>",
+            (
+                (v.task_id, v.deadline, seconds(v.worst_case), seconds(v.interval), seconds(v.platform_worst_case), "fits" if v.fits else "CAN MISS")
+                for v in verdicts
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>task</th><th>deadline</th><th>worst case</th><th>interval</th>"
+            "<th>platform worst case</th><th>verdict</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
 
     @admin.display(description="tasks", ordering="task_total")
     def task_count(self, dag: Dag) -> int:

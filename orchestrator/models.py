@@ -69,6 +69,7 @@ class DagRun(models.Model):
     class RunType(models.TextChoices):
         MANUAL = "manual"
         SCHEDULED = "scheduled"
+        BACKFILL = "backfill"
 
     dag = models.ForeignKey(Dag, on_delete=models.CASCADE, related_name="runs")
     run_id = models.CharField(max_length=250)
@@ -80,6 +81,9 @@ class DagRun(models.Model):
     start_date = models.DateTimeField(blank=True, null=True)
     end_date = models.DateTimeField(blank=True, null=True)
     triggered_by = models.CharField(max_length=150, blank=True, default="")
+    # The backfill that made or re-ran this run: its runs count against the backfill's limit,
+    # not the DAG's, and go on while the DAG is paused.
+    backfill = models.ForeignKey("Backfill", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
 
     class Meta:
         ordering = ["-queued_at", "-id"]
@@ -98,6 +102,77 @@ class DagRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.dag.dag_id} {self.run_id}"
+
+
+class Backfill(models.Model):
+    """One run per logical date of a DAG's schedule in a range, started a few at a time by the
+    scheduler (`orchestrator.engine.backfills`)."""
+
+    class State(models.TextChoices):
+        RUNNING = "running"
+        PAUSED = "paused"
+        CANCELLED = "cancelled"
+        SUCCESS = "success"
+        FAILED = "failed"
+
+    class Reprocess(models.TextChoices):
+        NONE = "none"  # a date that has a run is skipped
+        FAILED = "failed"  # a failed run is run again (its failed tasks cleared)
+        COMPLETED = "completed"  # a failed or successful run is run again (every task cleared)
+
+    dag = models.ForeignKey(Dag, on_delete=models.CASCADE, related_name="backfills")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    from_date = models.DateTimeField()
+    to_date = models.DateTimeField()
+    reprocess = models.CharField(max_length=16, choices=Reprocess.choices, default=Reprocess.NONE)
+    max_active_runs = models.PositiveIntegerField(default=10)
+    backwards = models.BooleanField(default=False)
+    conf = models.JSONField(default=dict, blank=True)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField()
+    end_date = models.DateTimeField(blank=True, null=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # run_scheduler: the backfills whose runs it starts (engine.backfills.start_runs).
+            models.Index(fields=["state"], name="backfill_running", condition=Q(state="running")),
+        ]
+
+    def __str__(self) -> str:
+        return f"backfill {self.pk} of {self.dag.dag_id}"
+
+
+class BackfillDate(models.Model):
+    """One logical date of a backfill: what it does there and whether its run has started."""
+
+    class Action(models.TextChoices):
+        CREATE = "create"
+        SKIP = "skip"
+        RERUN = "rerun"
+
+    class State(models.TextChoices):
+        PENDING = "pending"  # its run has not started yet
+        STARTED = "started"  # dag_run is (or was) running for the backfill
+        SKIPPED = "skipped"  # nothing to do: a run exists that the reprocess behaviour leaves alone
+        CANCELLED = "cancelled"  # the backfill was cancelled before its run started
+
+    backfill = models.ForeignKey(Backfill, on_delete=models.CASCADE, related_name="dates")
+    logical_date = models.DateTimeField()
+    action = models.CharField(max_length=8, choices=Action.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    dag_run = models.ForeignKey(DagRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="backfill_dates")
+
+    class Meta:
+        ordering = ["backfill", "logical_date"]
+        constraints = [models.UniqueConstraint(fields=["backfill", "logical_date"], name="backfill_date_unique")]
+        indexes = [
+            # run_scheduler: a backfill's next dates to start, and its started runs to count.
+            models.Index(fields=["backfill", "state", "logical_date"], name="backfill_date_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.logical_date.isoformat()} {self.action} ({self.state})"
 
 
 class TaskInstance(models.Model):

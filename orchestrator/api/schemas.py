@@ -108,6 +108,7 @@ _RUN_FIELDS: dict[str, Schema] = {
     "dag_id": STRING,
     "run_id": STRING,
     "run_type": enum(DagRun.RunType.values),
+    "backfill_id": {**nullable(INTEGER), "description": "The backfill the run belongs to, or null."},
     "state": enum(RunState),
     "queued_at": MAYBE_TIME,
     "start_date": MAYBE_TIME,

@@ -6,7 +6,7 @@ name the same URL (tests/api/test_openapi.py checks that they do).
 from django.urls import path
 
 from orchestrator.actions import TASK_ACTIONS
-from orchestrator.api import console, limits, openapi, views
+from orchestrator.api import backfills, console, limits, openapi, views
 
 app_name = "api"
 
@@ -23,6 +23,12 @@ urlpatterns = [
     *[
         path(f"{RUN}/tasks/<str:task_id>/{action}", views.TASK_ACTION_VIEWS[action], {"action": action}, name=f"task_{action}")
         for action in TASK_ACTIONS
+    ],
+    path("dags/<str:dag_id>/backfills", backfills.create_backfill, name="backfill_create"),
+    path("backfills/<str:id>", backfills.backfill_detail, name="backfill_detail"),
+    *[
+        path(f"backfills/<str:id>/{action}", backfills.BACKFILL_ACTION_VIEWS[action], name=f"backfill_{action}")
+        for action in backfills.BACKFILL_ACTIONS
     ],
     path("failures", views.failures, name="failures"),
     path("dead_letters", console.dead_letters, name="dead_letters"),

@@ -155,9 +155,10 @@ def _waiting(pools: set[str], dag_ids: set[str], now: datetime, *, lock_rows: bo
     rows = TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").filter(
         Q(pool__in=pools) | Q(dag_run__dag__dag_id__in=dag_ids),
         Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=now),
+        # A backfill's runs go on while their DAG is paused.
+        Q(dag_run__dag__paused=False) | Q(dag_run__backfill__isnull=False),
         state__in=HOLD_FROM,
         dag_run__state=RunState.RUNNING,
-        dag_run__dag__paused=False,
     )
     if lock_rows and connection.vendor == "postgresql":
         rows = rows.select_for_update(skip_locked=True, of=("self",))

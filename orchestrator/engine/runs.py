@@ -22,7 +22,7 @@ from orchestrator.engine.taskconfig import effective_args
 from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
-from orchestrator.models import Dag, DagRun, Task, TaskInstance
+from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
 from retries.states import WAITING_TO_RUN_STATES, RunState, TaskState
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ def create_run(
     conf: dict[str, Any] | None = None,
     now: datetime | None = None,
     triggered_by: str = "",
+    backfill: Backfill | None = None,
 ) -> DagRun:
     """Insert the run and one task instance per task, in one transaction."""
     now = now or shared_now()
@@ -53,6 +54,7 @@ def create_run(
             logical_date=logical_date,
             queued_at=now,
             triggered_by=triggered_by,
+            backfill=backfill,
         )
         instances = []
         for task in dag.tasks.all():
@@ -115,7 +117,7 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
             return 0, False
         if run.state == RunState.QUEUED and not _start_run(run, now):
             return 0, False
-        if run.dag.paused:
+        if run.dag.paused and run.backfill_id is None:  # a backfill's runs go on while their DAG is paused
             return 0, False
         instances = _instances_of(run)
         states = {ti.task_id: ti.state for ti in instances}
@@ -194,7 +196,8 @@ def _start_run(run: DagRun, now: datetime) -> bool:
     # scheduler) starting runs of one DAG at once would each count the same running runs.
     if connection.vendor == "postgresql":
         Dag.objects.select_for_update().filter(pk=run.dag_id).values_list("pk", flat=True).first()
-    running = DagRun.objects.filter(dag_id=run.dag_id, state=RunState.RUNNING).count()
+    # A backfill's runs count against the backfill's own limit (engine.backfills), not this one.
+    running = DagRun.objects.filter(dag_id=run.dag_id, state=RunState.RUNNING, backfill__isnull=True).count()
     if running >= run.dag.max_active_runs:
         return False
     started = DagRun.objects.filter(pk=run.pk, state=RunState.QUEUED).update(state=RunState.RUNNING, start_date=now)

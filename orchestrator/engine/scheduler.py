@@ -22,7 +22,7 @@ from django.db import (
 )
 from django.db.models import Exists, OuterRef, Q
 
-from orchestrator.engine import circuits, leases, schedules
+from orchestrator.engine import backfills, circuits, leases, schedules
 from orchestrator.engine.clock import db_now, shared_now
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
@@ -47,7 +47,7 @@ def schedule_once(now: datetime | None = None) -> PassReport:
     """One scheduler pass. Each step handles its own items and never stops the others."""
     now = now or shared_now()
     report = PassReport()
-    for step in (_create_due_runs, _evaluate_circuits, _advance_unfinished_runs, _find_lost_tasks):
+    for step in (_create_due_runs, _start_backfill_runs, _evaluate_circuits, _advance_unfinished_runs, _find_lost_tasks):
         try:
             step(now, report)
         except (OperationalError, InterfaceError):
@@ -87,7 +87,7 @@ def create_due_run(dag: Dag, now: datetime) -> DagRun | None:
         return None
     if not dag.catchup:
         due = schedules.latest_due(dag.schedule, dag.timezone, due, now)
-    active = DagRun.objects.filter(dag=dag, state__in=[RunState.QUEUED, RunState.RUNNING]).count()
+    active = DagRun.objects.filter(dag=dag, state__in=[RunState.QUEUED, RunState.RUNNING], backfill__isnull=True).count()
     if active >= dag.max_active_runs:
         return None
     following = schedules.next_after(dag.schedule, dag.timezone, due)
@@ -103,6 +103,10 @@ def create_due_run(dag: Dag, now: datetime) -> DagRun | None:
                 return create_run(dag, run_type=DagRun.RunType.SCHEDULED, logical_date=due, now=now)
         except IntegrityError:
             return None
+
+
+def _start_backfill_runs(now: datetime, report: PassReport) -> None:
+    report.runs_created += backfills.start_runs(now)
 
 
 def _evaluate_circuits(now: datetime, report: PassReport) -> None:
@@ -131,7 +135,7 @@ def runs_needing_work(now: datetime) -> list[int]:
     re-checks everything under its lock, so a stale read here only delays work by one pass.
     """
     needing = set(DagRun.objects.filter(state=RunState.QUEUED).values_list("pk", flat=True))
-    running = DagRun.objects.filter(state=RunState.RUNNING, dag__paused=False)
+    running = DagRun.objects.filter(Q(dag__paused=False) | Q(backfill__isnull=False), state=RunState.RUNNING)
     waiting = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=[str(s) for s in WAITING_STATES])
     unfinished = TaskInstance.objects.filter(dag_run=OuterRef("pk")).exclude(state__in=[str(s) for s in FINISHED_TASK_STATES])
     candidates = set(running.filter(Exists(waiting)).values_list("pk", flat=True))

@@ -52,5 +52,15 @@ def latest_due(schedule: str, tz_name: str, due: datetime, now: datetime) -> dat
     return latest
 
 
+def ticks_between(schedule: str, tz_name: str, start: datetime, end: datetime, limit: int) -> list[datetime]:
+    """Every tick in [start, end], oldest first, in UTC; at most `limit + 1` of them, so that a
+    caller can tell "more than `limit`" without walking a huge range."""
+    ticks: list[datetime] = []
+    tick = next_after(schedule, tz_name, start - _EPSILON)
+    while tick <= end and len(ticks) <= limit:
+        ticks.append(tick)
+        tick = next_after(schedule, tz_name, tick)
+    return ticks
+
 
 _EPSILON = timedelta(microseconds=1)

@@ -14,6 +14,7 @@ from django.db.models import Model
 from deadlines.models import DeadlineDefinition, Reference
 from orchestrator.models import Circuit, Dag, Task
 from orchestrator.specs.checks import parse_datetime
+from orchestrator.specs.budget import spec_verdicts, warning_text
 from orchestrator.specs.errors import SpecError, dag_label, located
 from orchestrator.specs.files import FileError, read_spec_file, spec_paths
 from orchestrator.specs.pools import known_pools, spec_pool_problems
@@ -42,10 +43,14 @@ class ImportResult:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    # `warning: FILE: dag 'ID': task ...`: retry budgets that can outlast a deadline.
+    warnings: list[str] = field(default_factory=list)
 
 
-def load_specs(paths: Iterable[str | Path]) -> list[DagSpec]:
-    """Read and validate every DAG in `paths`; raise SpecError listing every problem found."""
+def load_specs(paths: Iterable[str | Path], warnings: list[str] | None = None) -> list[DagSpec]:
+    """Read and validate every DAG in `paths`; raise SpecError listing every problem found.
+
+    Retry budgets that can outlast a deadline are added to `warnings`, not problems."""
     messages: list[str] = []
     specs: list[DagSpec] = []
     seen: dict[str, str] = {}
@@ -75,15 +80,21 @@ def load_specs(paths: Iterable[str | Path]) -> list[DagSpec]:
                     seen[dag_id] = raw.source
                 if not problems:
                     specs.append(spec)
+                    if warnings is not None:
+                        warnings += ["warning: " + located(raw.source, label, warning_text(v)) for v in spec_verdicts(spec) if not v.fits]
     if messages:
         raise SpecError(messages)
     return specs
 
 
-def import_paths(paths: Iterable[str | Path]) -> ImportResult:
-    """Import every DAG in `paths`, all or nothing."""
-    specs = load_specs(paths)
-    result = ImportResult()
+def import_paths(paths: Iterable[str | Path], *, strict: bool = False) -> ImportResult:
+    """Import every DAG in `paths`, all or nothing. `strict`: a retry budget that can outlast a
+    deadline is an error like any other."""
+    warnings: list[str] = []
+    specs = load_specs(paths, warnings)
+    if strict and warnings:
+        raise SpecError([w.removeprefix("warning: ") for w in warnings])
+    result = ImportResult(warnings=warnings)
     with transaction.atomic():
         for spec in specs:
             outcome = write_dag(spec)

@@ -3,7 +3,7 @@ from django.urls import path, re_path
 
 from orchestrator.actions import TASK_ACTIONS
 from orchestrator.api import views as api_views
-from orchestrator.web import views
+from orchestrator.web import backfills, views
 
 app_name = "web"
 
@@ -14,6 +14,12 @@ urlpatterns = [
     path("dags/<str:dag_id>/", views.dag_detail, name="dag_detail"),
     path("dags/<str:dag_id>/trigger", views.dag_trigger, name="dag_trigger"),
     path("dags/<str:dag_id>/pause", views.dag_pause, name="dag_pause"),
+    path("dags/<str:dag_id>/backfill", backfills.backfill_new, name="backfill_new"),
+    path("backfills/<str:backfill_id>/", backfills.backfill_detail, name="backfill_detail"),
+    *[
+        path(f"backfills/<str:backfill_id>/{action}", backfills.backfill_action, {"action": action}, name=f"backfill_{action}")
+        for action in ("pause", "unpause", "cancel")
+    ],
     path(f"{RUN}/", views.run_detail, name="run_detail"),
     path(f"{RUN}/clear_failed", views.run_clear_failed, name="run_clear_failed"),
     path(f"{RUN}/tasks/<str:task_id>", views.task_detail, name="task_detail"),

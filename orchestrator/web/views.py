@@ -22,6 +22,8 @@ from orchestrator.console import failures as failure_pages
 from orchestrator.console import workers as worker_pages
 from orchestrator.exceptions import ActionError, BadRequest, NotFound
 from orchestrator.models import AuditLog, DagRun
+from orchestrator.specs.budget import dag_verdicts
+from orchestrator.web import backfills as backfill_pages
 from orchestrator.web import presenters
 from retries.states import Category, Reason
 
@@ -67,6 +69,9 @@ def _dag_context(request: HttpRequest, dag, **extra) -> dict:
         "may_pause": request.user.has_perm("orchestrator.change_dag"),
         "dag_deadline_history": dag_deadline_history(dag),
         "default_args": presenters.pretty_json(dag.default_args),
+        "backfills": backfill_pages.recent_backfills(dag),
+        "budget": dag_verdicts(dag),
+        "form": {},
         **extra,
     }
 

@@ -38,6 +38,13 @@ def seed_data() -> None:
     succeed(run, "extract")
     fail(run, "transform", stderr="ValueError: bad row\n")
     chain_dag("paused_dag")
+    # A scheduled DAG with a backfill, for the backfill endpoints.
+    from orchestrator import backfills
+
+    daily = chain_dag("daily")
+    daily.schedule = "@daily"
+    daily.save()
+    backfills.create(backfills.check(daily, start="2026-01-01", end="2026-01-03"), None, created_by="seed")
 
 
 def api_token(process_env: dict[str, str]) -> str:

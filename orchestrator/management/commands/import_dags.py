@@ -16,13 +16,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "paths", nargs="+", metavar="PATH", help="a spec file, or a directory of *.yaml/*.yml/*.json"
         )
+        parser.add_argument(
+            "--strict", action="store_true", help="refuse a DAG whose retry budget can outlast a deadline (else a warning)"
+        )
 
-    def handle(self, *args: Any, paths: list[str], **options: Any) -> None:
+    def handle(self, *args: Any, paths: list[str], strict: bool = False, **options: Any) -> None:
         try:
-            result = import_paths(paths)
+            result = import_paths(paths, strict=strict)
         except SpecError as exc:
             count = len(exc.messages)
             raise CommandError(f"nothing imported; {count} problem{'s' if count != 1 else ''}:\n" + str(exc)) from exc
+        for warning in result.warnings:
+            self.stdout.write(warning)
         outcomes = {"created": result.created, "updated": result.updated, "unchanged": result.unchanged}
         for verb, dag_ids in outcomes.items():
             for dag_id in dag_ids:

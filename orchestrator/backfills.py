@@ -1,0 +1,222 @@
+"""Backfills for the command, the API and the pages: create (or preview), pause, unpause, cancel.
+
+Every argument is checked before anything is written; a bad one raises `BackfillError`, which
+names the argument (`from`, `to`, `reprocess`, ...), and nothing is created. The runs
+themselves are started by the scheduler (`orchestrator.engine.backfills.start_runs`). Each
+action is audited with who did it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone as dt_timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db import connection, transaction
+from orchestrator.engine.clock import shared_now
+
+from orchestrator.actions import User, _audit, _username
+from orchestrator.documents import iso
+from orchestrator.engine import backfills as engine
+from orchestrator.exceptions import BadRequest, Conflict, NotFound
+from orchestrator.models import Backfill, BackfillDate, Dag
+
+DEFAULT_MAX_ACTIVE_RUNS = 10
+MAX_ACTIVE_RUNS_LIMIT = 10_000
+# Dates a schedule can be walked over without leaving what datetime and croniter can represent.
+MIN_YEAR, MAX_YEAR = 1900, 2999
+FINAL_STATES = frozenset({Backfill.State.SUCCESS, Backfill.State.FAILED, Backfill.State.CANCELLED})
+
+
+class BackfillError(BadRequest):
+    """A bad argument: `argument` is its name (as in the API's body; the command adds `--`)."""
+
+    def __init__(self, argument: str, problem: str) -> None:
+        self.argument, self.problem = argument, problem
+        super().__init__(f"{argument}: {problem}")
+
+
+@dataclass(frozen=True)
+class Request:
+    """A checked backfill request."""
+
+    dag: Dag
+    start: datetime
+    end: datetime
+    reprocess: str
+    max_active_runs: int
+    backwards: bool
+    conf: dict[str, Any]
+    dates: list[datetime]
+
+
+def parse_when(argument: str, value: object, tz_name: str) -> datetime:
+    """An ISO 8601 date or date-time; a naive one is in the DAG's timezone."""
+    if not isinstance(value, str) or not value.strip():
+        raise BackfillError(argument, f"must be an ISO 8601 date or date-time, not {_show(value)}")
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise BackfillError(argument, f"not an ISO 8601 date or date-time: {_show(value)}") from None
+    if not MIN_YEAR <= when.year <= MAX_YEAR:
+        raise BackfillError(argument, f"must lie between the years {MIN_YEAR} and {MAX_YEAR}, not {_show(value)}")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=ZoneInfo(tz_name))
+    return when
+
+
+def check(
+    dag: Dag,
+    *,
+    start: object,
+    end: object,
+    reprocess: object = Backfill.Reprocess.NONE,
+    max_active_runs: object = DEFAULT_MAX_ACTIVE_RUNS,
+    backwards: object = False,
+    conf: object = None,
+) -> Request:
+    """Every argument checked, the dates computed; BackfillError naming the first bad argument."""
+    if not dag.schedule:
+        raise BackfillError("dag_id", f"DAG '{dag.dag_id}' has no schedule: a backfill makes one run per scheduled date")
+    begin = parse_when("from", start, dag.timezone)
+    finish = parse_when("to", end, dag.timezone)
+    if begin > finish:
+        raise BackfillError("from", f"{begin.isoformat()} is after to ({finish.isoformat()})")
+    if reprocess not in Backfill.Reprocess.values:
+        raise BackfillError("reprocess", f"must be one of {', '.join(Backfill.Reprocess.values)}, not {_show(reprocess)}")
+    if isinstance(max_active_runs, bool) or not isinstance(max_active_runs, int) or not 1 <= max_active_runs <= MAX_ACTIVE_RUNS_LIMIT:
+        raise BackfillError("max_active_runs", f"must be a whole number from 1 to {MAX_ACTIVE_RUNS_LIMIT}, not {_show(max_active_runs)}")
+    if not isinstance(backwards, bool):
+        raise BackfillError("backwards", f"must be true or false, not {_show(backwards)}")
+    if conf is not None and not isinstance(conf, dict):
+        raise BackfillError("conf", f"must be a JSON object, not {_show(conf)}")
+    limit = int(settings.ORCHESTRATOR_BACKFILL_MAX_RUNS)
+    dates = engine.logical_dates(dag, begin, finish, limit)
+    if len(dates) > limit:
+        raise BackfillError("to", f"the range holds more than ORCHESTRATOR_BACKFILL_MAX_RUNS ({limit}) dates of the schedule; backfill a shorter range")
+    if not dates:
+        raise BackfillError("from", f"no date of the schedule '{dag.schedule}' ({dag.timezone}) lies between {begin.isoformat()} and {finish.isoformat()}")
+    return Request(dag, begin, finish, str(reprocess), max_active_runs, backwards, conf or {}, dates)
+
+
+def preview(request: Request) -> list[engine.PlannedDate]:
+    """What the backfill would do at each date now, in the order it would start them."""
+    return engine.plan(request.dag, request.dates, request.reprocess, backwards=request.backwards)
+
+
+def create(request: Request, user: User, *, created_by: str | None = None) -> Backfill:
+    """Create the backfill and its dates in one transaction; the scheduler starts its runs."""
+    by = created_by if created_by is not None else _username(user)
+    now = shared_now()
+    with transaction.atomic():
+        backfill = Backfill.objects.create(
+            dag=request.dag,
+            from_date=request.start,
+            to_date=request.end,
+            reprocess=request.reprocess,
+            max_active_runs=request.max_active_runs,
+            backwards=request.backwards,
+            conf=request.conf,
+            created_by=by,
+            created_at=now,
+        )
+        BackfillDate.objects.bulk_create(
+            [
+                BackfillDate(
+                    backfill=backfill,
+                    logical_date=planned.logical_date,
+                    action=planned.action,
+                    state=BackfillDate.State.SKIPPED if planned.action == BackfillDate.Action.SKIP else BackfillDate.State.PENDING,
+                    dag_run_id=planned.run_id,
+                )
+                for planned in preview(request)
+            ],
+            batch_size=500,
+        )
+        _audit(user, "backfill_create", request.dag.dag_id, "", "", "", backfill.state, {"backfill_id": backfill.pk, **_arguments(backfill), "created_by": by})
+    return backfill
+
+
+def find(backfill_id: int | str) -> Backfill:
+    backfill = Backfill.objects.select_related("dag").filter(pk=int(backfill_id)).first() if str(backfill_id).isdigit() and len(str(backfill_id)) <= 18 else None
+    if backfill is None:
+        raise NotFound(f"no backfill with id {backfill_id!r}")
+    return backfill
+
+
+# Which states each action moves from, and to.
+MOVES = {
+    "pause": ({Backfill.State.RUNNING}, Backfill.State.PAUSED),
+    "unpause": ({Backfill.State.PAUSED}, Backfill.State.RUNNING),
+    "cancel": ({Backfill.State.RUNNING, Backfill.State.PAUSED}, Backfill.State.CANCELLED),
+}
+
+
+def act(backfill: Backfill, action: str, user: User) -> Backfill:
+    """Pause, unpause or cancel; takes effect on the scheduler's next pass. Doing it again is a
+    no-op; a finished backfill (or unpausing a running one) is a Conflict.
+
+    Cancelled: its dates not started never start (they end `cancelled`); its running runs finish."""
+    allowed, target = MOVES[action]
+    with transaction.atomic():
+        rows = Backfill.objects.filter(pk=backfill.pk)
+        if connection.vendor == "postgresql":
+            rows = rows.select_for_update()  # waits for a scheduler starting its runs
+        current = rows.get()
+        if current.state == target:
+            return current
+        if current.state not in allowed:
+            raise Conflict(f"backfill {backfill.pk} is {current.state}: it cannot be {action}d")
+        prior = current.state
+        now = shared_now()
+        changes: dict[str, Any] = {"state": target}
+        if action == "cancel":
+            changes["end_date"] = now
+            BackfillDate.objects.filter(backfill=current, state=BackfillDate.State.PENDING).update(state=BackfillDate.State.CANCELLED)
+        Backfill.objects.filter(pk=current.pk, state=prior).update(**changes)
+        _audit(user, f"backfill_{action}", current.dag.dag_id, "", "", prior, target, {"backfill_id": current.pk})
+    current.refresh_from_db()
+    return current
+
+
+def is_over(backfill: Backfill) -> bool:
+    """Finished, or cancelled with none of its runs still going: what `--wait` waits for."""
+    return backfill.state in FINAL_STATES and not engine.active_runs(backfill.pk)
+
+
+def document(backfill: Backfill) -> dict[str, Any]:
+    counts = engine.run_counts(backfill.pk)
+    return {
+        "id": backfill.pk,
+        "dag_id": backfill.dag.dag_id,
+        "state": backfill.state,
+        **_arguments(backfill),
+        "created_by": backfill.created_by,
+        "created_at": iso(backfill.created_at),
+        "end_date": iso(backfill.end_date),
+        "runs": {key: counts[key] for key in ("total", "pending", "queued", "running", "success", "failed")},
+        "skipped": counts["skipped"],
+        "cancelled": counts["cancelled"],
+    }
+
+
+def preview_document(planned: list[engine.PlannedDate]) -> dict[str, Any]:
+    return {"dates": [{"logical_date": iso(p.logical_date), "action": str(p.action)} for p in planned]}
+
+
+def _arguments(backfill: Backfill) -> dict[str, Any]:
+    return {
+        "from": iso(backfill.from_date.astimezone(dt_timezone.utc)),
+        "to": iso(backfill.to_date.astimezone(dt_timezone.utc)),
+        "reprocess": backfill.reprocess,
+        "max_active_runs": backfill.max_active_runs,
+        "backwards": backfill.backwards,
+        "conf": backfill.conf,
+    }
+
+
+def _show(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+

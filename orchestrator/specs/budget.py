@@ -1,0 +1,54 @@
+"""The retry budget of each task of a DAG spec against the deadlines it must fit.
+
+The arithmetic is `retries.budget`; this module applies it to a validated spec (or to a DAG in
+the database, for its page and the admin) with the task's effective arguments.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.conf import settings
+
+from orchestrator.engine.taskconfig import merge_args
+from retries.budget import Verdict, check_task, seconds
+
+
+def verdicts(default_args: Mapping[str, Any] | None, tasks: Iterable[tuple[str, Mapping[str, Any], list]], dag_deadlines: list) -> list[Verdict]:
+    """Every task's verdict against every deadline that bounds it; `tasks` is (task_id, its own
+    args, its deadlines)."""
+    found: list[Verdict] = []
+    for task_id, args, task_deadlines in tasks:
+        found += check_task(
+            task_id,
+            merge_args(dict(default_args or {}), dict(args)),
+            task_deadlines,
+            dag_deadlines,
+            infrastructure_retry_delay=float(settings.ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY),
+            detection_seconds=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT),
+        )
+    return found
+
+
+def spec_verdicts(spec: Mapping[str, Any]) -> list[Verdict]:
+    return verdicts(spec["default_args"], [(t["task_id"], t["args"], t["deadlines"]) for t in spec["tasks"]], spec["deadlines"])
+
+
+def dag_verdicts(dag: Any) -> list[Verdict]:
+    """The same verdicts for a DAG in the database (its page and the admin)."""
+    from deadlines.models import DeadlineDefinition
+
+    rows = list(DeadlineDefinition.objects.filter(dag=dag).select_related("task").order_by("id"))
+    as_spec = lambda row: {"reference": row.reference, "interval": row.interval}  # noqa: E731
+    dag_deadlines = [as_spec(r) for r in rows if r.task_id is None]
+    tasks = [(t.task_id, t.args, [as_spec(r) for r in rows if r.task_id == t.pk]) for t in dag.tasks.all()]
+    return verdicts(dag.default_args, tasks, dag_deadlines)
+
+
+def warning_text(verdict: Verdict) -> str:
+    """`task 'load': task deadlines[0] (task_started_at + 300 s): worst case 450 s exceeds 300 s ...`"""
+    return (
+        f"task '{verdict.task_id}': {verdict.deadline}: the retry budget's worst case {seconds(verdict.worst_case)} s"
+        f" exceeds the deadline's {seconds(verdict.interval)} s (the platform budget's worst case adds up to"
+        f" {seconds(verdict.platform_worst_case)} s more)"
+    )
