@@ -1,5 +1,6 @@
 # make run   install into .venv, migrate, load the example DAGs, start web + scheduler + 2 workers
-# make test  install into .venv (with test extras), then run the whole test suite (bin/test)
+# make test  install into .venv (with test extras), lint, then run the whole test suite (bin/test)
+# make lint  ruff (lint rules) and mypy (types) over the tree, as configured in pyproject.toml
 #
 # Options: make run PORT=8001 HOST=0.0.0.0 WORKERS=3 CONCURRENCY=32; make test ARGS="tests/retries -x -q"
 
@@ -13,15 +14,20 @@ WORKERS ?= 2
 CONCURRENCY ?=
 ARGS ?=
 
-.PHONY: run test install install-test browser deploy-tools clean
+.PHONY: run test lint install install-test browser deploy-tools clean
 
 # Unless DEBUG is set, run_local turns it on only when HOST is a loopback address: error
 # pages with tracebacks on a developer's machine, never for other machines.
 run: install
 	$(PY) manage.py run_local --host $(HOST) --port $(PORT) --workers $(WORKERS) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
-test: install-test browser deploy-tools
+test: lint browser deploy-tools
 	PYTHON=$(PY) bin/test $(ARGS)
+
+# mypy keeps its cache in .mypy_cache, so a second run checks only what changed.
+lint: install-test
+	$(VENV)/bin/ruff check .
+	SECRET_KEY=lint-only $(VENV)/bin/mypy
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
@@ -69,4 +75,4 @@ $(VENV)/bin/helm: deploy/helm/install_helm.py | $(PY)
 	$(PY) deploy/helm/install_helm.py $@
 
 clean:
-	rm -rf $(VENV) staticfiles .pytest_cache .hypothesis
+	rm -rf $(VENV) staticfiles .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -45,7 +45,7 @@ class Profiler:
     def stop(self) -> list[Path]:
         """Stop every recording (py-spy writes its file on SIGINT) and return the files written."""
         written = []
-        for process, path in self.running:
+        for process, _path in self.running:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
         for process, path in self.running:

@@ -25,7 +25,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -101,11 +100,10 @@ class Processes:
 
     def _start(self, *args: str, **extra: str) -> subprocess.Popen:
         self.counter += 1
-        log = open(self.logdir / f"{args[0]}-{self.counter}.log", "w")
-        proc = subprocess.Popen(
-            [PY, str(ROOT / "manage.py"), *args], env={**self.env, **extra}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        log.close()
+        with open(self.logdir / f"{args[0]}-{self.counter}.log", "w") as log:
+            proc = subprocess.Popen(
+                [PY, str(ROOT / "manage.py"), *args], env={**self.env, **extra}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.all.append(proc)
         return proc
 

@@ -8,13 +8,10 @@ from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
-
-from deadlines.models import DeadlineDefinition
 from django.utils.html import format_html, format_html_join
 
+from deadlines.models import DeadlineDefinition
 from orchestrator.actions import record_edit, set_paused
-from orchestrator.specs.budget import dag_verdicts
-from retries.budget import seconds
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.exceptions import ActionError
 from orchestrator.models import (
@@ -28,6 +25,7 @@ from orchestrator.models import (
     TaskAttempt,
     TaskInstance,
 )
+from orchestrator.specs.budget import dag_verdicts
 from orchestrator.specs.forms import (
     DagForm,
     DeadlineForm,
@@ -40,6 +38,7 @@ from orchestrator.specs.forms import (
 )
 from orchestrator.specs.importer import DEADLINE_FIELDS as SPEC_DEADLINE_FIELDS
 from orchestrator.specs.importer import SCHEDULE_FIELDS, refresh_fixed_datetimes
+from retries.budget import seconds
 
 # A deadline's datetime is edited as written (datetime_text); the aware value derives from it.
 DEADLINE_FIELDS = tuple(field for field in SPEC_DEADLINE_FIELDS if field != "datetime")

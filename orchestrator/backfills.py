@@ -8,17 +8,18 @@ action is audited with who did it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import connection, transaction
-from orchestrator.engine.clock import shared_now
 
 from orchestrator.actions import User, _audit, _username
 from orchestrator.documents import iso
 from orchestrator.engine import backfills as engine
+from orchestrator.engine.clock import shared_now
 from orchestrator.exceptions import BadRequest, Conflict, NotFound
 from orchestrator.models import Backfill, BackfillDate, Dag
 

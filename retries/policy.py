@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from retries.backoff import retry_delay_seconds
 from retries.context import ExecutionContext
@@ -146,7 +147,7 @@ def _user_charge(
         streak = budget.fingerprint_streak + 1
     else:
         streak = 1 if fingerprint is not None else 0
-    common = dict(
+    common: dict[str, Any] = dict(
         kind=AttemptKind.USER,
         attempt_context=context,
         infrastructure_try_number=budget.infrastructure_try_number,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.api.declarations import Schema, component, nullable
 from deadlines.models import Deadline, Reference
+from orchestrator.api.declarations import Schema, component, nullable
 from orchestrator.models import DagRun, TaskAttempt
 from retries.states import AttemptKind, Category, Reason, RunState, Source, TaskState, TriggerRule
 

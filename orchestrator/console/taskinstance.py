@@ -17,9 +17,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from orchestrator import actions
+from orchestrator.console import rootcause
 from orchestrator.console.grid import waiting_text
 from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows, duration, excerpt, seconds_between
-from orchestrator.console import rootcause
 from orchestrator.engine.taskconfig import args_for
 from orchestrator.models import AuditLog, TaskAttempt, TaskInstance
 from retries.policy import cleared_max_tries

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 
 import redis
 from django.conf import settings
-from rq.registry import FailedJobRegistry
 from django.db import (
     IntegrityError,
     InterfaceError,
@@ -21,6 +20,7 @@ from django.db import (
     transaction,
 )
 from django.db.models import Exists, OuterRef, Q
+from rq.registry import FailedJobRegistry
 
 from orchestrator.engine import backfills, circuits, leases, schedules
 from orchestrator.engine.clock import db_now, shared_now

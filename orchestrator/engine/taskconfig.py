@@ -1,11 +1,14 @@
 """A task's effective settings: system defaults, then the DAG's default_args, then the task's own."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
 from retries.policy import PlatformSettings, RetryArgs
+
+if TYPE_CHECKING:  # for the annotations only
+    from orchestrator.models import Task, TaskInstance
 
 ARG_KEYS = (
     "retries",
@@ -42,12 +45,12 @@ def merge_args(dag_default_args: dict[str, Any] | None, task_args: dict[str, Any
     return {**system_defaults(), **(dag_default_args or {}), **(task_args or {})}
 
 
-def effective_args(task) -> dict[str, Any]:
+def effective_args(task: Task) -> dict[str, Any]:
     """`task` is an orchestrator.models.Task (with its dag loaded or loadable)."""
     return merge_args(task.dag.default_args, task.args)
 
 
-def args_for(ti) -> dict[str, Any]:
+def args_for(ti: TaskInstance) -> dict[str, Any]:
     """A task instance's effective arguments; a task removed from its DAG has only the DAG's."""
     return merge_args(ti.dag_run.dag.default_args, ti.definition.args if ti.definition else {})
 

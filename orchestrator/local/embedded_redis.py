@@ -142,7 +142,7 @@ class EmbeddedRedis:
                 process.wait()
         self.port = None
 
-    def __enter__(self) -> "EmbeddedRedis":
+    def __enter__(self) -> EmbeddedRedis:
         self.start()
         return self
 

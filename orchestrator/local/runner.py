@@ -20,9 +20,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO
 
 from django.conf import settings
 from django.contrib.auth import get_user_model

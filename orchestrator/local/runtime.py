@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 FILE_NAME = "local-stack.json"
 NOT_RUNNING = "the local stack is not running: start it with make run (or set REDIS_URL)"

@@ -13,8 +13,8 @@ from django.db.models import Model
 
 from deadlines.models import DeadlineDefinition, Reference
 from orchestrator.models import Circuit, Dag, Task
-from orchestrator.specs.checks import parse_datetime
 from orchestrator.specs.budget import spec_verdicts, warning_text
+from orchestrator.specs.checks import parse_datetime
 from orchestrator.specs.errors import SpecError, dag_label, located
 from orchestrator.specs.files import FileError, read_spec_file, spec_paths
 from orchestrator.specs.pools import known_pools, spec_pool_problems

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django.contrib.auth.decorators import login_required
 
 from orchestrator import actions, backfills
 from orchestrator.exceptions import ActionError, NotFound

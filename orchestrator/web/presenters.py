@@ -11,20 +11,18 @@ from django.db.models.functions import RowNumber
 from django.urls import reverse
 
 from orchestrator.actions import ACT_PERMISSION, TRIGGER_PERMISSION
-from orchestrator.engine.taskconfig import effective_args
 from orchestrator.console import rootcause
-from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
 from orchestrator.console.text import Row, attempt_label, context_rows
-from orchestrator.engine.taskconfig import args_for
+from orchestrator.engine.taskconfig import args_for, effective_args
+from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
 from retries.policy import cleared_max_tries
 from retries.states import (
     ACTIVE_TASK_STATES,
     CLEAR_FROM,
+    FINISHED_RUN_STATES,
     MARK_FAILED_FROM,
     MARK_SUCCESS_FROM,
-    FINISHED_RUN_STATES,
     AttemptKind,
-    Category,
     TaskState,
 )
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import redis
 from django.db import InterfaceError, OperationalError, connection

@@ -10,8 +10,9 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError

@@ -25,11 +25,12 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections

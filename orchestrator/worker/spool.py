@@ -26,8 +26,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
@@ -53,7 +54,7 @@ class Spool:
         self.aside = self.root / SET_ASIDE_DIR
         self.directory.mkdir(parents=True, exist_ok=True)
         # Held until this process ends (the kernel lets go of it then, however it ends).
-        self._lock = open(self.directory / LOCK_FILE, "a")
+        self._lock = open(self.directory / LOCK_FILE, "a")  # noqa: SIM115 -- held open for the life of the process
         try:
             fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

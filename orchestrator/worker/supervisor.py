@@ -12,8 +12,9 @@ import os
 import selectors
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
 

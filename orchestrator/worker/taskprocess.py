@@ -19,7 +19,8 @@ import re
 import signal
 import sys
 import traceback
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from django.core.exceptions import AppRegistryNotReady
 

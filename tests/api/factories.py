@@ -11,7 +11,6 @@ import factory
 from django.utils import timezone
 
 from orchestrator.engine.dispatch import dispatch
-from orchestrator.engine.transitions import transition
 from orchestrator.engine.reporting import (
     WorkerInfo,
     claim,
@@ -20,6 +19,7 @@ from orchestrator.engine.reporting import (
     report_success,
 )
 from orchestrator.engine.runs import create_run
+from orchestrator.engine.transitions import transition
 from orchestrator.models import Dag, DagRun, TaskInstance
 from retries.context import ExecutionContext
 from retries.states import Reason, Source

@@ -309,8 +309,9 @@ def test_a_clear_fences_out_a_dispatch_that_read_the_task_before_it(alice):
     actions.clear(before, alice)
     assert instance(run, "extract").attempt_token == before.attempt_token + 1
     before.state = "scheduled"  # what a stale reader might have seen
-    from orchestrator.engine.dispatch import dispatch
     from django.utils import timezone
+
+    from orchestrator.engine.dispatch import dispatch
 
     assert not dispatch(before, timezone.now())
     assert instance(run, "extract").state == "none"

@@ -4,7 +4,7 @@ The scheduler's step runs in the test process here; tests/backfills/test_live.py
 schedulers and workers."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import timezone as dt_timezone
 from zoneinfo import ZoneInfo
 
 import pytest

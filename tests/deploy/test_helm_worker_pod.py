@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,7 +64,7 @@ def pid_one_of(unshare: subprocess.Popen) -> int:
     """The worker: the child of `unshare`, PID 1 inside its namespace."""
     def child() -> int | None:
         try:
-            children = open(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read().split()
+            children = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split()
         except FileNotFoundError:
             return None
         return int(children[0]) if children else None

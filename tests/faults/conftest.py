@@ -9,8 +9,9 @@ import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 import redis as redis_lib

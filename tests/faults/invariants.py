@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
 from retries.states import CATEGORY_OF_REASON, FINISHED_TASK_STATES, AttemptKind, Category, Reason, TaskState

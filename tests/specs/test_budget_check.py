@@ -74,8 +74,9 @@ def test_a_budget_that_fits_is_imported_quietly_even_under_strict(tmp_path, proc
 
 @pytest.mark.django_db
 def test_the_dag_in_the_database_gets_the_same_verdicts(tmp_path):
-    from django.core.management import call_command
     from io import StringIO
+
+    from django.core.management import call_command
 
     call_command("import_dags", str(write(tmp_path, TIGHT)), stdout=StringIO())
     verdicts = dag_verdicts(Dag.objects.get(dag_id="settlement"))

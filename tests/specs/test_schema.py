@@ -1,8 +1,9 @@
 """The pure validator: every rule, with the field and the bad value named."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest

@@ -151,7 +151,7 @@ def test_the_fingerprint_links_to_every_instance_that_failed_the_same_way(bob_cl
 
 def test_bad_input_is_a_404(bob_client, failed_run):
     assert bob_client.get(page(failed_run, "nope")).status_code == 404
-    assert bob_client.get(f"/dags/etl/runs/nope/tasks/extract").status_code == 404
+    assert bob_client.get("/dags/etl/runs/nope/tasks/extract").status_code == 404
 
 
 def test_htmx_polls_an_active_task_and_stops_when_it_is_done(bob_client, failed_run):

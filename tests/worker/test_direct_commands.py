@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
 from orchestrator.worker.forkserver import direct_spawner
 from tests.conftest import wait_until
-from tests.worker.conftest import gone, instance, running_pid, settle, trigger
+from tests.worker.conftest import gone, running_pid, settle, trigger
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -57,8 +58,8 @@ def test_a_bash_task_dies_with_its_fork_server_even_while_its_worker_is_stopped(
     proc = worker()
     run = trigger(dag)
     pid = running_pid(run, "long")
-    server = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    assert "orchestrator.worker.forkserver" in open(f"/proc/{server}/cmdline").read().replace("\0", " ")
+    server = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert "orchestrator.worker.forkserver" in Path(f"/proc/{server}/cmdline").read_text().replace("\0", " ")
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         os.kill(server, signal.SIGKILL)

@@ -8,7 +8,6 @@ import socket
 import time
 
 from orchestrator.redis_conn import get_redis
-
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.models import TaskInstance
-from tests.worker.conftest import instance, settle, trigger
+from tests.worker.conftest import settle, trigger
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 

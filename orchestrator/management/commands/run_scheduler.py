@@ -6,7 +6,6 @@ import signal
 import time
 
 import redis
-
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection

@@ -10,8 +10,8 @@ import getpass
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db.models import Count
