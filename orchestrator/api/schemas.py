@@ -170,6 +170,7 @@ FAILURE = component(
             "dag_id": STRING,
             "run_id": STRING,
             "task_id": STRING,
+            "map_index": {"type": "integer", "minimum": -1, "description": "-1, or the instance of a mapped task."},
             "try_number": INTEGER,
             "infrastructure_try_number": INTEGER,
             "kind": enum(AttemptKind),
