@@ -55,3 +55,15 @@ def _append(path: str, record: dict[str, Any]) -> None:
 def read_log(path: str) -> list[dict[str, Any]]:
     p = Path(path)
     return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def recorded_instance(item: Any, records: str, seconds: float = 0.0, fail_index: int = -1,
+                      context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fault suite's recorded task, keyed by instance (`task[map_index]`), so that the
+    invariant checker sees each instance's attempts; instance `fail_index` fails its first try."""
+    from tests.faults.tasks import recorded
+
+    assert context is not None
+    instance = {**context, "task_id": f"{context['task_id']}[{context['map_index']}]"}
+    recorded(records, seconds, instance, fail_user_tries=1 if context["map_index"] == fail_index else 0)
+    return {"item": item, "map_index": context["map_index"]}
