@@ -431,12 +431,15 @@ def _clear_one(ti: TaskInstance, context: dict[str, Any]) -> None:
         retry_is_platform=False,
         pre_execution_tries=0,
         last_failure_context=context,
+        result=None,  # it has not succeeded again yet
     )
     if not won:
         raise _changed_meanwhile(ti)
 
 
 def _finish_one(ti: TaskInstance, state: TaskState, context: dict[str, Any], now: datetime) -> None:
+    # A task marked failed has no result; one marked success keeps what it had (usually none).
+    extra: dict[str, Any] = {"result": None} if state == TaskState.FAILED else {}
     won = transition(
         ti.pk,
         expected=[ti.state],
@@ -446,6 +449,7 @@ def _finish_one(ti: TaskInstance, state: TaskState, context: dict[str, Any], now
         next_retry_at=None,
         retry_is_platform=False,
         last_failure_context=context,
+        **extra,
     )
     if not won:
         raise _changed_meanwhile(ti)
