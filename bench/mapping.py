@@ -11,7 +11,7 @@ or a temporary SQLite file; a claimed or embedded Redis), removed at the end. Tw
     placeholder and one INSERT of the other instances, then dispatch them all), against the same
     call for a run of a DAG with `--width` plain tasks (settle them, dispatch them all): median
     of `--repeats` runs each, RQ jobs included;
-  * throughput, with one scheduler and `--workers` workers: a run of `root -> mapped(width)`
+  * throughput, with one scheduler and `--workers` workers, after a warm-up run: a run of `root -> mapped(width)`
     (the root returns the list, `bench.tasks.items`) and a run of `root -> width plain tasks`,
     each python no-op (`bench.tasks.noop_item` / `bench.tasks.noop`), one after the other:
     tasks per second from the trigger to the run's end.
@@ -115,12 +115,19 @@ def main() -> int:
 
         mapped = mapped_dag("bench_mapped", args.width, literal=False)
         plain = make_dag("bench_plain", {"root": [], **{f"t{i}": ["root"] for i in range(args.width)}})
+        make_dag("bench_warmup", {"a": [], "b": ["a"]})
         connections.close_all()
         processes = Processes(env, workdir / "logs")
         stack.callback(processes.stop)
         processes.start("scheduler", "run_scheduler")
         for n in range(1, args.workers + 1):
             processes.start(f"worker-{n}", "run_worker", "--name", f"mapping-bench-{n}-{os.getpid()}")
+
+        # Warm-up (not counted): the scheduler's first passes and the workers' fork servers.
+        from orchestrator.models import Dag
+
+        run_ids, _ = trigger(Dag.objects.get(dag_id="bench_warmup"), 1)
+        wait_for_runs(run_ids, processes, args.timeout)
 
         results = []
         for name, dag in ((f"mapped: root -> {args.width} instances", mapped), (f"plain: root -> {args.width} tasks", plain)):

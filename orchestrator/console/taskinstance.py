@@ -256,6 +256,8 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
         "duration": duration(ran) if ran is not None else "",
         "attempts_count": len(facts),
         "result": result_view(ti.result),
+        # A mapped instance's item, as JSON (a long one clipped: the whole is in the task's spec or upstream result).
+        "item": _clip(json.dumps(ti.map_item, ensure_ascii=False), 300) if ti.map_index >= 0 else None,
         "label": actions.label(ti),
         "instance_query": instance_query,
         "all_instances_url": base_url if ti.map_index >= 0 else "",
@@ -318,3 +320,7 @@ def output_text(ti: TaskInstance, attempt_token: int, stream: str) -> str | None
     row = TaskAttempt.objects.filter(task_instance=ti, attempt_token=attempt_token).values_list(stream, flat=True).first()
     return row
 
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
