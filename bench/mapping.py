@@ -69,7 +69,7 @@ def time_advance(dag, repeats: int) -> float:
     from orchestrator.models import DagRun
 
     times = []
-    for i in range(repeats):
+    for _ in range(repeats):
         now = timezone.now()
         run = create_run(dag, run_type=DagRun.RunType.MANUAL, logical_date=now, now=now, triggered_by="bench")
         began = time.perf_counter()

@@ -106,6 +106,7 @@ def _first_limit_hit(
         return Hold(WaitKind.MAX_ACTIVE_TIS_PER_DAG, c.task_id)
     if (
         c.max_active_tis_per_dagrun is not None
+        and c.run_key is not None
         and run_task_active.get((c.run_key, c.task_id), 0) >= c.max_active_tis_per_dagrun
     ):
         return Hold(WaitKind.MAX_ACTIVE_TIS_PER_DAGRUN, c.task_id)

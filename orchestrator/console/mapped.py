@@ -88,7 +88,7 @@ def overview(
 def bulk_choices(instances: list[TaskInstance], base_url: str, user: AbstractBaseUser | AnonymousUser) -> list[BulkChoice]:
     """Actions on every instance, or on the failed ones; each instance is acted on and audited
     on its own, and one whose state refuses the action is left as it is."""
-    if not user.has_perm(actions.ACT_PERMISSION):
+    if not user.has_perm(actions.ACT_PERMISSION):  # type: ignore[union-attr]
         return []
     n = len(instances)
     failed = sum(1 for ti in instances if ti.state in (TaskState.FAILED, TaskState.DEAD_LETTER))

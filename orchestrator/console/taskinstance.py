@@ -93,7 +93,8 @@ def result_view(result: Any) -> ResultView | None:
         return None
     text = json.dumps(result, indent=2, ensure_ascii=False, sort_keys=True)
     lines = text.count("\n") + 1
-    kind = {dict: "object", list: "list", str: "string"}.get(type(result), type(result).__name__)
+    kinds: dict[type, str] = {dict: "object", list: "list", str: "string"}
+    kind = kinds.get(type(result), type(result).__name__)
     size = f"{len(result)} item{'s' if len(result) != 1 else ''}, " if isinstance(result, (dict, list)) else ""
     folded = len(text) > RESULT_FOLD_CHARS or lines > RESULT_FOLD_LINES
     return ResultView(text, folded, f"{kind}, {size}{lines} lines, {len(text):,} characters")

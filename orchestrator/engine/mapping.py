@@ -174,13 +174,14 @@ def _fail(ti: TaskInstance, problem: dict[str, Any], now: datetime) -> tuple[Tas
 def upstream_results(dag_run_id: int, upstream: list[str]) -> dict[str, Any]:
     """Each upstream's result in a run: a mapped upstream's is the list of its instances'
     results in map_index order (empty when it expanded over nothing)."""
-    ti, task = TaskInstance._meta.get_field, Task._meta.get_field
+    fields: list[Any] = [TaskInstance._meta.get_field(name) for name in ("task_id", "map_index", "result")]
+    fields.append(Task._meta.get_field("expand"))
     rows = sql.fetch(
         "SELECT ti.task_id, ti.map_index, ti.result, t.expand FROM orchestrator_taskinstance ti"
         " LEFT JOIN orchestrator_task t ON t.id = ti.definition_id"
         f" WHERE ti.dag_run_id = %s AND ti.task_id IN ({sql.placeholders(len(upstream))}) ORDER BY ti.map_index",
         [dag_run_id, *upstream],
-        [ti("task_id"), ti("map_index"), ti("result"), task("expand")],
+        fields,
     )
     results: dict[str, Any] = {task_id: None for task_id in upstream}
     for task_id, map_index, result, expand in rows:

@@ -39,7 +39,7 @@ def is_htmx(request: HttpRequest) -> bool:
 T = TypeVar("T")
 
 
-def _lookup(find: Callable[..., T], *args: str) -> T:
+def _lookup(find: Callable[..., T], *args: str | int | None) -> T:
     """orchestrator.actions lookups, with NotFound as the 404 page."""
     try:
         return find(*args)
@@ -182,7 +182,7 @@ def _after_task_action(
 
 def _map_index(raw: str | None) -> int | None:
     """A map_index from a form or query string; a bad one is a 404 (no such instance)."""
-    if raw in (None, ""):
+    if raw is None or raw == "":
         return None
     try:
         return int(raw)

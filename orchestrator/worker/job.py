@@ -21,12 +21,12 @@ from orchestrator.engine import reporting
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.sanitise import clean_fields, clean_text
+from orchestrator.templating import render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
 from orchestrator.worker.rqworker import WorkerRuntime, default_worker_name, runtime
 from orchestrator.worker.shutdown import SHUTDOWN
 from orchestrator.worker.supervisor import Limits, Plan, Supervised, Supervisor
-from orchestrator.templating import render
 from orchestrator.worker.taskprocess import context_environment
 from retries.context import ExecutionContext
 from retries.states import REPORT_SUCCESS_FROM, Reason, Source, TaskState

@@ -13,7 +13,6 @@ from orchestrator.models import AuditLog, TaskInstance
 from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
-from tests.api.personas import alice, alice_client, bob, bob_client, fast_password_hasher  # noqa: F401
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
