@@ -21,3 +21,13 @@ def spawn_python_pass() -> int:
     """The raw RQ job of the floor: start `python -c pass` and wait for it, as a supervisor
     would start a task process if it had no fork server."""
     return subprocess.run([sys.executable, "-c", "pass"], check=True).returncode
+
+
+def items(count: int) -> list[int]:
+    """A list result for a mapped task to expand over."""
+    return list(range(count))
+
+
+def noop_item(item: object) -> None:
+    """A mapped instance that does nothing with its item."""
+    return

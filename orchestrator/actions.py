@@ -80,16 +80,43 @@ def find_run(dag_id: str, run_id: str) -> DagRun:
     return run
 
 
-def find_task_instance(dag_id: str, run_id: str, task_id: str) -> TaskInstance:
+def find_task_instance(dag_id: str, run_id: str, task_id: str, map_index: int | None = None) -> TaskInstance:
+    """One task instance: a mapped task's instance `map_index`, or else the task's first."""
+    return find_task_instances(dag_id, run_id, task_id, map_index)[0]
+
+
+def find_task_instances(dag_id: str, run_id: str, task_id: str, map_index: int | None = None) -> list[TaskInstance]:
+    """The task's instances in map_index order (one unless it is mapped), or only `map_index`."""
     run = find_run(dag_id, run_id)
-    ti = (
-        TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition")
-        .filter(dag_run=run, task_id=task_id)
-        .first()
-    )
-    if ti is None:
+    rows = TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").filter(dag_run=run, task_id=task_id)
+    if map_index is not None:
+        rows = rows.filter(map_index=map_index)
+    found = list(rows.order_by("map_index"))
+    if not found:
+        if map_index is not None and TaskInstance.objects.filter(dag_run=run, task_id=task_id).exists():
+            raise NotFound(f"task '{task_id}' of run '{run_id}' of DAG '{dag_id}' has no map_index {map_index}")
         raise NotFound(f"run '{run_id}' of DAG '{dag_id}' has no task '{task_id}'")
-    return ti
+    return found
+
+
+def act_on_task(
+    action: str, instances: list[TaskInstance], user: User, *, note: str = "", **options: Any
+) -> list[AuditLog]:
+    """One action on a task's instances (a mapped task's every instance, or one), each audited.
+
+    An instance whose state refuses the action is skipped when others were acted on; when none
+    could be, the first refusal is raised.
+    """
+    entries: list[AuditLog] = []
+    refused: list[ActionError] = []
+    for ti in instances:
+        try:
+            entries.append(TASK_ACTIONS[action](ti, user, note=note, **options))
+        except ActionError as exc:
+            refused.append(exc)
+    if not entries and refused:
+        raise refused[0]
+    return entries
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -160,7 +187,7 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, not
         _reopen_if_unfinished(ti.dag_run)
         entry = _audit(
             user, "clear", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.NONE,
-            {"note": note, "include_downstream": include_downstream, "downstream": touched},
+            _instance_details(ti, {"note": note, "include_downstream": include_downstream, "downstream": touched}),
         )
     advance_run_now(ti.dag_run_id)
     return entry
@@ -182,7 +209,7 @@ def mark_success(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
         _reopen_if_unfinished(ti.dag_run)
         entry = _audit(
             user, "mark_success", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.SUCCESS,
-            {"note": note, "downstream": touched},
+            _instance_details(ti, {"note": note, "downstream": touched}),
         )
     advance_run_now(ti.dag_run_id)
     return entry
@@ -214,7 +241,7 @@ def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
         _reopen_if_unfinished(ti.dag_run)
         entry = _audit(
             user, "mark_failed", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.FAILED,
-            {"note": note, "stopped": stopping, "worker_name": ti.worker_name if stopping else ""},
+            _instance_details(ti, {"note": note, "stopped": stopping, "worker_name": ti.worker_name if stopping else ""}),
         )
     advance_run_now(ti.dag_run_id)
     return entry
@@ -235,14 +262,14 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     No user-charged failed attempt, or a task a worker holds: Conflict.
     """
     if ti.state in ACTIVE_TASK_STATES:
-        raise Conflict(f"cannot reclassify task '{ti.task_id}' while it is {ti.state}; wait for it to finish")
+        raise Conflict(f"cannot reclassify task '{label(ti)}' while it is {ti.state}; wait for it to finish")
     attempt = (
         TaskAttempt.objects.filter(task_instance=ti, kind=AttemptKind.USER, state=TaskAttempt.State.FAILED)
         .order_by("-attempt_token")
         .first()
     )
     if attempt is None:
-        raise Conflict(f"task '{ti.task_id}' has no user-charged failed attempt to reclassify")
+        raise Conflict(f"task '{label(ti)}' has no user-charged failed attempt to reclassify")
     now = shared_now()
     attempt_context = ExecutionContext.of(
         Reason.OPERATOR_RECLASSIFIED,
@@ -281,13 +308,13 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
         _reopen_if_unfinished(ti.dag_run)
         entry = _audit(
             user, "reclassify", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, new_state,
-            {
+            _instance_details(ti, {
                 "note": note,
                 "attempt_try_number": attempt.try_number,
                 "attempt_infrastructure_try_number": attempt.infrastructure_try_number,
                 "original_context": attempt.context,
                 "downstream": touched,
-            },
+            }),
         )
     metrics.increment(
         metrics.INFRASTRUCTURE_RETRIES,
@@ -326,13 +353,13 @@ def act_on_many(action: str, instances: Iterable[TaskInstance], user: User, *, n
     """
     done, errors = [], []
     for ti in instances:
-        label = f"{ti.dag_run.dag.dag_id}/{ti.dag_run.run_id}/{ti.task_id}"
+        where = f"{ti.dag_run.dag.dag_id}/{ti.dag_run.run_id}/{label(ti)}"
         try:
             TASK_ACTIONS[action](ti, user, note=note, **options)
         except ActionError as exc:
-            errors.append(f"{label}: {exc}")
+            errors.append(f"{where}: {exc}")
         else:
-            done.append(label)
+            done.append(where)
     return done, errors
 
 
@@ -367,15 +394,25 @@ def clear_for_rerun(run: DagRun, states: Iterable[str], *, by: str, note: str) -
 # --- helpers ------------------------------------------------------------------------------------
 
 
+def label(ti: TaskInstance) -> str:
+    """The task id, with a mapped instance's map_index: `load[3]`."""
+    return ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"
+
+
 def _refuse_unless(ti: TaskInstance, allowed: Iterable[str], verb: str) -> None:
     if ti.state not in allowed:
         if ti.state in ACTIVE_TASK_STATES:
-            raise Conflict(f"cannot {verb} task '{ti.task_id}' while it is {ti.state}; wait for it to finish")
-        raise Conflict(f"cannot {verb} task '{ti.task_id}': it is {ti.state}")
+            raise Conflict(f"cannot {verb} task '{label(ti)}' while it is {ti.state}; wait for it to finish")
+        raise Conflict(f"cannot {verb} task '{label(ti)}': it is {ti.state}")
 
 
 def _changed_meanwhile(ti: TaskInstance) -> Conflict:
-    return Conflict(f"task '{ti.task_id}' changed meanwhile (it was {ti.state}); reload and try again")
+    return Conflict(f"task '{label(ti)}' changed meanwhile (it was {ti.state}); reload and try again")
+
+
+def _instance_details(ti: TaskInstance, details: dict[str, Any]) -> dict[str, Any]:
+    """An audit entry names the instance of a mapped task it acted on."""
+    return {**details, "map_index": ti.map_index} if ti.map_index >= 0 else details
 
 
 def _clear_one(ti: TaskInstance, context: dict[str, Any]) -> None:
@@ -394,12 +431,15 @@ def _clear_one(ti: TaskInstance, context: dict[str, Any]) -> None:
         retry_is_platform=False,
         pre_execution_tries=0,
         last_failure_context=context,
+        result=None,  # it has not succeeded again yet
     )
     if not won:
         raise _changed_meanwhile(ti)
 
 
 def _finish_one(ti: TaskInstance, state: TaskState, context: dict[str, Any], now: datetime) -> None:
+    # A task marked failed has no result; one marked success keeps what it had (usually none).
+    extra: dict[str, Any] = {"result": None} if state == TaskState.FAILED else {}
     won = transition(
         ti.pk,
         expected=[ti.state],
@@ -409,6 +449,7 @@ def _finish_one(ti: TaskInstance, state: TaskState, context: dict[str, Any], now
         next_retry_at=None,
         retry_is_platform=False,
         last_failure_context=context,
+        **extra,
     )
     if not won:
         raise _changed_meanwhile(ti)

@@ -218,7 +218,7 @@ class TaskAdmin(admin.ModelAdmin):
     list_filter = ("trigger_rule", "dag")
     search_fields = ("task_id", "dag__dag_id", "python_callable", "bash_command")
     list_select_related = ("dag",)
-    fields = ("dag", *TaskInline.fields, "position")
+    fields = ("dag", *TaskInline.fields, "expand", "position")
 
     @admin.display(description="kind")
     def kind(self, task: Task) -> str:

@@ -1,6 +1,7 @@
 """The JSON documents, built once and served by the CLI and the API alike."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +39,9 @@ def attempt_document(attempt: TaskAttempt) -> dict[str, Any]:
 def task_instance_document(ti: TaskInstance) -> dict[str, Any]:
     return {
         "task_id": ti.task_id,
+        "map_index": ti.map_index,
         "state": ti.state,
+        "result": ti.result,
         "try_number": ti.try_number,
         "max_tries": ti.max_tries,
         "infrastructure_try_number": ti.infrastructure_try_number,
@@ -56,6 +59,16 @@ def task_instance_document(ti: TaskInstance) -> dict[str, Any]:
     }
 
 
+def in_task_order(instances: Iterable[TaskInstance]) -> list[TaskInstance]:
+    """Task instances in the order their tasks were created, a mapped task's by map_index (its
+    instances after the first are created when it expands, after the run's other tasks)."""
+    instances = list(instances)
+    first: dict[str, int] = {}
+    for ti in instances:
+        first[ti.task_id] = min(first.get(ti.task_id, ti.pk), ti.pk)
+    return sorted(instances, key=lambda ti: (first[ti.task_id], ti.map_index))
+
+
 def deadline_documents(run: DagRun) -> list[dict[str, Any]]:
     return [
         {
@@ -71,7 +84,7 @@ def deadline_documents(run: DagRun) -> list[dict[str, Any]]:
 
 
 def run_document(run: DagRun) -> dict[str, Any]:
-    instances = run.task_instances.order_by("id").prefetch_related("attempts")
+    instances = in_task_order(run.task_instances.order_by("id").prefetch_related("attempts"))
     return {
         "dag_id": run.dag.dag_id,
         "run_id": run.run_id,
@@ -119,6 +132,7 @@ def dag_document(dag: Dag) -> dict[str, Any]:
                 "trigger_rule": t.trigger_rule,
                 "python_callable": t.python_callable or None,
                 "bash_command": t.bash_command or None,
+                "expand": t.expand,
             }
             for t in dag.tasks.all()
         ],

@@ -55,6 +55,8 @@ class Task(models.Model):
     trigger_rule = models.CharField(max_length=20, choices=choices(TriggerRule), default=TriggerRule.ALL_SUCCESS)
     # Any default_args key set on this task alone; merged over the DAG's.
     args = models.JSONField(default=dict, blank=True)
+    # A mapped task: {NAME: SOURCE}, SOURCE a list literal or "results.UPSTREAM_ID"; null = not mapped.
+    expand = models.JSONField(blank=True, null=True)
     position = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -180,6 +182,8 @@ class TaskInstance(models.Model):
     # The definition it was created from; null once the task is removed from the DAG.
     definition = models.ForeignKey(Task, on_delete=models.SET_NULL, null=True, blank=True, related_name="instances")
     task_id = models.CharField(max_length=250)
+    # -1 for a task that is not mapped (or not expanded yet); 0..n-1 for an instance of a mapped task.
+    map_index = models.IntegerField(default=-1)
     state = models.CharField(max_length=20, choices=choices(TaskState), default=TaskState.NONE)
     try_number = models.PositiveIntegerField(default=0)
     max_tries = models.PositiveIntegerField(default=1)
@@ -214,11 +218,18 @@ class TaskInstance(models.Model):
     waiting_for = models.JSONField(blank=True, null=True)
     # Its turn in a circuit's ramp after the circuit closed: not dispatched before this.
     release_at = models.DateTimeField(blank=True, null=True)
+    # What the task returned, written with its success by the attempt that succeeded.
+    result = models.JSONField(blank=True, null=True)
+    # A mapped task's instance: its item of the source, given to it as `NAME` (set when it expands).
+    map_item = models.JSONField(blank=True, null=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["dag_run", "id"]
-        constraints = [models.UniqueConstraint(fields=["dag_run", "task_id"], name="ti_unique_per_run")]
+        # A mapped task expands once: a second expansion's INSERT fails on this.
+        constraints = [
+            models.UniqueConstraint(fields=["dag_run", "task_id", "map_index"], name="ti_unique_per_run_map_index")
+        ]
         indexes = [
             # run_scheduler: tasks waiting to be dispatched or watched for lost workers/jobs.
             models.Index(
@@ -234,7 +245,8 @@ class TaskInstance(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.task_id} ({self.state})"
+        label = self.task_id if self.map_index < 0 else f"{self.task_id}[{self.map_index}]"
+        return f"{label} ({self.state})"
 
     @property
     def job_id(self) -> str:

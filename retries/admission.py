@@ -25,6 +25,8 @@ class Candidate:
     pool: str | None = None
     pool_slots: int = 1
     max_active_tis_per_dag: int | None = None
+    run_key: int | None = None  # its run's id, for max_active_tis_per_dagrun
+    max_active_tis_per_dagrun: int | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Usage:
     dag_limit: Mapping[str, int | None] = field(default_factory=dict)  # max_active_tasks; None = no limit
     dag_active: Mapping[str, int] = field(default_factory=dict)
     task_active: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    run_task_active: Mapping[tuple[int, str], int] = field(default_factory=dict)  # (run id, task id)
 
 
 def rank(candidate: Candidate) -> tuple[int, datetime, int]:
@@ -66,11 +69,12 @@ def admit(candidates: Iterable[Candidate], usage: Usage) -> tuple[list[int], dic
     pool_used = dict(usage.pool_used)
     dag_active = dict(usage.dag_active)
     task_active = dict(usage.task_active)
+    run_task_active = dict(usage.run_task_active)
     blocked_pools: set[str] = set()
     admitted: list[int] = []
     held: dict[int, Hold] = {}
     for c in ranked(candidates):
-        hold = _first_limit_hit(c, usage, pool_used, dag_active, task_active, blocked_pools)
+        hold = _first_limit_hit(c, usage, pool_used, dag_active, task_active, run_task_active, blocked_pools)
         if hold is not None:
             held[c.key] = hold
             if hold.kind is WaitKind.POOL:
@@ -81,6 +85,8 @@ def admit(candidates: Iterable[Candidate], usage: Usage) -> tuple[list[int], dic
             pool_used[c.pool] = pool_used.get(c.pool, 0) + c.pool_slots
         dag_active[c.dag_id] = dag_active.get(c.dag_id, 0) + 1
         task_active[(c.dag_id, c.task_id)] = task_active.get((c.dag_id, c.task_id), 0) + 1
+        if c.run_key is not None:
+            run_task_active[(c.run_key, c.task_id)] = run_task_active.get((c.run_key, c.task_id), 0) + 1
     return admitted, held
 
 
@@ -90,6 +96,7 @@ def _first_limit_hit(
     pool_used: Mapping[str, int],
     dag_active: Mapping[str, int],
     task_active: Mapping[tuple[str, str], int],
+    run_task_active: Mapping[tuple[int, str], int],
     blocked_pools: set[str],
 ) -> Hold | None:
     limit = usage.dag_limit.get(c.dag_id)
@@ -97,6 +104,12 @@ def _first_limit_hit(
         return Hold(WaitKind.MAX_ACTIVE_TASKS, c.dag_id)
     if c.max_active_tis_per_dag is not None and task_active.get((c.dag_id, c.task_id), 0) >= c.max_active_tis_per_dag:
         return Hold(WaitKind.MAX_ACTIVE_TIS_PER_DAG, c.task_id)
+    if (
+        c.max_active_tis_per_dagrun is not None
+        and c.run_key is not None
+        and run_task_active.get((c.run_key, c.task_id), 0) >= c.max_active_tis_per_dagrun
+    ):
+        return Hold(WaitKind.MAX_ACTIVE_TIS_PER_DAGRUN, c.task_id)
     if c.pool is not None:
         free = usage.pool_slots.get(c.pool, 0) - pool_used.get(c.pool, 0)
         if c.pool in blocked_pools or c.pool_slots > free:

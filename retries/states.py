@@ -94,6 +94,7 @@ class WaitKind(StrEnum):
     POOL = "pool"
     MAX_ACTIVE_TASKS = "max_active_tasks"
     MAX_ACTIVE_TIS_PER_DAG = "max_active_tis_per_dag"
+    MAX_ACTIVE_TIS_PER_DAGRUN = "max_active_tis_per_dagrun"  # a mapped task's instances in one run
     CIRCUIT = "circuit"
     QUEUE = "queue"  # its queue is paused by an infrastructure storm
 
@@ -130,6 +131,8 @@ class Reason(StrEnum):
     QUEUE_LOST = "queue_lost"
     OPERATOR_RECLASSIFIED = "operator_reclassified"
     # application
+    INVALID_RESULT = "invalid_result"
+    INVALID_EXPAND = "invalid_expand"
     TASK_EXCEPTION = "task_exception"
     STARTUP_ERROR = "startup_error"
     NONZERO_EXIT = "nonzero_exit"
@@ -152,6 +155,8 @@ CATEGORY_OF_REASON: dict[Reason, Category] = {
     Reason.PRE_EXECUTION_FAILURE: Category.INFRASTRUCTURE,
     Reason.QUEUE_LOST: Category.INFRASTRUCTURE,
     Reason.OPERATOR_RECLASSIFIED: Category.INFRASTRUCTURE,
+    Reason.INVALID_RESULT: Category.APPLICATION,
+    Reason.INVALID_EXPAND: Category.APPLICATION,
     Reason.TASK_EXCEPTION: Category.APPLICATION,
     Reason.STARTUP_ERROR: Category.APPLICATION,
     Reason.NONZERO_EXIT: Category.APPLICATION,

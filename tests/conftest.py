@@ -14,6 +14,17 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -> None:
+    """On SQLite the test database is a file (not Django's default in-memory one), so that the
+    workers and schedulers a test starts share it."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3") and not database.get("TEST", {}).get("NAME"):
+        database.setdefault("TEST", {})["NAME"] = str(Path(database["NAME"]).with_name("test_db.sqlite3"))
+
+
 @pytest.fixture
 def process_env(transactional_db) -> dict[str, str]:
     """Environment for a child process that talks to this test's database and Redis."""

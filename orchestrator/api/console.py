@@ -21,7 +21,10 @@ def _obj(properties: dict) -> dict:
     return {"type": "object", "required": list(properties), "properties": properties}
 
 
-INSTANCE_REF = component("TaskInstanceRef", _obj({"dag_id": STRING, "run_id": STRING, "task_id": STRING}))
+INSTANCE_REF = component(
+    "TaskInstanceRef",
+    _obj({"dag_id": STRING, "run_id": STRING, "task_id": STRING, "map_index": {"type": "integer", "minimum": -1}}),
+)
 DEAD_LETTER_GROUP = component(
     "DeadLetterGroup",
     {

@@ -134,6 +134,7 @@ def failure_document(attempt: TaskAttempt) -> dict[str, Any]:
         "dag_id": ti.dag_run.dag.dag_id,
         "run_id": ti.dag_run.run_id,
         "task_id": ti.task_id,
+        "map_index": ti.map_index,
         "try_number": attempt.try_number,
         "infrastructure_try_number": attempt.infrastructure_try_number,
         "kind": attempt.kind,

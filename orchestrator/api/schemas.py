@@ -73,7 +73,9 @@ TASK_INSTANCE = component(
     obj(
         {
             "task_id": STRING,
+            "map_index": {"type": "integer", "minimum": -1, "description": "-1, or 0..n-1 for an instance of a mapped task."},
             "state": enum(TaskState),
+            "result": {"description": "What the task returned once it succeeded (any JSON value; null before)."},
             "try_number": INTEGER,
             "max_tries": INTEGER,
             "infrastructure_try_number": INTEGER,
@@ -138,6 +140,7 @@ TASK = component(
             "trigger_rule": enum(TriggerRule),
             "python_callable": nullable(STRING),
             "bash_command": nullable(STRING),
+            "expand": {"description": "A mapped task's {NAME: SOURCE}, or null."},
         }
     ),
 )
@@ -167,6 +170,7 @@ FAILURE = component(
             "dag_id": STRING,
             "run_id": STRING,
             "task_id": STRING,
+            "map_index": {"type": "integer", "minimum": -1, "description": "-1, or the instance of a mapped task."},
             "try_number": INTEGER,
             "infrastructure_try_number": INTEGER,
             "kind": enum(AttemptKind),

@@ -82,6 +82,11 @@ def validate(value: Any, schema: Schema, where: str) -> Any:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             validate(item, schema.get("items", {}), f"{where}[{index}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise BadRequest(f"{where} must be at least {schema['minimum']}, got {value!r}")
+        if "maximum" in schema and value > schema["maximum"]:
+            raise BadRequest(f"{where} must be at most {schema['maximum']}, got {value!r}")
     elif isinstance(value, str):
         check_text(where, value)
         if "pattern" in schema and not re.search(schema["pattern"], value):

@@ -25,10 +25,17 @@ RUN = "/dags/{dag_id}/runs/{run_id}"
 TASK = "/dags/{dag_id}/runs/{run_id}/tasks/{task_id}"
 
 NOTE = {**TEXT, "description": "Why: kept in the audit log and the task's context."}
+MAP_INDEX = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": 2**31 - 1,
+    "description": "A mapped task's instance to act on; without it, every instance is acted on (each audited).",
+}
 ACTION_BODIES: dict[str, dict[str, Any]] = {
     "clear": request_body(
         {
             "note": NOTE,
+            "map_index": MAP_INDEX,
             "include_downstream": {
                 "type": "boolean",
                 "default": False,
@@ -37,7 +44,7 @@ ACTION_BODIES: dict[str, dict[str, Any]] = {
         }
     ),
 }
-NOTE_ONLY = request_body({"note": NOTE})
+NOTE_ONLY = request_body({"note": NOTE, "map_index": MAP_INDEX})
 TRIGGER_BODY = request_body({"conf": json_object("Parameters for the run's tasks.", allow_null=True)})
 ACTION_SUMMARIES = {
     "clear": "Run a finished, waiting or dead-lettered task again with a fresh set of tries",
@@ -108,9 +115,9 @@ def run_detail(request: HttpRequest, dag_id: str, run_id: str) -> JsonResponse:
 
 def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action: str, body: dict[str, Any]) -> JsonResponse:
     """POST .../tasks/TASK_ID/ACTION: the updated run document."""
-    ti = actions.find_task_instance(dag_id, run_id, task_id)
+    instances = actions.find_task_instances(dag_id, run_id, task_id, body.get("map_index"))
     options = {"include_downstream": body.get("include_downstream", False)} if action == "clear" else {}
-    actions.TASK_ACTIONS[action](ti, request.user, note=body.get("note", ""), **options)
+    actions.act_on_task(action, instances, request.user, note=body.get("note", ""), **options)
     return JsonResponse(run_document(actions.find_run(dag_id, run_id)))
 
 
@@ -123,7 +130,10 @@ def _task_action_view(action: str) -> Any:
             {200: Reply.json("The run after the action.", schemas.RUN)},
             body=ACTION_BODIES.get(action, NOTE_ONLY),
             permission=actions.ACT_PERMISSION,
-            errors={409: "The task's state does not allow this action now."},
+            errors={
+                404: "No such DAG, run, task, or map_index.",
+                409: "The task's state (every instance's, for a mapped task) does not allow this action now.",
+            },
             tag="tasks",
         )
     )(task_action)

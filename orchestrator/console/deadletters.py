@@ -26,6 +26,16 @@ class Member:
     run_id: str
     task_id: str
     since: datetime | None
+    map_index: int = -1
+
+    @property
+    def label(self) -> str:
+        return self.task_id if self.map_index < 0 else f"{self.task_id}[{self.map_index}]"
+
+    @property
+    def query(self) -> str:
+        """The task page's query string that opens this instance of a mapped task."""
+        return f"?map_index={self.map_index}" if self.map_index >= 0 else ""
 
 
 @dataclass
@@ -65,11 +75,11 @@ def groups(*, limit: int = MAX_GROUPS) -> list[Group]:
     found = {row["failure_fingerprint"] or NO_FINGERPRINT: Group(row["failure_fingerprint"] or NO_FINGERPRINT, row["n"], row["first"], row["last"]) for row in summary}
     if not found:
         return []
-    members = dead_letters().values_list("dag_run__dag__dag_id", "dag_run__run_id", "task_id", "failure_fingerprint", "end_date")
-    for dag_id, run_id, task_id, fingerprint, since in members.order_by("-end_date", "-id")[:MAX_INSTANCES]:
+    members = dead_letters().values_list("dag_run__dag__dag_id", "dag_run__run_id", "task_id", "failure_fingerprint", "end_date", "map_index")
+    for dag_id, run_id, task_id, fingerprint, since, map_index in members.order_by("-end_date", "-id")[:MAX_INSTANCES]:
         group = found.get(fingerprint or NO_FINGERPRINT)
         if group is not None:
-            group.instances.append(Member(dag_id, run_id, task_id, since))
+            group.instances.append(Member(dag_id, run_id, task_id, since, map_index))
     samples = (
         TaskAttempt.objects.filter(fingerprint__in=[fp for fp in found if fp], state=TaskAttempt.State.FAILED)
         .annotate(
@@ -92,5 +102,5 @@ def document(group: Group) -> dict:
         "sample_error": group.sample_error,
         "first_seen": group.first_seen.isoformat() if group.first_seen else None,
         "last_seen": group.last_seen.isoformat() if group.last_seen else None,
-        "instances": [{"dag_id": m.dag_id, "run_id": m.run_id, "task_id": m.task_id} for m in group.instances],
+        "instances": [{"dag_id": m.dag_id, "run_id": m.run_id, "task_id": m.task_id, "map_index": m.map_index} for m in group.instances],
     }

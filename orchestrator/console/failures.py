@@ -121,6 +121,7 @@ class FailureRow:
     task_id: str
     category: str
     reason: str
+    map_index: int
     task_reason: str  # "poisoned" on the attempt that dead-lettered its task, else ''
     budget: str  # "user try 2 of 3" / "platform retry 1 of 5"
     error: str
@@ -261,6 +262,7 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
                 dag_id=ti.dag_run.dag.dag_id,
                 run_id=ti.dag_run.run_id,
                 task_id=ti.task_id,
+                map_index=ti.map_index,
                 category=context.get("category", ""),
                 reason=reason,
                 task_reason=Reason.POISONED.value if _tipped(attempt, ti) else "",

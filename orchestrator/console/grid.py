@@ -14,13 +14,14 @@ from urllib.parse import quote
 from django.urls import reverse
 from django.utils import timezone
 
+from orchestrator.console.mapped import counts_text, is_mapped, worst_state
 from orchestrator.console.text import attempt_label, duration, seconds_between
 from orchestrator.models import Dag, DagRun, TaskInstance
 from retries.states import UNFINISHED_RUN_STATES, TaskState
 
 RECENT_RUNS = 25
 # Read only what a cell shows: a run's task instances may carry large contexts.
-CELL_FIELDS = ["id", "dag_run_id", "task_id", "state", "try_number", "max_tries", "infrastructure_try_number"]
+CELL_FIELDS = ["id", "dag_run_id", "task_id", "map_index", "state", "try_number", "max_tries", "infrastructure_try_number"]
 HAS_WAITING_FOR = any(f.name == "waiting_for" for f in TaskInstance._meta.get_fields())
 
 
@@ -47,6 +48,7 @@ class Cell:
     title: str
     platform_retries: int
     waiting: str  # '' or what the task waits for, e.g. "pool default"
+    instances: int = 0  # a mapped task's number of instances (0: not mapped)
 
 
 @dataclass
@@ -93,9 +95,9 @@ def build(dag: Dag, *, limit: int = RECENT_RUNS, now: datetime | None = None) ->
     task_ids = list(dag.tasks.order_by("position", "id").values_list("task_id", flat=True))
     fields = CELL_FIELDS + (["waiting_for"] if HAS_WAITING_FOR else [])
     instances = TaskInstance.objects.filter(dag_run_id__in=[r.pk for r in runs]).only(*fields)
-    by_run: dict[int, dict[str, TaskInstance]] = {}
+    by_run: dict[int, dict[str, list[TaskInstance]]] = {}
     for ti in instances:
-        by_run.setdefault(ti.dag_run_id, {})[ti.task_id] = ti
+        by_run.setdefault(ti.dag_run_id, {}).setdefault(ti.task_id, []).append(ti)
         if ti.task_id not in task_ids:  # removed from the DAG since: still shown
             task_ids.append(ti.task_id)
     seconds = [run_seconds(run, now) for run in runs]
@@ -120,9 +122,12 @@ def build(dag: Dag, *, limit: int = RECENT_RUNS, now: datetime | None = None) ->
     return Grid(task_ids=task_ids, runs=grid_runs, active=any(r.state in UNFINISHED_RUN_STATES for r in runs))
 
 
-def _cell(ti: TaskInstance | None, run_url: str) -> Cell | None:
-    if ti is None:
+def _cell(tis: list[TaskInstance] | None, run_url: str) -> Cell | None:
+    if not tis:
         return None
+    if is_mapped(tis):
+        return _mapped_cell(tis, run_url)
+    ti = tis[0]
     waiting = waiting_text(getattr(ti, "waiting_for", None))
     title = f"{ti.task_id}: {ti.state}, {attempt_label(ti.try_number, ti.max_tries)}"
     if ti.infrastructure_try_number:
@@ -135,4 +140,18 @@ def _cell(ti: TaskInstance | None, run_url: str) -> Cell | None:
         title=title,
         platform_retries=ti.infrastructure_try_number,
         waiting=waiting,
+    )
+
+
+def _mapped_cell(tis: list[TaskInstance], run_url: str) -> Cell:
+    """One cell for a mapped task's instances: coloured by the worst state, counts in its title."""
+    states = [ti.state for ti in tis]
+    platform = sum(ti.infrastructure_try_number for ti in tis)
+    return Cell(
+        state=worst_state(states),
+        url=f"{run_url}tasks/{quote(tis[0].task_id)}",
+        title=f"{tis[0].task_id}: {counts_text(states)}",
+        platform_retries=platform,
+        waiting="",
+        instances=len(tis),
     )

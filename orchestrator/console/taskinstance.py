@@ -7,6 +7,7 @@ that failed with the same fingerprint; none grows with the history.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from orchestrator import actions
-from orchestrator.console import rootcause
+from orchestrator.console import mapped, rootcause
 from orchestrator.console.grid import waiting_text
 from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows, duration, excerpt, seconds_between
 from orchestrator.engine.taskconfig import args_for
@@ -71,13 +72,39 @@ class ActionChoice:
     explanation: str
     danger: bool = False
     downstream_option: bool = False
+    map_index: int | None = None  # a mapped task's instance this acts on
+
+
+# A result longer than this (as pretty JSON) is shown folded.
+RESULT_FOLD_CHARS = 1500
+RESULT_FOLD_LINES = 20
+
+
+@dataclass(frozen=True)
+class ResultView:
+    text: str
+    folded: bool
+    summary: str  # what the folded result is: "dict, 120 lines, 4,210 characters"
+
+
+def result_view(result: Any) -> ResultView | None:
+    """A succeeded task's result as pretty JSON; long ones folded behind a summary."""
+    if result is None:
+        return None
+    text = json.dumps(result, indent=2, ensure_ascii=False, sort_keys=True)
+    lines = text.count("\n") + 1
+    kinds: dict[type, str] = {dict: "object", list: "list", str: "string"}
+    kind = kinds.get(type(result), type(result).__name__)
+    size = f"{len(result)} item{'s' if len(result) != 1 else ''}, " if isinstance(result, (dict, list)) else ""
+    folded = len(text) > RESULT_FOLD_CHARS or lines > RESULT_FOLD_LINES
+    return ResultView(text, folded, f"{kind}, {size}{lines} lines, {len(text):,} characters")
 
 
 def task_url(dag_id: str, run_id: str, task_id: str) -> str:
     return reverse("web:task_detail", args=[dag_id, run_id, task_id])
 
 
-def attempt_views(ti: TaskInstance, base_url: str, now: datetime) -> tuple[list[AttemptView], list[TaskAttempt]]:
+def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "") -> tuple[list[AttemptView], list[TaskAttempt]]:
     windows = {}
     for stream in STREAMS:
         windows[f"{stream}_head"] = Left(stream, OUTPUT_WINDOW)
@@ -93,7 +120,7 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime) -> tuple[list[
         context = attempt.context or {}
         metadata = context.get("metadata") or {}
         traceback = str(metadata.get("traceback") or "")
-        outputs = _outputs(attempt, f"{base_url}/attempts/{attempt.attempt_token}")
+        outputs = _outputs(attempt, f"{base_url}/attempts/{attempt.attempt_token}", query)
         # The traceback is shown once: in stderr when the task printed it there, else here.
         if traceback and any(traceback.strip()[-200:] in (o.excerpt.head + o.excerpt.tail) for o in outputs):
             traceback = ""
@@ -119,7 +146,7 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime) -> tuple[list[
     return views, attempts
 
 
-def _outputs(attempt: TaskAttempt, base: str) -> list[Output]:
+def _outputs(attempt: TaskAttempt, base: str, query: str = "") -> list[Output]:
     out = []
     for stream in STREAMS:
         size = getattr(attempt, f"{stream}_size") or 0
@@ -133,12 +160,19 @@ def _outputs(attempt: TaskAttempt, base: str) -> list[Output]:
             text = head + tail[2 * OUTPUT_WINDOW - size :]
         else:
             text = head + "\n" + tail
-        out.append(Output(stream, excerpt(text), size, f"{base}/{stream}.txt", cut))
+        out.append(Output(stream, excerpt(text), size, f"{base}/{stream}.txt{query}", cut))
     return out
 
 
 def choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url: str, has_user_failure: bool) -> list[ActionChoice]:
     """The actions `user` may take on `ti` now, each with what it will do."""
+    found = _choices(ti, user, base_url, has_user_failure)
+    if ti.map_index < 0:
+        return found
+    return [ActionChoice(c.name, c.label, c.url, c.explanation, c.danger, c.downstream_option, ti.map_index) for c in found]
+
+
+def _choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url: str, has_user_failure: bool) -> list[ActionChoice]:
     if not user.has_perm(actions.ACT_PERMISSION):
         return []
     out = []
@@ -191,7 +225,8 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
     now = timezone.now()
     run, dag = ti.dag_run, ti.dag_run.dag
     base_url = task_url(dag.dag_id, run.run_id, ti.task_id).rstrip("/")
-    attempts, rows = attempt_views(ti, base_url, now)
+    instance_query = f"?map_index={ti.map_index}" if ti.map_index >= 0 else ""
+    attempts, rows = attempt_views(ti, base_url, now, instance_query)
     has_user_failure = any(a.attempt.kind == AttemptKind.USER and a.attempt.state == "failed" for a in attempts)
     last = ti.last_failure_context or {}
     facts = rootcause.facts_of(rows, stderr_tail=lambda a: getattr(a, "stderr_tail", "") or "")
@@ -221,6 +256,39 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
         "notice": notice,
         "duration": duration(ran) if ran is not None else "",
         "attempts_count": len(facts),
+        "result": result_view(ti.result),
+        # A mapped instance's item, as JSON (a long one clipped: the whole is in the task's spec or upstream result).
+        "item": _clip(json.dumps(ti.map_item, ensure_ascii=False), 300) if ti.map_index >= 0 else None,
+        "label": actions.label(ti),
+        "instance_query": instance_query,
+        "all_instances_url": base_url if ti.map_index >= 0 else "",
+    }
+
+
+def mapped_context(
+    instances: list[TaskInstance],
+    user: AbstractBaseUser | AnonymousUser,
+    state_filter: str = "",
+    *,
+    action_error: str = "",
+    notice: str = "",
+) -> dict[str, Any]:
+    """A mapped task's page: its instances with state, tries and last failure, filterable by
+    state, and the actions on all of them or on the failed ones."""
+    first = instances[0]
+    run, dag = first.dag_run, first.dag_run.dag
+    base_url = task_url(dag.dag_id, run.run_id, first.task_id).rstrip("/")
+    overview = mapped.overview(instances, base_url, user, state_filter)
+    return {
+        "dag": dag,
+        "run": run,
+        "ti": first,
+        "label": first.task_id,
+        "mapped": overview,
+        "finished": all(ti.state not in ACTIVE_TASK_STATES and ti.state not in (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) for ti in instances),
+        "action_error": action_error,
+        "notice": notice,
+        "instance_query": f"?state={state_filter}" if state_filter else "",
     }
 
 
@@ -253,3 +321,7 @@ def output_text(ti: TaskInstance, attempt_token: int, stream: str) -> str | None
     row = TaskAttempt.objects.filter(task_instance=ti, attempt_token=attempt_token).values_list(stream, flat=True).first()
     return row
 
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -2,7 +2,8 @@
 
 `dispatch_ready()` is what advance_run() calls with the run's due tasks. A task that nothing
 limits is dispatched at once. A task whose circuit is open (or whose queue is paused) is held.
-A task under a pool, `max_active_tasks` or `max_active_tis_per_dag` is admitted under locks:
+A task under a pool, `max_active_tasks`, `max_active_tis_per_dag` or `max_active_tis_per_dagrun`
+is admitted under locks:
 on PostgreSQL one transaction-scoped advisory lock per pool and per limited DAG, taken in one
 sorted order, so any number of schedulers and workers count the slots held and give them out
 one at a time (on SQLite, writers are serialised already). Held tasks stay scheduled or
@@ -87,11 +88,16 @@ def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime) -> int:
 
 
 def is_limited(ti: TaskInstance, dag: Dag) -> bool:
-    return bool(ti.pool) or dag.max_active_tasks is not None or _task_limit(ti) is not None
+    return bool(ti.pool) or dag.max_active_tasks is not None or _task_limit(ti) is not None or _run_limit(ti) is not None
 
 
 def _task_limit(ti: TaskInstance) -> int | None:
     return limit_args(ti.definition.args if ti.definition else None, ti.dag_run.dag.default_args)["max_active_tis_per_dag"]
+
+
+def _run_limit(ti: TaskInstance) -> int | None:
+    """max_active_tis_per_dagrun: how many of a mapped task's instances one run may run at once."""
+    return limit_args(ti.definition.args if ti.definition else None)["max_active_tis_per_dagrun"]
 
 
 def _go(ti: TaskInstance, verdict: Gate, now: datetime) -> bool:
@@ -195,7 +201,14 @@ def _usage(pools: set[str], dag_ids: set[str]) -> Usage:
             "dag_run__dag__dag_id", "task_id", "n"
         )
     }
+    run_task_active = {
+        (run_id, task_id): n
+        for run_id, task_id, n in by_dag.values_list("dag_run_id", "task_id").annotate(n=Count("id")).values_list(
+            "dag_run_id", "task_id", "n"
+        )
+    }
     return Usage(
+        run_task_active=run_task_active,
         pool_slots=dict(Pool.objects.filter(name__in=pools).values_list("name", "slots")),
         pool_used=pool_used,
         dag_limit=dict(Dag.objects.filter(dag_id__in=dag_ids).values_list("dag_id", "max_active_tasks")),
@@ -214,6 +227,8 @@ def _candidate(ti: TaskInstance) -> Candidate:
         pool=ti.pool or None,
         pool_slots=ti.pool_slots,
         max_active_tis_per_dag=_task_limit(ti),
+        run_key=ti.dag_run_id,
+        max_active_tis_per_dagrun=_run_limit(ti),
     )
 
 

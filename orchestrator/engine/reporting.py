@@ -10,7 +10,7 @@ import functools
 import logging
 import random
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from orchestrator.engine import sql
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
+from orchestrator.engine.mapping import upstream_results
 from orchestrator.engine.runs import advance_run, advance_run_now
 from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition, transition_sql
@@ -116,12 +117,18 @@ class Claimed:
     python_callable: str | None
     bash_command: str | None
     op_kwargs: dict[str, Any]
+    map_index: int = -1
+    # A mapped instance's item, by the name its task's `expand` gives it; empty otherwise.
+    mapped: dict[str, Any] = field(default_factory=dict)
+    # Each direct upstream's result (a mapped upstream's: its instances' results in order).
+    results: dict[str, Any] = field(default_factory=dict)
 
 
 _CLAIM_SQL = """
 SELECT ti.task_id, ti.attempt_token, ti.try_number, ti.infrastructure_try_number, ti.definition_id,
        r.run_id, r.logical_date, r.conf, d.dag_id, d.default_args,
-       t.python_callable, t.bash_command, t.op_kwargs, t.args
+       t.python_callable, t.bash_command, t.op_kwargs, t.args,
+       ti.map_index, ti.map_item, ti.dag_run_id, t.upstream, t.expand
 FROM orchestrator_taskinstance ti
 JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
 JOIN orchestrator_dag d ON d.id = r.dag_id
@@ -134,7 +141,8 @@ def _claim_fields() -> list:
     ti, run, dag, task = (model._meta.get_field for model in (TaskInstance, DagRun, Dag, Task))
     return [ti("task_id"), ti("attempt_token"), ti("try_number"), ti("infrastructure_try_number"), None,
             run("run_id"), run("logical_date"), run("conf"), dag("dag_id"), dag("default_args"),
-            task("python_callable"), task("bash_command"), task("op_kwargs"), task("args")]
+            task("python_callable"), task("bash_command"), task("op_kwargs"), task("args"),
+            ti("map_index"), ti("map_item"), None, task("upstream"), task("expand")]
 
 
 def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
@@ -147,8 +155,11 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
         if not _move_attempt(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder):
             return None
         (row,) = sql.fetch(_CLAIM_SQL, [task_instance_id], _claim_fields())
-    (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
-     dag_id, default_args, python_callable, bash_command, op_kwargs, task_args) = row
+        (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
+         dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
+         map_index, map_item, dag_run_id, upstream, expand) = row
+        results = upstream_results(dag_run_id, upstream) if upstream else {}
+    mapped = {name: map_item for name in expand} if expand and map_index >= 0 else {}
     return Claimed(
         pk=task_instance_id,
         task_id=task_id,
@@ -164,6 +175,9 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
         python_callable=python_callable,
         bash_command=bash_command,
         op_kwargs=op_kwargs or {},
+        map_index=map_index,
+        mapped=mapped,
+        results=results,
     )
 
 
@@ -275,7 +289,9 @@ def report_success(
             task_instance_id,
             token,
             REPORT_SUCCESS_FROM,
-            {"state": TaskState.SUCCESS, "end_date": now, "next_retry_at": None, "heartbeat_at": None},
+            # The result is written by the same fenced move as the success: a late report of a
+            # superseded attempt loses the fence and never overwrites a newer attempt's result.
+            {"state": TaskState.SUCCESS, "end_date": now, "next_retry_at": None, "heartbeat_at": None, "result": result},
             {
                 "state": TaskAttempt.State.SUCCESS,
                 "end_date": now,

@@ -17,6 +17,7 @@ from orchestrator.engine import sql
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.limitconfig import limit_args
 from orchestrator.engine.limits import dispatch_ready
+from orchestrator.engine.mapping import expand_ready, is_unexpanded
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.taskconfig import effective_args
 from orchestrator.engine.transitions import transition_many
@@ -120,13 +121,13 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
         if run.dag.paused and run.backfill_id is None:  # a backfill's runs go on while their DAG is paused
             return 0, False
         instances = _instances_of(run)
-        states = {ti.task_id: ti.state for ti in instances}
-        _settle(instances, states, now)
-        # Pools, limits and circuits decide which of the ready tasks go now.
         for ti in instances:
             ti.dag_run = run
+        states = _states_by_task(instances)
+        _settle(instances, states, now)  # adds the instances of the mapped tasks it expands
+        # Pools, limits and circuits decide which of the ready tasks go now.
         dispatched = dispatch_ready(run, [ti for ti in instances if _due(ti, now)], now)
-        return dispatched, _finish_if_done(run, states.values(), now)
+        return dispatched, _finish_if_done(run, [s for task_states in states.values() for s in task_states], now)
 
 
 def _locked_run(dag_run_id: int, *, skip_locked: bool) -> DagRun | None:
@@ -149,13 +150,15 @@ def _locked_run(dag_run_id: int, *, skip_locked: bool) -> DagRun | None:
 
 
 # What advance_run() reads of a task's definition; anything else is deferred (read on use).
-_DEFINITION_FIELDS = ("id", "dag", "task_id", "upstream", "trigger_rule", "args")
+_DEFINITION_FIELDS = ("id", "dag", "task_id", "upstream", "trigger_rule", "args", "expand")
+# Up to ORCHESTRATOR_RESULT_MAX_BYTES each: read only where needed (an expansion, a claim).
+_UNREAD_TI_FIELDS = ("result", "map_item")
 
 
 def _instances_of(run: DagRun) -> list[TaskInstance]:
     """The run's task instances with their definitions, in one written query: the ORM's
     select_related cost a run's every move more CPU than the database spent on it."""
-    ti_fields = list(TaskInstance._meta.concrete_fields)
+    ti_fields = [field for field in TaskInstance._meta.concrete_fields if field.name not in _UNREAD_TI_FIELDS]
     task_fields = [Task._meta.get_field(name) for name in _DEFINITION_FIELDS]
     rows = sql.fetch(
         f"SELECT {sql.columns('ti', ti_fields)}, {sql.columns('t', task_fields)}"
@@ -208,12 +211,21 @@ def _start_run(run: DagRun, now: datetime) -> bool:
     return run.state == RunState.RUNNING
 
 
-def _settle(instances: list[TaskInstance], states: dict[str, str], now: datetime) -> None:
+def _states_by_task(instances: list[TaskInstance]) -> dict[str, list[str]]:
+    """Each task's instances' states (one for a task that is not mapped)."""
+    states: dict[str, list[str]] = {}
+    for ti in instances:
+        states.setdefault(ti.task_id, []).append(ti.state)
+    return states
+
+
+def _settle(instances: list[TaskInstance], states: dict[str, list[str]], now: datetime) -> None:
     """Decide the waiting tasks whose upstreams allow it: ready (scheduled), upstream_failed,
-    skipped or removed. A task removed from its DAG while it waited to run (scheduled, or
-    up_for_retry) is removed too, not dispatched to fail for want of a definition and spend the
-    user's retries. One statement per kind of decision; settling one task can decide its
-    downstream, so it repeats (in memory) until nothing changes."""
+    skipped or removed; a mapped task that may run expands instead (`mapping.expand_ready`). A
+    task removed from its DAG while it waited to run (scheduled, or up_for_retry) is removed too,
+    not dispatched to fail for want of a definition and spend the user's retries. One statement
+    per kind of decision; settling one task can decide its downstream, so it repeats (in memory)
+    until nothing changes."""
     while True:
         decided: dict[TaskState, list[TaskInstance]] = {}
         for ti in instances:
@@ -224,7 +236,12 @@ def _settle(instances: list[TaskInstance], states: dict[str, str], now: datetime
         if not decided:
             return
         changed = False
+        for ti in [ti for ti in decided.get(TaskState.SCHEDULED, []) if is_unexpanded(ti)]:
+            decided[TaskState.SCHEDULED].remove(ti)
+            changed |= _expand(ti, instances, now)
         for target, tis in decided.items():
+            if not tis:
+                continue
             changes: dict[str, Any] = {"state": target}
             if target != TaskState.SCHEDULED:
                 changes["end_date"] = now
@@ -232,19 +249,33 @@ def _settle(instances: list[TaskInstance], states: dict[str, str], now: datetime
             for ti in tis:
                 if ti.pk in won:
                     ti.state = target
-                    states[ti.task_id] = target
                     changed = True
                     if target in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED):
                         lifecycle.task_finished(ti, now)  # a removed task's deadlines end with its run
         if not changed:
             return
+        states.clear()
+        states.update(_states_by_task(instances))
 
 
-def _settled_state(ti: TaskInstance, states: dict[str, str]) -> TaskState | None:
-    """What a waiting task becomes now, or None while it must wait."""
+def _expand(ti: TaskInstance, instances: list[TaskInstance], now: datetime) -> bool:
+    """Expand a mapped task that may run; its new instances join the run's, ready to dispatch."""
+    expanded = expand_ready(ti, now)
+    if expanded is None:
+        return False  # another process expanded it: its next pass reads the instances
+    _, ready = expanded
+    for created in ready[1:]:
+        created.dag_run, created.definition = ti.dag_run, ti.definition
+        instances.append(created)
+    return True
+
+
+def _settled_state(ti: TaskInstance, states: dict[str, list[str]]) -> TaskState | None:
+    """What a waiting task becomes now, or None while it must wait. A mapped upstream counts
+    with every one of its instances."""
     if ti.definition is None:
         return TaskState.REMOVED
-    upstream_states = [states.get(u, TaskState.REMOVED) for u in ti.definition.upstream]
+    upstream_states = [state for u in ti.definition.upstream for state in states.get(u, [TaskState.REMOVED])]
     verdict = readiness(ti.definition.trigger_rule, upstream_states)
     if verdict is Readiness.WAIT:
         return None

@@ -161,8 +161,10 @@ WAITING_STATES = frozenset({TaskState.NONE}) | WAITING_TO_RUN_STATES
 
 
 def _has_work(instances: list[tuple], now: datetime) -> bool:
-    states = {task_id: state for _, task_id, state, *_ in instances}
-    if run_outcome(states.values()) is not None:
+    states: dict[str, list[str]] = {}  # a mapped task has one state per instance
+    for _, task_id, state, *_ in instances:
+        states.setdefault(task_id, []).append(state)
+    if run_outcome(state for _, _, state, *_ in instances) is not None:
         return True  # every task is done: the run must end
     for _, _, state, next_retry_at, definition_id, upstream, trigger_rule in instances:
         if state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (
@@ -172,7 +174,7 @@ def _has_work(instances: list[tuple], now: datetime) -> bool:
         if state == TaskState.NONE:
             if definition_id is None:
                 return True
-            upstream_states = [states.get(u, TaskState.REMOVED) for u in upstream or []]
+            upstream_states = [s for u in upstream or [] for s in states.get(u, [TaskState.REMOVED])]
             if readiness(trigger_rule, upstream_states) is not Readiness.WAIT:
                 return True
     return False

@@ -14,14 +14,16 @@ from retries.states import (
 def blocked_on_dead_letter(run: DagRun) -> bool:
     """True when nothing can move until an operator acts on a dead-lettered task."""
     instances = list(run.task_instances.select_related("definition"))
-    states = {ti.task_id: ti.state for ti in instances}
-    if TaskState.DEAD_LETTER not in states.values():
+    states: dict[str, list[str]] = {}  # a mapped task has one state per instance
+    for ti in instances:
+        states.setdefault(ti.task_id, []).append(ti.state)
+    if not any(ti.state == TaskState.DEAD_LETTER for ti in instances):
         return False
     for ti in instances:
         if ti.state in IN_FLIGHT_TASK_STATES:
             return False
         if ti.state == TaskState.NONE and ti.definition is not None:
-            upstream = [states.get(u, TaskState.REMOVED) for u in ti.definition.upstream]
+            upstream = [state for u in ti.definition.upstream for state in states.get(u, [TaskState.REMOVED])]
             if readiness(ti.definition.trigger_rule, upstream) is not Readiness.WAIT:
                 return False  # the next pass will move it
     return True

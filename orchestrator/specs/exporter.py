@@ -84,6 +84,8 @@ def task_spec(task: Task, dag_default_args: dict[str, Any] | None = None) -> dic
         spec["upstream"] = list(task.upstream)
     if task.trigger_rule != (dag_default_args or {}).get("trigger_rule", TriggerRule.ALL_SUCCESS):
         spec["trigger_rule"] = task.trigger_rule
+    if task.expand:
+        spec["expand"] = dict(task.expand)
     deadlines = [deadline_spec(row) for row in task.deadline_definitions.all()]
     if deadlines:
         spec["deadlines"] = deadlines

@@ -136,7 +136,7 @@ class TaskForm(forms.ModelForm):
         widget=SMALL_JSON,
         label="Other overrides",
         help_text="Other default_args keys for this task only, and its pool, pool_slots, priority_weight, "
-        "max_active_tis_per_dag and circuit, as JSON, e.g. {\"retry_delay\": 5, \"pool\": \"warehouse\"}.",
+        "max_active_tis_per_dag, max_active_tis_per_dagrun and circuit, as JSON, e.g. {\"retry_delay\": 5, \"pool\": \"warehouse\"}.",
     )
 
     class Meta:
@@ -198,6 +198,10 @@ class TaskForm(forms.ModelForm):
             value = cleaned.get(key)
             if value is not None and value != "":
                 raw[key] = value
+        # A form without the expand field (the DAG page's inline) keeps what is stored.
+        expand = cleaned.get("expand") if "expand" in self.fields else self.instance.expand
+        if expand not in (None, "", {}):
+            raw["expand"] = expand
         return raw
 
     def show_problems(self, problems: list[Problem], prefix: str) -> None:
@@ -228,8 +232,18 @@ class TaskInlineFormSet(KeptFormsMixin, BaseInlineFormSet):
 class StandaloneTaskForm(TaskForm):
     """One task edited on its own page: checked against the other tasks of its DAG."""
 
+    expand = forms.JSONField(
+        required=False,
+        widget=SMALL_JSON,
+        help_text='A mapped task: {"NAME": [items]} or {"NAME": "results.UPSTREAM_ID"}, one instance per item; empty: not mapped.',
+    )
+
     class Meta(TaskForm.Meta):
-        fields = ("dag",) + TASK_KEYS + TYPED_ARGS + ("args", "position")
+        fields = ("dag",) + TASK_KEYS + ("expand",) + TYPED_ARGS + ("args", "position")
+
+    def clean_expand(self) -> Any:
+        value = self.cleaned_data.get("expand")
+        return None if value in (None, "", {}) else value
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

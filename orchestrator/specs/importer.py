@@ -22,7 +22,7 @@ from orchestrator.specs.schema import DagSpec, validate_dag
 
 # A change to any of these moves the DAG's next scheduled run: the scheduler recomputes it.
 SCHEDULE_FIELDS = frozenset({"schedule", "start_date", "timezone"})
-JSON_FIELDS = frozenset({"default_args", "op_kwargs", "upstream", "args", "callback_kwargs", "days", "skip_dates"})
+JSON_FIELDS = frozenset({"default_args", "op_kwargs", "upstream", "expand", "args", "callback_kwargs", "days", "skip_dates"})
 DEADLINE_FIELDS = (
     "reference",
     "interval",
@@ -145,6 +145,7 @@ def write_dag(spec: DagSpec) -> str:
                 "op_kwargs": task_spec["op_kwargs"],
                 "upstream": task_spec["upstream"],
                 "trigger_rule": task_spec["trigger_rule"],
+                "expand": task_spec["expand"],
                 "args": task_spec["args"],
                 "position": position,
             },

@@ -11,7 +11,7 @@ The normalised form (`DagSpec`, a plain dict):
     catchup, paused (bool | None: None = not given, keep what is stored), max_active_runs,
     max_active_tasks (int | None), default_args (only the keys given: DEFAULT_ARG_KEYS), deadlines: [DeadlineSpec],
     tasks: [{task_id, python_callable, bash_command, op_kwargs, upstream, trigger_rule (its own, else
-             default_args', else all_success),
+             default_args', else all_success), expand ({NAME: list | "results.TASK_ID"} | None),
              args (default_args keys and LIMIT_KEYS set on the task), deadlines: [DeadlineSpec]}]
 
 Whether a task's pool exists is a database question: the importer and the admin forms ask
@@ -47,6 +47,7 @@ from orchestrator.specs.checks import (
 )
 from orchestrator.specs.deadline_schema import DeadlineSpec, validate_deadlines
 from orchestrator.specs.errors import Problem
+from orchestrator.specs.mapping_schema import check_expand, check_templates
 from retries.states import TriggerRule
 
 DagSpec = dict[str, Any]
@@ -72,6 +73,7 @@ TASK_KEYS = (
     "op_kwargs",
     "upstream",
     "trigger_rule",
+    "expand",
     "deadlines",
     *ARG_KEYS,
     *LIMIT_KEYS,
@@ -128,13 +130,17 @@ def _validate_task(
     trigger_rule = raw.get("trigger_rule", default_trigger_rule)
     _check_trigger_rule(trigger_rule, join(prefix, "trigger_rule"), problems)
 
+    op_kwargs = check_mapping(raw.get("op_kwargs"), join(prefix, "op_kwargs"), problems, reserved=("context",))
+    if isinstance(bash_command, str) and bash_command:
+        check_templates(bash_command, upstream, prefix, problems)
     return {
         "task_id": task_id,
         "python_callable": python_callable if isinstance(python_callable, str) else "",
         "bash_command": bash_command if isinstance(bash_command, str) else "",
-        "op_kwargs": check_mapping(raw.get("op_kwargs"), join(prefix, "op_kwargs"), problems, reserved=("context",)),
+        "op_kwargs": op_kwargs,
         "upstream": list(upstream),
         "trigger_rule": trigger_rule,
+        "expand": check_expand(raw.get("expand"), upstream, op_kwargs, prefix, problems),
         "args": {**check_args(raw, ARG_KEYS, prefix, problems), **_check_limits(raw, prefix, problems)},
         "deadlines": validate_deadlines(
             raw.get("deadlines"), join(prefix, "deadlines"), task_level=True, tz=tz, problems=problems
@@ -166,7 +172,7 @@ def _check_limits(raw: Mapping, prefix: str, problems: Problems) -> dict[str, An
         elif key == "priority_weight":
             if not is_int(value):
                 problems.add(join(prefix, key), f"must be a whole number, not {show(value)}")
-        elif key == "max_active_tis_per_dag":
+        elif key in ("max_active_tis_per_dag", "max_active_tis_per_dagrun"):
             if value is not None and (not is_int(value) or value < 1):
                 problems.add(join(prefix, key), f"must be a whole number >= 1, or null for no limit; not {show(value)}")
     return limits

@@ -13,6 +13,7 @@ from django.urls import reverse
 from orchestrator.actions import ACT_PERMISSION, TRIGGER_PERMISSION
 from orchestrator.console import rootcause
 from orchestrator.console.text import Row, attempt_label, context_rows
+from orchestrator.documents import in_task_order
 from orchestrator.engine.taskconfig import args_for, effective_args
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
 from retries.policy import cleared_max_tries
@@ -140,6 +141,7 @@ class ActionButton:
     explanation: str = ""
     danger: bool = False
     downstream_option: bool = False
+    map_index: int | None = None  # a mapped task's instance it acts on
 
 
 def explain(ti: TaskInstance, name: str) -> str:
@@ -170,6 +172,10 @@ class TaskInstanceView:
     buttons: list[ActionButton]
     cause: rootcause.RootCause | None = None  # the task's own last failure, whatever an operator did since
     action: rootcause.OperatorAction | None = None  # the operator's last action on it, if that is its context
+
+    @property
+    def label(self) -> str:
+        return self.ti.task_id if self.ti.map_index < 0 else f"{self.ti.task_id}[{self.ti.map_index}]"
 
     @property
     def tries(self) -> str:
@@ -216,7 +222,7 @@ def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> 
     for task_id, at in AuditLog.objects.filter(dag_id=run.dag.dag_id, run_id=run.run_id, prior_state=TaskState.DEAD_LETTER).order_by("at").values_list("task_id", "at"):
         dead_lettered.setdefault(task_id, []).append(at)
     views = []
-    for ti in run.task_instances.select_related("definition").order_by("id").prefetch_related("attempts"):
+    for ti in in_task_order(run.task_instances.select_related("definition").order_by("id").prefetch_related("attempts")):
         ti.dag_run = run
         attempts = sorted(ti.attempts.all(), key=lambda a: a.attempt_token)
         context = ti.last_failure_context or {}
@@ -233,7 +239,8 @@ def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> 
                 last_category=cause.category if cause else "",
                 last_reason=cause.reason if cause else "",
                 last_is_history=cause is not None and ti.state == TaskState.SUCCESS,
-                url=reverse("web:task_detail", args=[run.dag.dag_id, run.run_id, ti.task_id]),
+                url=reverse("web:task_detail", args=[run.dag.dag_id, run.run_id, ti.task_id])
+                + (f"?map_index={ti.map_index}" if ti.map_index >= 0 else ""),
                 buttons=[_button(run, ti, name) for name in allowed_actions(ti, attempts)] if may_act else [],
                 cause=cause,
                 action=rootcause.operator_action(context),
@@ -244,7 +251,10 @@ def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> 
 
 def _button(run: DagRun, ti: TaskInstance, name: str) -> ActionButton:
     url = reverse(f"web:task_{name}", args=[run.dag.dag_id, run.run_id, ti.task_id])
-    return ActionButton(name, ACTION_LABELS[name], url, explain(ti, name), danger=name == "mark_failed", downstream_option=name == "clear")
+    return ActionButton(
+        name, ACTION_LABELS[name], url, explain(ti, name), danger=name == "mark_failed", downstream_option=name == "clear",
+        map_index=ti.map_index if ti.map_index >= 0 else None,
+    )
 
 
 DONE = {

@@ -17,10 +17,10 @@ from django.views.decorators.http import require_GET, require_POST
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
 from orchestrator.api.queries import parse_limit
-from orchestrator.console import charts, deadletters, grid, taskinstance
+from orchestrator.console import charts, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
 from orchestrator.console import workers as worker_pages
-from orchestrator.exceptions import ActionError, BadRequest, NotFound
+from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
 from orchestrator.models import AuditLog, DagRun
 from orchestrator.specs.budget import dag_verdicts
 from orchestrator.web import backfills as backfill_pages
@@ -39,7 +39,7 @@ def is_htmx(request: HttpRequest) -> bool:
 T = TypeVar("T")
 
 
-def _lookup(find: Callable[..., T], *args: str) -> T:
+def _lookup(find: Callable[..., T], *args: str | int | None) -> T:
     """orchestrator.actions lookups, with NotFound as the 404 page."""
     try:
         return find(*args)
@@ -137,19 +137,23 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     """clear / mark_success / mark_failed / reclassify from the run page's buttons."""
     if not request.user.has_perm(actions.ACT_PERMISSION):
         raise PermissionDenied(f"permission '{actions.ACT_PERMISSION}' required")
-    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id)
+    map_index = _map_index(request.POST.get("map_index"))
+    instances = _lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
+    # A mapped task's page acts on every instance, or on the failed ones ("scope"), once confirmed.
+    instances = mapped.selected(instances, request.POST.get("scope", "all")) if map_index is None else instances
     note = request.POST.get("note", "").strip()
+    options = {"include_downstream": bool(request.POST.get("include_downstream"))} if action == "clear" else {}
     error, status = "", 200
     try:
-        if action == "clear":
-            actions.clear(ti, request.user, include_downstream=bool(request.POST.get("include_downstream")), note=note)
-        else:
-            actions.TASK_ACTIONS[action](ti, request.user, note=note)
+        if not instances:
+            raise Conflict("no instance of the task is in the state this action was asked for")
+        actions.act_on_task(action, instances, request.user, note=note, **options)
     except ActionError as exc:
         error, status = str(exc), exc.status
-    notice = "" if error else presenters.action_done(action, task_id, note)
+    label = task_id if map_index is None else f"{task_id}[{map_index}]"
+    notice = "" if error else presenters.action_done(action, label, note)
     if request.POST.get("back") == "task":
-        return _after_task_action(request, dag_id, run_id, task_id, error, status, notice)
+        return _after_task_action(request, dag_id, run_id, task_id, error, status, notice, map_index)
     run = _lookup(actions.find_run, dag_id, run_id)
     if is_htmx(request):
         # htmx swaps only 2xx responses: the error (or what was done) is shown inside the partial.
@@ -162,24 +166,48 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     return HttpResponseRedirect(run_url(run), status=303)
 
 
-def _after_task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, error: str, status: int, notice: str) -> HttpResponse:
-    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id)
+def _after_task_action(
+    request: HttpRequest, dag_id: str, run_id: str, task_id: str, error: str, status: int, notice: str, map_index: int | None
+) -> HttpResponse:
     if is_htmx(request):
-        context = taskinstance.context(ti, request.user, action_error=error, notice=notice)
+        context = _task_page(request, dag_id, run_id, task_id, map_index, action_error=error, notice=notice)
         return TemplateResponse(request, "web/task_detail.html#task_body", context)
     if error:
-        context = taskinstance.context(ti, request.user, action_error=error)
+        context = _task_page(request, dag_id, run_id, task_id, map_index, action_error=error)
         return TemplateResponse(request, "web/task_detail.html", context, status=status)
     messages.success(request, notice)
-    return HttpResponseRedirect(taskinstance.task_url(dag_id, run_id, task_id), status=303)
+    url = taskinstance.task_url(dag_id, run_id, task_id)
+    return HttpResponseRedirect(url if map_index is None else f"{url}?map_index={map_index}", status=303)
+
+
+def _map_index(raw: str | None) -> int | None:
+    """A map_index from a form or query string; a bad one is a 404 (no such instance)."""
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise Http404(f"map_index must be a whole number, not {raw[:40]!r}") from None
+
+
+def _task_page(
+    request: HttpRequest, dag_id: str, run_id: str, task_id: str, map_index: int | None, *, action_error: str = "", notice: str = ""
+) -> dict:
+    """One task instance's page, or a mapped task's page: its instances and what acts on all."""
+    instances = _lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
+    if map_index is None and mapped.is_mapped(instances):
+        return taskinstance.mapped_context(
+            instances, request.user, request.GET.get("state", ""), action_error=action_error, notice=notice
+        )
+    return taskinstance.context(instances[0], request.user, action_error=action_error, notice=notice)
 
 
 @login_required
 @require_GET
 def task_detail(request: HttpRequest, dag_id: str, run_id: str, task_id: str) -> HttpResponse:
-    """One task instance: attempts to scale, contexts, output, and the actions it allows."""
-    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id)
-    context = taskinstance.context(ti, request.user)
+    """One task instance: attempts to scale, contexts, output, and the actions it allows (a
+    mapped task: its instances, `?map_index=N` for one, `?state=` to filter)."""
+    context = _task_page(request, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
     if is_htmx(request):
         status = STOP_POLLING if context["finished"] else 200
         return TemplateResponse(request, "web/task_detail.html#task_body", context, status=status)
@@ -190,7 +218,7 @@ def task_detail(request: HttpRequest, dag_id: str, run_id: str, task_id: str) ->
 @require_GET
 def task_output(request: HttpRequest, dag_id: str, run_id: str, task_id: str, token: int, stream: str) -> HttpResponse:
     """The whole stored stdout or stderr of one attempt, as plain text (never rendered as HTML)."""
-    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id)
+    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
     text = taskinstance.output_text(ti, token, stream)
     if text is None:
         raise Http404("no such attempt output")

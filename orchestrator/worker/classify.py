@@ -12,6 +12,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.results import check_result, problem_message
+from orchestrator.results import last_line as last_stdout_line
 from retries.context import ExecutionContext
 from retries.fingerprint import (
     bash_fingerprint,
@@ -33,7 +35,7 @@ _CONNECTION_FAILURE = re.compile(
     re.IGNORECASE,
 )
 # The task process's messages that carry the task's own outcome.
-OUTCOME_MESSAGES = frozenset({"success", "failure", "bash_exit"})
+OUTCOME_MESSAGES = frozenset({"success", "failure", "bash_exit", "invalid_result"})
 # Signals that stop a process on request (a shutdown, an operator), not a crash.
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
 
@@ -123,6 +125,9 @@ class Outcome:
     final_before_stop: bool = True
     stop: Stop | None = None
     stderr_tail: str = ""
+    stdout_tail: str = ""  # a bash task's result is its last line
+    stdout_truncated: bool = False
+    result_max_bytes: int = 65536
     oom_kills_before: int | None = None
     oom_kills_after: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # worker_name, hostname, pid
@@ -162,7 +167,11 @@ def classify(outcome: Outcome) -> Verdict:
         return _before_handshake(outcome, final, base)
     kind = final.get("type")
     if kind == "success":
+        if outcome.is_bash:
+            return _bash_success(outcome, base)
         return Verdict(True, result=final.get("result"))
+    if kind == "invalid_result":
+        return _invalid_result(final.get("problem") or {}, base)
     if kind == "failure":
         return _exception(final.get("exception") or {}, base)
     if kind == "bash_exit":
@@ -244,6 +253,31 @@ def _exception(facts: dict[str, Any], base: dict[str, Any]) -> Verdict:
         fingerprint = None
     context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, **metadata)
     return Verdict(False, context=context, fingerprint=fingerprint, retry_after=retry_after, error=error)
+
+
+def _bash_success(outcome: Outcome, base: dict[str, Any]) -> Verdict:
+    """A bash task's result: the last non-empty line of its stdout (a string), or None."""
+    line = last_stdout_line(outcome.stdout_tail)
+    if line is None:
+        return Verdict(True, result=None)
+    if outcome.stdout_truncated and "\n" not in outcome.stdout_tail.rstrip("\n"):
+        # Only the end of the line was kept: it is longer than the captured tail.
+        return _invalid_result(
+            {"problem": "too_large", "result_type": "str", "max_bytes": outcome.result_max_bytes,
+             "detail": f"the last stdout line is longer than the {len(outcome.stdout_tail.encode())} bytes kept of it"},
+            base,
+        )
+    problem = check_result(line, outcome.result_max_bytes)
+    if problem is not None:
+        return _invalid_result(problem, base)
+    return Verdict(True, result=line)
+
+
+def _invalid_result(problem: dict[str, Any], base: dict[str, Any]) -> Verdict:
+    """A result that cannot be stored fails the attempt, charged to the task: never stored."""
+    fingerprint = exception_fingerprint(f"invalid_result.{problem.get('problem')}", "<result>", 0)
+    context = ExecutionContext.of(Reason.INVALID_RESULT, Source.WORKER, **{**base, **problem})
+    return Verdict(False, context=context, fingerprint=fingerprint, error=problem_message(problem))
 
 
 def _bash_exit(outcome: Outcome, exit_code: int, base: dict[str, Any]) -> Verdict:

@@ -21,12 +21,13 @@ from orchestrator.engine import reporting
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.sanitise import clean_fields, clean_text
+from orchestrator.templating import render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
 from orchestrator.worker.rqworker import WorkerRuntime, default_worker_name, runtime
 from orchestrator.worker.shutdown import SHUTDOWN
 from orchestrator.worker.supervisor import Limits, Plan, Supervised, Supervisor
-from orchestrator.worker.taskprocess import context_environment, render
+from orchestrator.worker.taskprocess import context_environment
 from retries.context import ExecutionContext
 from retries.states import REPORT_SUCCESS_FROM, Reason, Source, TaskState
 
@@ -106,6 +107,8 @@ def plan_for(claimed: Claimed) -> Plan:
         "infrastructure_try_number": claimed.infrastructure_try_number,
         "logical_date": claimed.logical_date.isoformat(),
         "conf": claimed.conf,
+        "map_index": claimed.map_index,
+        "results": claimed.results,
     }
     payload = {
         "task_instance_id": claimed.pk,
@@ -113,8 +116,11 @@ def plan_for(claimed: Claimed) -> Plan:
         "task_id": claimed.task_id,
         "python_callable": claimed.python_callable,
         "bash_command": claimed.bash_command,
-        "op_kwargs": claimed.op_kwargs,
+        # A mapped instance is called with its item by the name its `expand` gives it.
+        "op_kwargs": {**claimed.op_kwargs, **claimed.mapped},
+        "mapped": claimed.mapped,
         "context": context,
+        "result_max_bytes": int(settings.ORCHESTRATOR_RESULT_MAX_BYTES),
     }
     # A bash task is started directly (no Python in its process) unless a failpoint is set to
     # fire in its process.
@@ -127,7 +133,7 @@ def plan_for(claimed: Claimed) -> Plan:
         is_bash=bool(claimed.bash_command),
         execution_timeout=float(timeout) if timeout not in (None, "") else None,
         kill_grace=float(args["kill_grace"]),
-        command=("bash", "-c", render(claimed.bash_command or "", context)) if direct else None,
+        command=("bash", "-c", render(claimed.bash_command or "", context, claimed.mapped)) if direct else None,
         command_env=context_environment(context) if direct else {},
     )
 

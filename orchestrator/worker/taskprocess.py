@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import inspect
-import json
 import os
-import re
 import signal
 import sys
 import traceback
@@ -25,16 +23,16 @@ from typing import Any, NoReturn
 from django.core.exceptions import AppRegistryNotReady
 
 from orchestrator.importing import ObjectImportError, import_object
+from orchestrator.results import check_result
+from orchestrator.templating import TEMPLATE_NAMES, render
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import exception_facts
 
 PR_SET_PDEATHSIG = 1
-# A result bigger than this (as JSON) is stored as a clipped repr instead.
-MAX_RESULT_BYTES = 256 * 1024
+# When the payload does not say (ORCHESTRATOR_RESULT_MAX_BYTES's default).
+DEFAULT_RESULT_MAX_BYTES = 65536
 # The exit status after the SIGTERM handler ran: 128 + SIGTERM, as a shell reports it.
 TERMINATED_EXIT = 128 + signal.SIGTERM
-TEMPLATE_NAMES = ("dag_id", "task_id", "run_id", "logical_date", "try_number", "infrastructure_try_number")
-_TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 
 
 # Loaded once, in the fork server: each task process would otherwise load it again.
@@ -47,16 +45,6 @@ def set_parent_death_signal(expected_parent: int | None = None) -> None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if expected_parent is not None and os.getppid() != expected_parent:
         os._exit(1)  # the parent died before the death signal was armed
-
-
-def render(command: str, context: dict[str, Any]) -> str:
-    """Replace `{{ name }}` with that context value; other text is left as written."""
-
-    def value(match: re.Match) -> str:
-        name = match.group(1)
-        return str(context[name]) if name in TEMPLATE_NAMES and name in context else match.group(0)
-
-    return _TEMPLATE.sub(value, command)
 
 
 def import_callable(path: str) -> Any:
@@ -83,23 +71,22 @@ def accepts_context(function: Callable) -> bool:
     return any(p.name == "context" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
-def jsonable(result: Any) -> Any:
-    """The result as stored: itself if it is JSON and not too big, else a (clipped) repr."""
-    try:
-        encoded = json.dumps(result)
-    except (TypeError, ValueError):
-        text = repr(result)
-        return text if len(text) <= MAX_RESULT_BYTES else text[:MAX_RESULT_BYTES] + "..."
-    if len(encoded) > MAX_RESULT_BYTES:
-        return {"truncated": True, "repr": repr(result)[:MAX_RESULT_BYTES]}
-    return result
+def outcome_of(result: Any, max_bytes: int) -> dict[str, Any]:
+    """The outcome message for a return value: success with it, or invalid_result saying why."""
+    problem = check_result(result, max_bytes)
+    if problem is not None:
+        return {"type": "invalid_result", "problem": problem}
+    return {"type": "success", "result": result}
 
 
 class PythonTask:
-    def __init__(self, target: Any, op_kwargs: dict[str, Any], context: dict[str, Any]) -> None:
+    def __init__(
+        self, target: Any, op_kwargs: dict[str, Any], context: dict[str, Any], result_max_bytes: int = DEFAULT_RESULT_MAX_BYTES
+    ) -> None:
         self.target = target
         self.op_kwargs = op_kwargs
         self.context = context
+        self.result_max_bytes = result_max_bytes
         self.instance: Any = None
 
     def on_kill(self) -> Callable | None:
@@ -114,12 +101,12 @@ class PythonTask:
             result = self.target(**self.op_kwargs, context=self.context)
         else:
             result = self.target(**self.op_kwargs)
-        return {"type": "success", "result": jsonable(result)}
+        return outcome_of(result, self.result_max_bytes)
 
 
 class BashTask:
-    def __init__(self, command: str, context: dict[str, Any]) -> None:
-        self.command = render(command, context)
+    def __init__(self, command: str, context: dict[str, Any], mapped: dict[str, Any] | None = None) -> None:
+        self.command = render(command, context, mapped)
         self.context = context
 
     def on_kill(self) -> Callable | None:
@@ -135,12 +122,13 @@ class BashTask:
 def load_task(payload: dict[str, Any]) -> PythonTask | BashTask:
     context = payload["context"]
     if payload.get("bash_command"):
-        return BashTask(payload["bash_command"], context)
+        return BashTask(payload["bash_command"], context, payload.get("mapped"))
     path = payload.get("python_callable") or ""
     if not path:
         raise ImportError(f"task {payload.get('task_id')!r} has neither python_callable nor bash_command")
     target = import_callable(path)
-    return PythonTask(target, dict(payload.get("op_kwargs") or {}), context)
+    max_bytes = int(payload.get("result_max_bytes", DEFAULT_RESULT_MAX_BYTES))
+    return PythonTask(target, dict(payload.get("op_kwargs") or {}), context, max_bytes)
 
 
 def context_environment(context: dict[str, Any]) -> dict[str, str]:

@@ -55,3 +55,13 @@ def test_it_runs_the_etl_steps_with_their_op_kwargs(capsys) -> None:
     assert etl.transform_b(min_amount=50, context=context()) == {"large_orders": [1, 2]}
     assert etl.load(target="warehouse", context=context())["key"] == "example/manual__2026-01-01T00:00:00+00:00"
     assert "extracting 3 orders" in capsys.readouterr().out
+
+
+def test_the_mapping_example_lists_loads_and_summarises() -> None:
+    """example_mapping: a list result, one load per item, the list of results summarised."""
+    from examples import mapping
+
+    paths = mapping.list_files(prefix="s3://x", count=2, context=context())
+    assert paths == ["s3://x/2026-01-01/part-000.csv", "s3://x/2026-01-01/part-001.csv"]
+    loaded = [mapping.load_file(path, context=context(map_index=i)) for i, path in enumerate(paths)]
+    assert mapping.summarise(context=context(results={"load_file": loaded})) == {"files": 2, "rows": 207}

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
+from orchestrator.templating import render
 from orchestrator.worker.taskprocess import (
     PythonTask,
     accepts_context,
     import_callable,
-    jsonable,
-    render,
+    outcome_of,
 )
 from tests.conftest import ROOT
 
@@ -64,10 +64,15 @@ def test_it_instantiates_a_task_class_with_its_kwargs_and_runs_execute():
     assert task.on_kill() == task.instance.on_kill
 
 
-def test_it_stores_a_result_that_is_not_json_as_its_repr():
-    assert jsonable({"a": [1, 2]}) == {"a": [1, 2]}
-    assert jsonable({1, 2}) == "{1, 2}"
-    assert jsonable("x" * 300_000)["truncated"] is True
+def test_it_refuses_a_result_that_is_not_json_or_too_large_saying_why():
+    assert outcome_of({"a": [1, 2]}, 65536) == {"type": "success", "result": {"a": [1, 2]}}
+    assert outcome_of({1, 2}, 65536)["problem"]["problem"] == "not_json"
+    assert outcome_of(float("nan"), 65536)["problem"]["problem"] == "not_json"
+    too_large = outcome_of("x" * 70_000, 65536)
+    assert too_large["type"] == "invalid_result"
+    assert too_large["problem"]["size_bytes"] == 70_002 and too_large["problem"]["max_bytes"] == 65536
+    assert outcome_of({"k": "a\x00b"}, 65536)["problem"]["problem"] == "nul_character"
+    assert outcome_of("\udc80", 65536)["problem"]["problem"] == "invalid_unicode"
 
 
 def test_it_names_the_path_of_a_callable_it_cannot_import():

@@ -29,8 +29,9 @@ class Command(BaseCommand):
         for ti in doc["task_instances"]:
             context = ti["last_failure_context"] or {}
             why = f" ({context.get('category')}/{context.get('reason')})" if context else ""
+            label = ti["task_id"] if ti["map_index"] < 0 else f"{ti['task_id']}[{ti['map_index']}]"
             self.stdout.write(
-                f"  {ti['task_id']:<30} {ti['state']:<16} try {ti['try_number']}/{ti['max_tries']}"
+                f"  {label:<30} {ti['state']:<16} try {ti['try_number']}/{ti['max_tries']}"
                 f" platform {ti['infrastructure_try_number']}/{ti['infrastructure_retry_limit']}{why}"
             )
 

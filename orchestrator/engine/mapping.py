@@ -1,0 +1,195 @@
+"""Mapped tasks: a task with `expand: {NAME: SOURCE}` becomes one task instance per item of its
+source when its upstreams let it run; and the results a task reads from its upstreams.
+
+`expand_ready()` is called by `advance_run()` (in its transaction, with the run locked on
+PostgreSQL) for a mapped task's first instance (map_index -1) the moment its trigger rule says
+it may run. The expansion is fenced like every state change: the -1 row moves from `none` (with
+the attempt token it was read with) to become instance 0, and only the caller that won that move
+inserts instances 1..n-1, in one INSERT; the unique (run, task, map_index) constraint backs it
+up. So two schedulers, or a scheduler and a worker's report, never expand a task twice.
+
+An instance is a task instance like any other: its own tries, budgets, attempts, deadlines,
+result and actions; the state machine does not know it was mapped.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from deadlines import lifecycle
+from orchestrator import metrics
+from orchestrator.engine import sql
+from orchestrator.engine.transitions import transition
+from orchestrator.listeners import notify
+from orchestrator.models import Task, TaskInstance
+from retries.context import ExecutionContext
+from retries.states import Reason, Source, TaskState
+
+log = logging.getLogger(__name__)
+
+RESULTS_PREFIX = "results."
+
+
+def expand_source(expand: Mapping[str, Any]) -> tuple[str, Any]:
+    """(NAME, SOURCE) of a task's `expand` (validated: exactly one name)."""
+    ((name, source),) = expand.items()
+    return name, source
+
+
+def source_task(source: Any) -> str | None:
+    """The upstream a `results.TASK_ID` source reads; None for a literal list."""
+    return source[len(RESULTS_PREFIX) :] if isinstance(source, str) and source.startswith(RESULTS_PREFIX) else None
+
+
+# --- the rule (pure) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """What a mapped task's source gives: its items, or why it cannot expand."""
+
+    items: list[Any] | None = None
+    problem: dict[str, Any] | None = None  # the invalid_expand failure's metadata
+
+
+def expansion_of(source: Any, value: Any, max_length: int) -> Expansion:
+    """`value` is the source's list (a literal, or the upstream's result as read)."""
+    where = source if isinstance(source, str) else "a list literal"
+    if not isinstance(value, list):
+        return Expansion(problem={
+            "expand_source": where,
+            "got_type": "null" if value is None else type(value).__name__,
+            "got": _preview(value),
+            "detail": f"{where} is not a list but {'null' if value is None else type(value).__name__}",
+        })
+    if len(value) > max_length:
+        return Expansion(problem={
+            "expand_source": where,
+            "got_type": "list",
+            "length": len(value),
+            "max_length": max_length,
+            "detail": f"{where} has {len(value)} items, over ORCHESTRATOR_MAX_MAP_LENGTH={max_length}",
+        })
+    return Expansion(items=list(value))
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+# --- in advance_run's transaction --------------------------------------------------------------
+
+
+def is_unexpanded(ti: TaskInstance) -> bool:
+    """A mapped task's placeholder, waiting to expand."""
+    return ti.map_index < 0 and ti.definition is not None and bool(ti.definition.expand)
+
+
+def expand_ready(ti: TaskInstance, now: datetime) -> tuple[TaskState, list[TaskInstance]] | None:
+    """Expand a mapped task whose upstreams let it run.
+
+    Returns the placeholder's new state and the instances to dispatch (the placeholder itself,
+    now instance 0, first); None when another process expanded it first (nothing changed here).
+    An empty source skips the task; a bad one fails it at once as application/invalid_expand.
+    """
+    assert ti.definition is not None and ti.definition.expand
+    _, source = expand_source(ti.definition.expand)
+    upstream = source_task(source)
+    value = upstream_results(ti.dag_run_id, [upstream])[upstream] if upstream else source
+    expansion = expansion_of(source, value, int(settings.ORCHESTRATOR_MAX_MAP_LENGTH))
+    if expansion.problem is not None:
+        return _fail(ti, expansion.problem, now)
+    items = expansion.items or []
+    if not items:
+        if not transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, state=TaskState.SKIPPED, end_date=now):
+            return None
+        ti.state = TaskState.SKIPPED
+        lifecycle.task_finished(ti, now)
+        return TaskState.SKIPPED, []
+    with transaction.atomic():  # a savepoint: the move and the INSERT stand or fall together
+        if not transition(
+            ti.pk, expected=[TaskState.NONE], token=ti.attempt_token,
+            state=TaskState.SCHEDULED, map_index=0, map_item=items[0],
+        ):
+            return None
+        ti.state, ti.map_index, ti.map_item = TaskState.SCHEDULED, 0, items[0]
+        created = TaskInstance.objects.bulk_create([_instance(ti, i, item) for i, item in enumerate(items[1:], start=1)])
+    log.info("task %s of run %s expanded into %d instances", ti.task_id, ti.dag_run_id, len(items))
+    return TaskState.SCHEDULED, [ti, *created]
+
+
+def _instance(first: TaskInstance, map_index: int, item: Any) -> TaskInstance:
+    """Instance `map_index`, ready to run, with the settings its run gave the placeholder."""
+    return TaskInstance(
+        dag_run_id=first.dag_run_id,
+        definition_id=first.definition_id,
+        task_id=first.task_id,
+        map_index=map_index,
+        map_item=item,
+        state=TaskState.SCHEDULED,
+        max_tries=first.max_tries,
+        infrastructure_retry_limit=first.infrastructure_retry_limit,
+        queue=first.queue,
+        pool=first.pool,
+        pool_slots=first.pool_slots,
+        priority_weight=first.priority_weight,
+        circuit=first.circuit,
+    )
+
+
+def _fail(ti: TaskInstance, problem: dict[str, Any], now: datetime) -> tuple[TaskState, list[TaskInstance]] | None:
+    """A source that is not a list or too long: failed at once, charged to the task (no retry
+    could change what its upstream returned)."""
+    context = ExecutionContext.of(Reason.INVALID_EXPAND, Source.SCHEDULER, **problem)
+    if not transition(
+        ti.pk, expected=[TaskState.NONE], token=ti.attempt_token,
+        state=TaskState.FAILED, end_date=now, last_failure_context={**context.to_dict(), "at": now.isoformat()},
+    ):
+        return None
+    ti.state = TaskState.FAILED
+    lifecycle.task_finished(ti, now)
+    dag_id = ti.dag_run.dag.dag_id if ti.dag_run_id else ""
+    log.warning("task %s of run %s cannot expand: %s", ti.task_id, ti.dag_run_id, problem["detail"])
+
+    def after_commit() -> None:
+        metrics.increment(metrics.TASK_FAILURES, dag_id=dag_id, task_id=ti.task_id,
+                          category=context.category.value, reason=context.reason.value)
+        notify("on_task_instance_failed", previous_state=TaskState.NONE, task_instance=ti,
+               error=problem["detail"], execution_context=context)
+
+    transaction.on_commit(after_commit)
+    return TaskState.FAILED, []
+
+
+# --- results a task reads ---------------------------------------------------------------------------
+
+
+def upstream_results(dag_run_id: int, upstream: list[str]) -> dict[str, Any]:
+    """Each upstream's result in a run: a mapped upstream's is the list of its instances'
+    results in map_index order (empty when it expanded over nothing)."""
+    fields: list[Any] = [TaskInstance._meta.get_field(name) for name in ("task_id", "map_index", "result")]
+    fields.append(Task._meta.get_field("expand"))
+    rows = sql.fetch(
+        "SELECT ti.task_id, ti.map_index, ti.result, t.expand FROM orchestrator_taskinstance ti"
+        " LEFT JOIN orchestrator_task t ON t.id = ti.definition_id"
+        f" WHERE ti.dag_run_id = %s AND ti.task_id IN ({sql.placeholders(len(upstream))}) ORDER BY ti.map_index",
+        [dag_run_id, *upstream],
+        fields,
+    )
+    results: dict[str, Any] = {task_id: None for task_id in upstream}
+    for task_id, map_index, result, expand in rows:
+        if expand or map_index >= 0:
+            items = results[task_id] if isinstance(results[task_id], list) and map_index > 0 else []
+            if map_index >= 0:
+                items.append(result)
+            results[task_id] = items
+        else:
+            results[task_id] = result
+    return results
