@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from orchestrator.api.declarations import choice, read_query, string
 from orchestrator.console.charts import StackedChart, failures_over_time
-from orchestrator.console.rootcause import budget_label
+from orchestrator.console.rootcause import spent_label
 from orchestrator.console.text import error_summary
 from orchestrator.models import FailureCount, TaskAttempt
 from retries.states import Category, Reason, TaskState
@@ -123,7 +123,7 @@ class FailureRow:
     reason: str
     map_index: int
     task_reason: str  # "poisoned" on the attempt that dead-lettered its task, else ''
-    budget: str  # "user try 2 of 3" / "platform retry 1 of 5"
+    budget: str  # the unit of budget the failure used: "user try 2 of 3" / "platform retry 1 of 5"
     error: str
 
 
@@ -266,7 +266,7 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
                 category=context.get("category", ""),
                 reason=reason,
                 task_reason=Reason.POISONED.value if _tipped(attempt, ti) else "",
-                budget=budget_label(attempt.kind, attempt.try_number, attempt.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit),
+                budget=spent_label(attempt.kind, attempt.try_number, attempt.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit),
                 error=error_summary(context, attempt.stderr_tail),
             )
         )

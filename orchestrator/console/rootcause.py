@@ -42,6 +42,7 @@ class AttemptFacts:
     start: datetime | None
     end: datetime | None
     stderr_tail: str
+    previous_kind: str = ""  # the kind of the attempt before it: a platform one makes this a platform retry
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class RootCause:
     error: str
     attempt_token: int | None  # None: known from the task's context only (no failed attempt)
     attempt_number: int | None
-    budget: str  # "user try 2 of 3" / "platform retry 1 of 5"
+    budget: str  # what the attempt was: "user try 2 of 3" / "platform retry 1 of 5"
+    charged: str  # which budget paid for its failure: "the platform" / "its retries"
     poisoned: bool
     at: datetime | None
 
@@ -66,11 +68,25 @@ class OperatorAction:
     at: datetime | None
 
 
-def budget_label(kind: str, try_number: int, infrastructure_try_number: int, max_tries: int, infrastructure_retry_limit: int) -> str:
-    """Which budget an attempt spent, one numbering for every page."""
-    if kind == AttemptKind.PLATFORM:
+def attempt_label(previous_kind: str, try_number: int, infrastructure_try_number: int, max_tries: int, infrastructure_retry_limit: int) -> str:
+    """What an attempt was, one numbering for every page: a try of the task's own
+    ("user try 2 of 3") or, after a failure the platform paid for, a platform retry that repeats
+    that try ("platform retry 1 of 5")."""
+    if previous_kind == AttemptKind.PLATFORM:
         return f"platform retry {infrastructure_try_number} of {infrastructure_retry_limit}"
     return f"user try {try_number} of {max_tries}"
+
+
+def spent_label(kind: str, try_number: int, infrastructure_try_number: int, max_tries: int, infrastructure_retry_limit: int) -> str:
+    """The unit of budget a failed attempt used up, in the same numbering: its own user try, or
+    the next platform retry (an attempt's `kind` says which budget paid for its failure)."""
+    if kind == AttemptKind.PLATFORM:
+        return f"platform retry {infrastructure_try_number + 1} of {infrastructure_retry_limit}"
+    return f"user try {try_number} of {max_tries}"
+
+
+def charged_to(kind: str) -> str:
+    return "the platform" if kind == AttemptKind.PLATFORM else "its retries"
 
 
 def is_action(context: dict[str, Any] | None) -> bool:
@@ -133,7 +149,8 @@ def root_cause(
             error=error_summary(context, last.stderr_tail),
             attempt_token=last.token,
             attempt_number=last.number,
-            budget=budget_label(last.kind, last.try_number, last.infrastructure_try_number, max_tries, infrastructure_retry_limit),
+            budget=attempt_label(last.previous_kind, last.try_number, last.infrastructure_try_number, max_tries, infrastructure_retry_limit),
+            charged=charged_to(last.kind),
             poisoned=last.token in tipped,
             at=last.end,
         )
@@ -146,6 +163,7 @@ def root_cause(
             attempt_token=None,
             attempt_number=None,
             budget="",
+            charged="",
             poisoned=task_context.get("reason") == Reason.POISONED,
             at=parse_datetime(at) if isinstance(at, str) else None,
         )
@@ -168,6 +186,7 @@ def facts_of(attempts: Sequence[Any], stderr_tail: Any = None) -> list[AttemptFa
     """AttemptFacts of TaskAttempt rows in attempt order; `stderr_tail(attempt)` reads the end of
     its stderr (default: the row's own stderr)."""
     read = stderr_tail or (lambda a: (a.stderr or "")[-2000:])
+    ordered = sorted(attempts, key=lambda a: a.attempt_token)
     return [
         AttemptFacts(
             token=a.attempt_token,
@@ -180,6 +199,7 @@ def facts_of(attempts: Sequence[Any], stderr_tail: Any = None) -> list[AttemptFa
             start=a.start_date,
             end=a.end_date,
             stderr_tail=read(a),
+            previous_kind=ordered[number - 2].kind if number > 1 else "",
         )
-        for number, a in enumerate(sorted(attempts, key=lambda a: a.attempt_token), start=1)
+        for number, a in enumerate(ordered, start=1)
     ]

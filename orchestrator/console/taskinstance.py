@@ -60,7 +60,9 @@ class AttemptView:
     context: list[Row]
     traceback: str
     outputs: list[Output] = field(default_factory=list)
-    budget: str = ""  # "user try 2 of 3" / "platform retry 1 of 5"
+    budget: str = ""  # what it was: "user try 2 of 3" / "platform retry 1 of 5"
+    budget_kind: str = ""  # user / platform: which of the two it was
+    charged: str = ""  # which budget paid for its failure ('' unless it failed)
     poisoned: bool = False  # this attempt dead-lettered the task
 
 
@@ -138,9 +140,6 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "
                 context=context_rows(context, skip=frozenset({"traceback"})),
                 traceback=traceback,
                 outputs=outputs,
-                budget=rootcause.budget_label(
-                    attempt.kind, attempt.try_number, attempt.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit
-                ),
             )
         )
     return views, attempts
@@ -231,8 +230,11 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
     last = ti.last_failure_context or {}
     facts = rootcause.facts_of(rows, stderr_tail=lambda a: getattr(a, "stderr_tail", "") or "")
     tipped = rootcause.tipping_tokens(facts, ti.state, dead_lettered_at(ti))
-    for view in attempts:
-        view.poisoned = view.attempt.attempt_token in tipped
+    for view, fact in zip(attempts, facts):
+        view.poisoned = fact.token in tipped
+        view.budget = rootcause.attempt_label(fact.previous_kind, fact.try_number, fact.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit)
+        view.budget_kind = AttemptKind.PLATFORM if fact.previous_kind == AttemptKind.PLATFORM else AttemptKind.USER
+        view.charged = rootcause.charged_to(fact.kind) if fact.state == "failed" and not rootcause.is_action(fact.context) else ""
     cause = rootcause.root_cause(facts, last, max_tries=ti.max_tries, infrastructure_retry_limit=ti.infrastructure_retry_limit, tipped=tipped)
     action = rootcause.operator_action(last)
     ran = rootcause.attempts_seconds(facts, now)

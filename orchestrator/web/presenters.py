@@ -101,11 +101,13 @@ class AttemptView:
     metadata: list[Row]
     traceback: str  # '' when stderr already holds it: it is shown once
     number: int = 0  # 1-based position among the task's attempts
-    budget: str = ""  # "user try 2 of 3" / "platform retry 1 of 5"
+    budget: str = ""  # what it was: "user try 2 of 3" / "platform retry 1 of 5"
+    budget_kind: str = ""  # user / platform: which of the two it was
+    charged: str = ""  # which budget paid for its failure ('' unless it failed)
     poisoned: bool = False  # this attempt dead-lettered the task
 
     @classmethod
-    def of(cls, attempt: TaskAttempt, number: int = 0, budget: str = "", poisoned: bool = False) -> AttemptView:
+    def of(cls, attempt: TaskAttempt, fact: rootcause.AttemptFacts | None = None, ti: TaskInstance | None = None, poisoned: bool = False) -> AttemptView:
         context = attempt.context or {}
         traceback = str((context.get("metadata") or {}).get("traceback") or "")
         if traceback and traceback.strip()[-200:] in (attempt.stderr or ""):
@@ -117,8 +119,10 @@ class AttemptView:
             source=context.get("source", ""),
             metadata=[r for r in context_rows(context, skip=frozenset({"traceback"})) if r.key not in ("category", "reason", "source")],
             traceback=traceback,
-            number=number,
-            budget=budget,
+            number=fact.number if fact else 0,
+            budget=rootcause.attempt_label(fact.previous_kind, attempt.try_number, attempt.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit) if fact and ti else "",
+            budget_kind=AttemptKind.PLATFORM if fact and fact.previous_kind == AttemptKind.PLATFORM else AttemptKind.USER,
+            charged=rootcause.charged_to(attempt.kind) if attempt.state == TaskAttempt.State.FAILED and not rootcause.is_action(context) else "",
             poisoned=poisoned,
         )
 
@@ -233,7 +237,7 @@ def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> 
             TaskInstanceView(
                 ti=ti,
                 attempts=[
-                    AttemptView.of(a, f.number, rootcause.budget_label(a.kind, a.try_number, a.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit), a.attempt_token in tipped)
+                    AttemptView.of(a, f, ti, a.attempt_token in tipped)
                     for a, f in zip(attempts, facts)
                 ],
                 last_category=cause.category if cause else "",

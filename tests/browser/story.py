@@ -59,9 +59,10 @@ def settlement_story() -> Story:
     poisoned = runs[6]
     succeed(poisoned, "extract")
     succeed(poisoned, "transform")
-    for _ in range(2):
+    for attempt in range(2):  # the same error twice: poisoned, dead-lettered
+        if attempt:
+            _due(poisoned, "load_ledger")
         fail(poisoned, "load_ledger", fingerprint="9c41e07bd2aa", stderr=TRACEBACK, exception_type="FileNotFoundError", message=CONFIG_MISSING)
-        _due(poisoned, "load_ledger")
     running = runs[7]
     start(running, "extract")
     return Story(runs[3], platform, failed, poisoned, running)

@@ -42,8 +42,8 @@ def test_it_shows_tasks_attempts_and_why_they_failed(bob_client):
     fail(run, "extract", Reason.WORKER_LOST, fingerprint=None, worker_name="w-7")
     fail(run, "extract", stderr="boom\n")
     html = bob_client.get(page(run)).content.decode()
-    assert '<td class="tries">attempt 1 of 3</td>' in html  # user try 1 of 3
-    assert "<td>1 of 5</td>" in html  # one platform retry of five
+    assert '<td class="tries" data-label="Tries">attempt 1 of 3</td>' in html  # user try 1 of 3
+    assert '<td data-label="Platform retries">1 of 5</td>' in html  # one platform retry of five
     assert 'class="cat cat-application">application</span> task_exception' in html
     assert 'class="kind kind-platform">platform' in html and 'class="kind kind-user">user' in html
     assert "worker_lost" in html and "<td>worker</td>" in html
