@@ -6,7 +6,6 @@ that is no longer current changes nothing and returns False/None.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 from contextlib import nullcontext
@@ -22,6 +21,7 @@ from orchestrator.engine import sql
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
+from orchestrator.engine.graph import graph_of
 from orchestrator.engine.runs import advance_run, advance_run_now
 from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition, transition_sql
@@ -290,11 +290,11 @@ def report_success(
         if ended.has_deadlines:
             lifecycle.task_finished(task_instance_id, now)
         if moves_run:
-            _advance_within(ended.dag_run_id, now)
+            _advance_within(ended.dag_run_id, now, ended=ended.task_id)
     if not moves_run and ended.unfinished_others < NEAR_THE_END and _run_is_over(ended):
         # The tasks that end last each read the others unfinished before they recorded their
         # own end; whichever looks again last, after its own commit, sees them all ended.
-        advance_run_now(ended.dag_run_id)
+        advance_run_now(ended.dag_run_id, ended=ended.task_id)
     if listeners.wanted("on_task_instance_success"):
         notify("on_task_instance_success", task_instance=load(task_instance_id))
     attempt_ended(ended.circuit)  # its circuit may close (or open) on this attempt
@@ -353,20 +353,18 @@ def _run_may_move_on(ended: _Ended) -> bool:
     return ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version) or ended.unfinished_others == 0
 
 
-@functools.lru_cache(maxsize=256)
 def _upstream_task_ids(dag_pk: int, version: datetime) -> frozenset[str]:
     """The tasks of a DAG some other task waits for, read once per version of the DAG (an edit
     that misses the version only delays a downstream task to the next scheduler pass)."""
-    upstreams = Task.objects.filter(dag_id=dag_pk).values_list("upstream", flat=True)
-    return frozenset(name for upstream in upstreams for name in upstream or [])
+    return graph_of(dag_pk, version).upstream_task_ids
 
 
-def _advance_within(dag_run_id: int, now: datetime) -> None:
+def _advance_within(dag_run_id: int, now: datetime, *, ended: str) -> None:
     """Dispatch the run's ready tasks in the report's own transaction: one commit for both, and
     no scheduler pass on the way from one task to the next. If moving the run on fails, its
     savepoint is rolled back, the report still commits and the next scheduler pass does it."""
     try:
-        advance_run(dag_run_id, now)
+        advance_run(dag_run_id, now, ended=ended)
     except Exception:
         log.exception("could not advance run %s with the report; the next scheduler pass will", dag_run_id)
 
@@ -428,7 +426,7 @@ def report_failure(
             lifecycle.task_finished(ti, now)
         retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= now
         if decision.next_state is TaskState.FAILED or retry_due_now:
-            _advance_within(ti.dag_run_id, now)
+            _advance_within(ti.dag_run_id, now, ended=ti.task_id)
     _after_failure(ti, previous_state, decision, error)
     return decision
 
