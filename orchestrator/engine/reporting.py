@@ -231,8 +231,14 @@ def heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
         chunk = attempts[start : start + HEARTBEAT_CHUNK]
         current = f"(id, attempt_token) IN (VALUES {', '.join(['(%s, %s)'] * len(chunk))})"
         params = [value for attempt in chunk for value in attempt]
+        where = f"{current} AND {in_state}"
+        if connection.vendor == "postgresql":
+            # A row another transaction holds (this worker's own report of it, or a scheduler
+            # presuming it lost) is skipped, not waited for: one busy row must not stop the
+            # heartbeat of every other attempt. Whoever holds it decides that attempt's fate.
+            where = f"id IN (SELECT id FROM orchestrator_taskinstance WHERE {where} FOR UPDATE SKIP LOCKED)"
         if sql.execute(
-            f"UPDATE orchestrator_taskinstance SET heartbeat_at = {sql.now_sql()} WHERE {current} AND {in_state}",
+            f"UPDATE orchestrator_taskinstance SET heartbeat_at = {sql.now_sql()} WHERE {where}",
             params + states,
         ) == len(chunk):
             continue
