@@ -17,6 +17,8 @@ from orchestrator.models import Dag, Task
 @dataclass(frozen=True)
 class DagGraph:
     downstream: dict[str, tuple[str, ...]]  # task_id -> the tasks that list it as an upstream
+    upstream: dict[str, frozenset[str]]  # task_id -> its upstream tasks
+    trigger_rule: dict[str, str]
 
     @property
     def upstream_task_ids(self) -> frozenset[str]:
@@ -31,7 +33,10 @@ def dag_graph(dag: Dag) -> DagGraph:
 @functools.lru_cache(maxsize=256)
 def graph_of(dag_pk: int, version: datetime) -> DagGraph:
     downstream: dict[str, list[str]] = {}
-    for task_id, upstream in Task.objects.filter(dag_id=dag_pk).values_list("task_id", "upstream"):
+    upstream_of: dict[str, frozenset[str]] = {}
+    rules: dict[str, str] = {}
+    for task_id, upstream, rule in Task.objects.filter(dag_id=dag_pk).values_list("task_id", "upstream", "trigger_rule"):
+        upstream_of[task_id], rules[task_id] = frozenset(upstream or []), rule
         for name in upstream or []:
             downstream.setdefault(name, []).append(task_id)
-    return DagGraph({name: tuple(tasks) for name, tasks in downstream.items()})
+    return DagGraph({name: tuple(tasks) for name, tasks in downstream.items()}, upstream_of, rules)

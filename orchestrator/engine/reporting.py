@@ -22,7 +22,7 @@ from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
-from orchestrator.engine.runs import advance_run, advance_run_now
+from orchestrator.engine.runs import advance_run, advance_run_now, downstream_may_settle
 from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
@@ -297,7 +297,10 @@ def report_success(
             lifecycle.task_finished(task_instance_id, now)
         if moves_run:
             _advance_within(ended.dag_run_id, now, ended=ended.task_id)
-    if not moves_run and ended.unfinished_others < NEAR_THE_END and _run_is_over(ended):
+    if not moves_run and (
+        (ended.unfinished_others < NEAR_THE_END and _run_is_over(ended))
+        or (_has_downstream(ended) and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id))
+    ):
         # The tasks that end last each read the others unfinished before they recorded their
         # own end; whichever looks again last, after its own commit, sees them all ended.
         advance_run_now(ended.dag_run_id, ended=ended.task_id)
@@ -356,7 +359,13 @@ def _run_may_move_on(ended: _Ended) -> bool:
     or the run to end. A wide fan-out's tasks have neither until the last one ends, and locking
     and reading the whole run for each of them made their reports queue behind each other.
     (Two last tasks ending at once may each read the other open: see `_run_is_over`.)"""
-    return ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version) or ended.unfinished_others == 0
+    if ended.unfinished_others == 0:
+        return True
+    return _has_downstream(ended) and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id)
+
+
+def _has_downstream(ended: _Ended) -> bool:
+    return ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version)
 
 
 def _upstream_task_ids(dag_pk: int, version: datetime) -> frozenset[str]:

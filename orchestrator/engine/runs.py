@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from deadlines import lifecycle
 from orchestrator.engine import sql
 from orchestrator.engine.clock import shared_now
-from orchestrator.engine.graph import dag_graph
+from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limitconfig import limit_args
 from orchestrator.engine.limits import dispatch_ready
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
@@ -24,7 +24,7 @@ from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
-from retries.states import FAILED_TASK_STATES, FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, RunState, TaskState
+from retries.states import FAILED_TASK_STATES, FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, RunState, TaskState, TriggerRule
 
 log = logging.getLogger(__name__)
 
@@ -364,6 +364,31 @@ def _states_of(run: DagRun, task_ids: list[str]) -> dict[str, str]:
             )
         )
     return states
+
+
+def downstream_may_settle(dag_run_id: int, graph: DagGraph, succeeded: str) -> bool:
+    """Whether the success of `succeeded` (counted as ended, whether or not it is recorded yet)
+    may let one of its downstream tasks be settled now, read without any lock. False only when each of them needs all its upstreams done and one of
+    them is still open: then a fan-in's other upstreams' reports need not queue behind the run's
+    lock. (Two last upstreams ending at once may each see the other open: each looks again
+    after its commit, and the later one sees both ended.)"""
+    open_tasks: set[str] | None = None
+    for task_id in graph.downstream.get(succeeded, ()):
+        if graph.trigger_rule.get(task_id) == TriggerRule.ONE_SUCCESS:
+            return True
+        upstream = graph.upstream.get(task_id, frozenset())
+        if open_tasks is None:
+            open_tasks = {
+                name for (name,) in sql.fetch(
+                    f"SELECT task_id FROM orchestrator_taskinstance WHERE dag_run_id = %s AND task_id <> %s"
+                    f" AND state NOT IN ({sql.placeholders(len(_FINISHED))}) LIMIT %s",
+                    [dag_run_id, succeeded, *_FINISHED, UNFINISHED_PROBE],
+                    [None],
+                )
+            }
+        if not (open_tasks & upstream):
+            return True  # none of its upstreams seen open (the read is bounded: maybe more are)
+    return False
 
 
 def _due_instances_of(run: DagRun, now: datetime) -> list[TaskInstance]:
