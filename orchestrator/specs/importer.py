@@ -131,11 +131,13 @@ def write_dag(spec: DagSpec) -> str:
     if created or changed:
         dag.save()
 
-    task_ids = [task["task_id"] for task in spec["tasks"]]
-    dropped = dag.tasks.exclude(task_id__in=task_ids)
-    touched = bool(changed) or dropped.exists()
-    dropped.delete()
-    touched |= _write_tasks(dag, spec["tasks"])
+    wanted = {task["task_id"] for task in spec["tasks"]}
+    existing = {task.task_id: task for task in dag.tasks.all()} if not created else {}
+    dropped = [task.pk for task_id, task in existing.items() if task_id not in wanted]
+    touched = bool(changed) or bool(dropped)
+    if dropped:
+        Task.objects.filter(pk__in=dropped).delete()
+    touched |= _write_tasks(dag, spec["tasks"], existing)
     touched |= _sync_circuits(spec)
     definitions = _deadline_rows(dag)
     by_task = {task.task_id: task for task in dag.tasks.all()} if any(t["deadlines"] for t in spec["tasks"]) or definitions else {}
@@ -156,10 +158,9 @@ def write_dag(spec: DagSpec) -> str:
 BATCH = 500
 
 
-def _write_tasks(dag: Dag, task_specs: list[dict[str, Any]]) -> bool:
+def _write_tasks(dag: Dag, task_specs: list[dict[str, Any]], existing: dict[str, Task]) -> bool:
     """Create and update the DAG's tasks in bulk (one INSERT or UPDATE per BATCH rows, only
-    for the tasks that changed); True if any did."""
-    existing = {task.task_id: task for task in dag.tasks.all()}
+    for the tasks that changed); True if any did. `existing`: the DAG's tasks as stored."""
     new: list[Task] = []
     changed: list[Task] = []
     fields: set[str] = set()
