@@ -26,7 +26,7 @@ from django.db.models import Model, Q, QuerySet
 from deadlines.models import Deadline
 from orchestrator.engine import sql
 from orchestrator.engine.failure_counts import uncount_task_instances
-from orchestrator.models import DagRun, TaskAttempt, TaskInstance
+from orchestrator.models import BackfillDate, DagRun, TaskAttempt, TaskInstance
 from retries.states import RunState
 
 FINISHED_RUN_STATES = (RunState.SUCCESS, RunState.FAILED)
@@ -121,6 +121,8 @@ def _delete_batch(run_ids: list[int], cutoff: datetime, failed_cutoff: datetime,
         report.task_instances += _delete(TaskInstance, "id", ti_ids)
         return True
     report.deadlines += _delete(Deadline, "dag_run_id", run_ids)
+    # A backfill keeps its record of each date; the run it made is gone (as the model's SET_NULL).
+    BackfillDate.objects.filter(dag_run_id__in=run_ids).update(dag_run=None)
     report.runs += _delete(DagRun, "id", run_ids)
     return True
 

@@ -5,6 +5,7 @@ an operator action all call `advance_run()`; nothing here imports the scheduler.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -234,7 +235,7 @@ def _settle(instances: list[TaskInstance], states: dict[str, str], now: datetime
     downstream, so it repeats (in memory) until nothing changes."""
     while True:
         waiting = [ti for ti in instances if ti.state == TaskState.NONE or _removed_while_waiting(ti)]
-        settled = _apply(_decide(waiting, lambda ti: [states.get(u, TaskState.REMOVED) for u in ti.definition.upstream]), now)
+        settled = _apply(_decide(waiting, lambda ti: [states.get(u, TaskState.REMOVED) for u in _upstream_of(ti)]), now)
         if not settled:
             return
         for ti in settled:
@@ -256,9 +257,16 @@ def _settle_downstream_of(run: DagRun, ended: str, now: datetime) -> None:
     while frontier:
         downstream = sorted({d for task_id in frontier for d in graph.downstream.get(task_id, ())})
         waiting = _waiting_instances(run, downstream)
-        known = frontier
-        settled = _apply(_decide(waiting, lambda ti: upstream_states(run, ti.definition.upstream, known)), now)
+        settled = _apply(_decide(waiting, functools.partial(_upstream_states_of, run, frontier)), now)
         frontier = {ti.task_id: ti.state for ti in settled if ti.state != TaskState.SCHEDULED}
+
+
+def _upstream_states_of(run: DagRun, known: dict[str, str], ti: TaskInstance) -> list[str]:
+    return upstream_states(run, _upstream_of(ti), known)
+
+
+def _upstream_of(ti: TaskInstance) -> list[str]:
+    return list(ti.definition.upstream) if ti.definition is not None else []
 
 
 def _decide(

@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 
 import redis
 from django.conf import settings
-from rq.utils import str_to_date
 from django.db import (
     IntegrityError,
     InterfaceError,
@@ -23,6 +22,7 @@ from django.db import (
 )
 from django.db.models import Exists, OuterRef, Q
 from rq.registry import FailedJobRegistry
+from rq.utils import str_to_date
 
 from orchestrator import retention
 from orchestrator.engine import backfills, circuits, enqueuing, leases, schedules
@@ -341,7 +341,7 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
         _Absent.forget_all_but(set())
         return
     failed = _failed_in_rq(waiting)
-    overdue = sorted((w for w in waiting if w[2] is not None and w[2] < cutoff), key=lambda w: w[2])
+    overdue = sorted((w for w in waiting if w[2] is not None and w[2] < cutoff), key=lambda w: w[2] or cutoff)
     suspects = [w for w in waiting if job_id_for(w[0], w[1]) in failed]
     suspects += [w for w in overdue[:LOST_JOB_CHECKS_PER_PASS] if job_id_for(w[0], w[1]) not in failed]
     job_ids = [job_id_for(pk, token) for pk, token, _, _ in suspects]

@@ -9,8 +9,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.db import transaction
-from django.utils import timezone
 from django.db.models import Model
+from django.utils import timezone
 
 from deadlines.models import DeadlineDefinition, Reference
 from orchestrator.models import Circuit, Dag, Task

@@ -9,7 +9,8 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 from rq import Queue
-from rq.utils import now as rq_now, utcformat
+from rq.utils import now as rq_now
+from rq.utils import utcformat
 
 from orchestrator.engine import enqueuing, scheduler
 from orchestrator.engine.runs import create_manual_run
