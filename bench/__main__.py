@@ -13,6 +13,8 @@ database flushed and every process stopped at the end, also after an error or Ct
 Workloads (in this order):
   fanout       --fanout-tasks independent python no-op tasks in one run, --workers workers
   fanout-bash  the same with bash `true` tasks
+  wide         (not in the default set) a root, --wide-tasks python no-op tasks, a sink: tasks/s
+               against the fan-out of the same run (run it with fanout: --only fanout,wide)
   chain        --chain-length python no-op tasks in sequence: end of one -> start of the next
   width        --width-tasks python tasks sleeping --width-sleep s, workers at --width-concurrency;
                the summed PSS of workers, fork servers and task processes at the peak
@@ -48,7 +50,9 @@ from bench.throwaway import claimed_redis, throwaway_postgres
 
 ORIGINAL_ENV = dict(os.environ)
 ORDER = ("fanout", "fanout-bash", "chain", "width", "queries", "scheduler", "idle-stack")
+OPTIONAL = ("wide",)  # run only when named in --only
 TITLES = {
+    "wide": "wide run",
     "fanout": "fan-out, python", "fanout-bash": "fan-out, bash", "chain": "chain", "width": "width",
     "queries": "queries per attempt", "scheduler": "scheduler pass", "idle-stack": "idle stack",
 }
@@ -64,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=DEFAULTS["workers"], help="run_worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=None, help="run_worker --concurrency for fanout and chain (default: the project's)")
     parser.add_argument("--fanout-tasks", type=int, default=DEFAULTS["fanout_tasks"], help="tasks of a fan-out run (default 300)")
+    parser.add_argument("--wide-tasks", type=int, default=10_000, help="middle tasks of the wide run (default 10000)")
     parser.add_argument("--chain-length", type=int, default=DEFAULTS["chain_length"], help="tasks of the chain (default 30)")
     parser.add_argument("--width-tasks", type=int, default=DEFAULTS["width_tasks"], help="sleeping tasks of the width run (default 1000)")
     parser.add_argument("--width-concurrency", type=int, default=DEFAULTS["width_concurrency"], help="run_worker --concurrency for width (default 500)")
@@ -85,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of the processes during each run, into this directory")
     args = parser.parse_args(argv)
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(args.only) - set(ORDER))
+    unknown = sorted(set(args.only) - set(ORDER) - set(OPTIONAL))
     if unknown:
         parser.error(f"unknown workloads {', '.join(unknown)}: choose among {', '.join(ORDER)}")
     if min(args.workers, args.fanout_tasks, args.chain_length, args.width_tasks, args.sched_runs, args.sched_tasks, args.raw_jobs) < 1:
@@ -109,6 +114,7 @@ TARGETS: dict[str, list[tuple[str, str, str, float, str]]] = {
     "fanout": [("throughput", "tasks_per_s", ">=", 120, "tasks/s"), ("vs raw RQ + subprocess", "vs_raw", ">=", 1.0, "x")],
     "fanout-bash": [("throughput", "tasks_per_s", ">=", 150, "tasks/s")],
     "chain": [("median end -> next start", "gap_median_ms", "<=", 20, "ms")],
+    "wide": [("throughput", "tasks_per_s", "", 0, "tasks/s"), ("vs the fan-out of the same run", "vs_fanout", ">=", 0.9, "x")],
     "width": [("all done (trigger -> run end)", "wall_s", "<=", 15, "s"), ("peak PSS, workers + tasks", "pss.peak_pss_mib", "<=", 2048, "MiB")],
     "scheduler": [("schedule_once()", "pass_ms", "<=", 100, "ms")],
     "idle-stack": [("summed RSS", "total_mib", "<=", 300, "MiB"), ("largest idle worker + fork server", "worker_max_mib", "<=", 100, "MiB")],
@@ -203,6 +209,7 @@ def run_workload(name: str, ctx: workloads.Context, report: dict[str, Any]) -> N
             "fanout": lambda: workloads.fanout(ctx, "python"),
             "fanout-bash": lambda: workloads.fanout(ctx, "bash"),
             "chain": lambda: workloads.chain(ctx),
+            "wide": lambda: workloads.wide(ctx),
             "width": lambda: workloads.width(ctx),
             "queries": lambda: workloads.attempt_queries(ctx),
             "scheduler": lambda: workloads.scheduler_pass(ctx),
@@ -211,6 +218,9 @@ def run_workload(name: str, ctx: workloads.Context, report: dict[str, Any]) -> N
     except Exception as exc:  # noqa: BLE001  one workload's failure must not hide the others' figures
         traceback.print_exc()
         figures = {"errors": [f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"]}
+    if name == "wide" and figures.get("tasks_per_s") is not None:
+        fanout = report["workloads"].get("fanout", {}).get("tasks_per_s")
+        figures["vs_fanout"] = figures["tasks_per_s"] / fanout if fanout else None
     if name == "fanout" and figures.get("tasks_per_s") is not None:
         raw = report["floors"].get("raw_rq", {}).get("jobs_per_s")
         figures["vs_raw"] = figures["tasks_per_s"] / raw if raw else None
@@ -290,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             report["floors"] = run_floors(args, processes, env, redis_url)
             ctx = workloads.Context(args=args, processes=processes, workdir=workdir, original_env=ORIGINAL_ENV,
                                     profile_dir=args.profile.resolve() if args.profile else None)
-            for name in ORDER:
+            for name in (*ORDER[:1], *OPTIONAL, *ORDER[1:]):
                 if name in args.only:
                     run_workload(name, ctx, report)
             workloads.stop_stack(ctx)

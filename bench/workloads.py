@@ -210,6 +210,18 @@ def fanout(ctx: Context, kind: str) -> dict[str, Any]:
     return {"tasks_per_s": result.tasks_per_second, "phase": result.to_dict(), "errors": failures(result), **extra}
 
 
+def wide(ctx: Context) -> dict[str, Any]:
+    """One run of a root, `--wide-tasks` python no-op tasks downstream of it and a sink downstream
+    of them all, on `--workers` workers: the fan-out's throughput at 30 times its width (every
+    middle task's report looks at the sink)."""
+    ensure_stack(ctx, ctx.args.concurrency)
+    n = ctx.args.wide_tasks
+    middle = [f"t{i:05d}" for i in range(n)]
+    dag = make_dag("bench_wide", {"root": [], **{name: ["root"] for name in middle}, "sink": middle})
+    result, extra = run_once(ctx, "wide", dag)
+    return {"tasks_per_s": result.tasks_per_second, "phase": result.to_dict(), "errors": failures(result), **extra}
+
+
 def chain(ctx: Context) -> dict[str, Any]:
     """`--chain-length` python no-op tasks, each downstream of the one before."""
     ensure_stack(ctx, ctx.args.concurrency)

@@ -18,6 +18,7 @@ from django.utils import timezone
 from rq import Queue
 
 from deadlines import lifecycle
+from orchestrator.engine import enqueuing
 from orchestrator.engine.transitions import CHUNK, fence_params, fenced, transition
 from orchestrator.models import TaskAttempt, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
@@ -59,6 +60,7 @@ class QueuedJob:
     task_instance_id: int
     token: int
     undo: dict[str, Any] | None = None
+    queued_at: datetime | None = None  # the dispatch's time: names its batch while it is enqueued
 
 
 def dispatch(ti: TaskInstance, now: datetime) -> bool:
@@ -110,7 +112,7 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
                 queued_at=now,
             )
         )
-        jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk]))
+        jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk], queued_at=now))
     TaskAttempt.objects.bulk_create(attempts)
     lifecycle.tasks_queued(queued, now)
     transaction.on_commit(lambda: enqueue_all(jobs))
@@ -144,17 +146,21 @@ def enqueue_all(jobs: Iterable[QueuedJob]) -> int:
     task waits, charged nothing, for a scheduler pass to dispatch it again. A job lost later,
     once in Redis, is found by the scheduler as queue_lost: the database is the truth, Redis
     only delivers."""
+    jobs = list(jobs)
     by_queue: dict[str, list[QueuedJob]] = defaultdict(list)
     for job in jobs:
         by_queue[job.queue].append(job)
     if not by_queue:
         return 0
+    markers: list[str] = []
     try:
         redis = get_redis()
+        markers = enqueuing.begin(redis, [(job.queue, job.queued_at) for job in jobs if job.queued_at is not None])
         with redis.pipeline() as pipe:
             for queue_name, queued in by_queue.items():
                 Queue(queue_name, connection=redis).enqueue_many([_job_data(job) for job in queued], pipeline=pipe)
             pipe.execute()
+        enqueuing.end(redis, markers)
     except Exception as exc:
         everything = [job for queued in by_queue.values() for job in queued]
         log.warning("could not enqueue %d job(s) (%s); they wait for the next dispatch", len(everything), exc)

@@ -57,6 +57,17 @@ def count(task_instance_id: int, token: int, sign: int = 1) -> None:
         cursor.execute(sql, [sign, task_instance_id, token])
 
 
+def uncount_task_instances(task_instance_ids: list[int]) -> None:
+    """Take the failed attempts of these task instances out of the counts (their history is
+    being deleted), and drop the rows left at zero. Call in the transaction that deletes them."""
+    if not task_instance_ids:
+        return
+    sql = _upsert_sql(default_connection.vendor, f" AND a.task_instance_id IN ({', '.join(['%s'] * len(task_instance_ids))})")
+    with default_connection.cursor() as cursor:
+        cursor.execute(sql, [-1, *task_instance_ids])
+    FailureCount.objects.filter(n__lte=0).delete()
+
+
 def backfill(connection: BaseDatabaseWrapper = default_connection) -> None:
     """Count every failed attempt; for a table that holds no counts yet."""
     with connection.cursor() as cursor:

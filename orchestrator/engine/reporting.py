@@ -6,7 +6,6 @@ that is no longer current changes nothing and returns False/None.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 from contextlib import nullcontext
@@ -22,8 +21,9 @@ from orchestrator.engine import sql
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
+from orchestrator.engine.graph import graph_of
 from orchestrator.engine.mapping import upstream_results
-from orchestrator.engine.runs import advance_run, advance_run_now
+from orchestrator.engine.runs import advance_run, advance_run_now, downstream_may_settle
 from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
@@ -245,8 +245,14 @@ def heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
         chunk = attempts[start : start + HEARTBEAT_CHUNK]
         current = f"(id, attempt_token) IN (VALUES {', '.join(['(%s, %s)'] * len(chunk))})"
         params = [value for attempt in chunk for value in attempt]
+        where = f"{current} AND {in_state}"
+        if connection.vendor == "postgresql":
+            # A row another transaction holds (this worker's own report of it, or a scheduler
+            # presuming it lost) is skipped, not waited for: one busy row must not stop the
+            # heartbeat of every other attempt. Whoever holds it decides that attempt's fate.
+            where = f"id IN (SELECT id FROM orchestrator_taskinstance WHERE {where} FOR UPDATE SKIP LOCKED)"
         if sql.execute(
-            f"UPDATE orchestrator_taskinstance SET heartbeat_at = {sql.now_sql()} WHERE {current} AND {in_state}",
+            f"UPDATE orchestrator_taskinstance SET heartbeat_at = {sql.now_sql()} WHERE {where}",
             params + states,
         ) == len(chunk):
             continue
@@ -306,11 +312,14 @@ def report_success(
         if ended.has_deadlines:
             lifecycle.task_finished(task_instance_id, now)
         if moves_run:
-            _advance_within(ended.dag_run_id, now)
-    if not moves_run and ended.unfinished_others < NEAR_THE_END and _run_is_over(ended):
+            _advance_within(ended.dag_run_id, now, ended=ended.task_id)
+    if not moves_run and (
+        (ended.unfinished_others < NEAR_THE_END and _run_is_over(ended))
+        or (_has_downstream(ended) and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id))
+    ):
         # The tasks that end last each read the others unfinished before they recorded their
         # own end; whichever looks again last, after its own commit, sees them all ended.
-        advance_run_now(ended.dag_run_id)
+        advance_run_now(ended.dag_run_id, ended=ended.task_id)
     if listeners.wanted("on_task_instance_success"):
         notify("on_task_instance_success", task_instance=load(task_instance_id))
     attempt_ended(ended.circuit)  # its circuit may close (or open) on this attempt
@@ -366,23 +375,27 @@ def _run_may_move_on(ended: _Ended) -> bool:
     or the run to end. A wide fan-out's tasks have neither until the last one ends, and locking
     and reading the whole run for each of them made their reports queue behind each other.
     (Two last tasks ending at once may each read the other open: see `_run_is_over`.)"""
-    return ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version) or ended.unfinished_others == 0
+    if ended.unfinished_others == 0:
+        return True
+    return _has_downstream(ended) and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id)
 
 
-@functools.lru_cache(maxsize=256)
+def _has_downstream(ended: _Ended) -> bool:
+    return ended.task_id in _upstream_task_ids(ended.dag_pk, ended.dag_version)
+
+
 def _upstream_task_ids(dag_pk: int, version: datetime) -> frozenset[str]:
     """The tasks of a DAG some other task waits for, read once per version of the DAG (an edit
     that misses the version only delays a downstream task to the next scheduler pass)."""
-    upstreams = Task.objects.filter(dag_id=dag_pk).values_list("upstream", flat=True)
-    return frozenset(name for upstream in upstreams for name in upstream or [])
+    return graph_of(dag_pk, version).upstream_task_ids
 
 
-def _advance_within(dag_run_id: int, now: datetime) -> None:
+def _advance_within(dag_run_id: int, now: datetime, *, ended: str) -> None:
     """Dispatch the run's ready tasks in the report's own transaction: one commit for both, and
     no scheduler pass on the way from one task to the next. If moving the run on fails, its
     savepoint is rolled back, the report still commits and the next scheduler pass does it."""
     try:
-        advance_run(dag_run_id, now)
+        advance_run(dag_run_id, now, ended=ended)
     except Exception:
         log.exception("could not advance run %s with the report; the next scheduler pass will", dag_run_id)
 
@@ -444,7 +457,7 @@ def report_failure(
             lifecycle.task_finished(ti, now)
         retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= now
         if decision.next_state is TaskState.FAILED or retry_due_now:
-            _advance_within(ti.dag_run_id, now)
+            _advance_within(ti.dag_run_id, now, ended=ti.task_id)
     _after_failure(ti, previous_state, decision, error)
     return decision
 

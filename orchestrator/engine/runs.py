@@ -5,8 +5,9 @@ an operator action all call `advance_run()`; nothing here imports the scheduler.
 """
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.db import connection, transaction
 from deadlines import lifecycle
 from orchestrator.engine import sql
 from orchestrator.engine.clock import shared_now
+from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limitconfig import limit_args
 from orchestrator.engine.limits import dispatch_ready
 from orchestrator.engine.mapping import expand_ready, is_unexpanded
@@ -24,7 +26,7 @@ from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
-from retries.states import WAITING_TO_RUN_STATES, RunState, TaskState
+from retries.states import FAILED_TASK_STATES, FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, RunState, TaskState, TriggerRule
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,9 @@ def create_manual_run(
 # --- moving a run on ---------------------------------------------------------------------------
 
 
-def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bool = False) -> tuple[int, bool]:
+def advance_run(
+    dag_run_id: int, now: datetime | None = None, *, skip_locked: bool = False, ended: str | None = None
+) -> tuple[int, bool]:
     """Start the run, settle tasks whose upstreams are done, dispatch ready ones, end the run.
 
     Returns (tasks dispatched, whether the run finished). Safe to call from any process at
@@ -110,6 +114,10 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
     PostgreSQL the run row is locked for the pass; schedulers skip a run another process
     holds (`skip_locked`), while a worker that just finished a task waits for it, so its
     downstream tasks are dispatched at once.
+
+    `ended` names the task whose end calls this (a report): then only that task's downstream
+    is settled and the rest of the run is counted in SQL, so a report costs the same however
+    wide its run is. Without it (the scheduler, an operator action) the whole run is read.
     """
     now = now or shared_now()
     with transaction.atomic():
@@ -120,14 +128,25 @@ def advance_run(dag_run_id: int, now: datetime | None = None, *, skip_locked: bo
             return 0, False
         if run.dag.paused and run.backfill_id is None:  # a backfill's runs go on while their DAG is paused
             return 0, False
-        instances = _instances_of(run)
-        for ti in instances:
-            ti.dag_run = run
-        states = _states_by_task(instances)
-        _settle(instances, states, now)  # adds the instances of the mapped tasks it expands
+        if ended is None:
+            instances = _instances_of(run)
+            for ti in instances:
+                ti.dag_run = run
+            _settle(instances, now)  # adds the instances of the mapped tasks it expands
+            due = [ti for ti in instances if _due(ti, now)]
+            outcome = run_outcome([ti.state for ti in instances])
+        else:
+            _settle_downstream_of(run, ended, now)
+            due = _due_instances_of(run, now)
+            removed = [ti for ti in due if _removed_while_waiting(ti)]
+            _apply(_decide(removed, lambda ti: []), now)
+            due = [ti for ti in due if ti not in removed]
+            outcome = _outcome_counted(run)
         # Pools, limits and circuits decide which of the ready tasks go now.
-        dispatched = dispatch_ready(run, [ti for ti in instances if _due(ti, now)], now)
-        return dispatched, _finish_if_done(run, [s for task_states in states.values() for s in task_states], now)
+        for ti in due:
+            ti.dag_run = run
+        dispatched = dispatch_ready(run, due, now)
+        return dispatched, _finish_if_done(run, outcome, now)
 
 
 def _locked_run(dag_run_id: int, *, skip_locked: bool) -> DagRun | None:
@@ -155,16 +174,17 @@ _DEFINITION_FIELDS = ("id", "dag", "task_id", "upstream", "trigger_rule", "args"
 _UNREAD_TI_FIELDS = ("result", "map_item")
 
 
-def _instances_of(run: DagRun) -> list[TaskInstance]:
-    """The run's task instances with their definitions, in one written query: the ORM's
-    select_related cost a run's every move more CPU than the database spent on it."""
+def _instances_of(run: DagRun, where: str = "", params: Iterable[Any] = ()) -> list[TaskInstance]:
+    """The run's task instances (all, or those `where` selects) with their definitions, in one
+    written query: the ORM's select_related cost a run's every move more CPU than the database
+    spent on it."""
     ti_fields = [field for field in TaskInstance._meta.concrete_fields if field.name not in _UNREAD_TI_FIELDS]
     task_fields = [Task._meta.get_field(name) for name in _DEFINITION_FIELDS]
     rows = sql.fetch(
         f"SELECT {sql.columns('ti', ti_fields)}, {sql.columns('t', task_fields)}"
         " FROM orchestrator_taskinstance ti LEFT JOIN orchestrator_task t ON t.id = ti.definition_id"
-        " WHERE ti.dag_run_id = %s ORDER BY ti.id",
-        [run.pk],
+        f" WHERE ti.dag_run_id = %s{where} ORDER BY ti.id",
+        [run.pk, *params],
         ti_fields + task_fields,
     )
     instances = []
@@ -176,14 +196,14 @@ def _instances_of(run: DagRun) -> list[TaskInstance]:
     return instances
 
 
-def advance_run_now(dag_run_id: int) -> None:
+def advance_run_now(dag_run_id: int, *, ended: str | None = None) -> None:
     """Move a run on right after a report or an operator action, instead of at the next pass.
 
     The change that called it is already saved; if this fails, the scheduler's next pass does
     the same work, so the failure is logged and never raised into the caller.
     """
     try:
-        advance_run(dag_run_id)
+        advance_run(dag_run_id, ended=ended)
     except Exception:
         log.exception("could not advance run %s; the next scheduler pass will", dag_run_id)
 
@@ -211,6 +231,28 @@ def _start_run(run: DagRun, now: datetime) -> bool:
     return run.state == RunState.RUNNING
 
 
+def _settle(instances: list[TaskInstance], now: datetime) -> None:
+    """Decide the waiting tasks whose upstreams allow it: ready (scheduled), upstream_failed,
+    skipped or removed; a mapped task that may run expands instead (`mapping.expand_ready`), and
+    its new instances join `instances`. A task removed from its DAG while it waited to run
+    (scheduled, or up_for_retry) is removed too, not dispatched to fail for want of a definition
+    and spend the user's retries. One statement per kind of decision; settling one task can
+    decide its downstream, so it repeats (in memory) until nothing changes."""
+    while True:
+        states = _states_by_task(instances)
+        waiting = [ti for ti in instances if ti.state == TaskState.NONE or _removed_while_waiting(ti)]
+        decided = _decide(waiting, functools.partial(_known_upstream_states, states))
+        expanded, created = _expand_decided(decided, now)
+        instances += created
+        if not (_apply(decided, now) or expanded):
+            return
+
+
+def _known_upstream_states(states: dict[str, list[str]], ti: TaskInstance) -> list[str]:
+    """The states of every instance of `ti`'s upstream tasks (a missing upstream counts as removed)."""
+    return [state for u in _upstream_of(ti) for state in states.get(u, [TaskState.REMOVED])]
+
+
 def _states_by_task(instances: list[TaskInstance]) -> dict[str, list[str]]:
     """Each task's instances' states (one for a task that is not mapped)."""
     states: dict[str, list[str]] = {}
@@ -219,64 +261,91 @@ def _states_by_task(instances: list[TaskInstance]) -> dict[str, list[str]]:
     return states
 
 
-def _settle(instances: list[TaskInstance], states: dict[str, list[str]], now: datetime) -> None:
-    """Decide the waiting tasks whose upstreams allow it: ready (scheduled), upstream_failed,
-    skipped or removed; a mapped task that may run expands instead (`mapping.expand_ready`). A
-    task removed from its DAG while it waited to run (scheduled, or up_for_retry) is removed too,
-    not dispatched to fail for want of a definition and spend the user's retries. One statement
-    per kind of decision; settling one task can decide its downstream, so it repeats (in memory)
-    until nothing changes."""
-    while True:
-        decided: dict[TaskState, list[TaskInstance]] = {}
-        for ti in instances:
-            if ti.state == TaskState.NONE or (ti.definition is None and ti.state in WAITING_TO_RUN_STATES):
-                target = _settled_state(ti, states)
-                if target is not None:
-                    decided.setdefault(target, []).append(ti)
-        if not decided:
-            return
-        changed = False
-        for ti in [ti for ti in decided.get(TaskState.SCHEDULED, []) if is_unexpanded(ti)]:
-            decided[TaskState.SCHEDULED].remove(ti)
-            changed |= _expand(ti, instances, now)
-        for target, tis in decided.items():
-            if not tis:
-                continue
-            changes: dict[str, Any] = {"state": target}
-            if target != TaskState.SCHEDULED:
-                changes["end_date"] = now
-            won = transition_many([(ti.pk, ti.attempt_token, ti.state) for ti in tis], **changes)
-            for ti in tis:
-                if ti.pk in won:
-                    ti.state = target
-                    changed = True
-                    if target in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED):
-                        lifecycle.task_finished(ti, now)  # a removed task's deadlines end with its run
-        if not changed:
-            return
-        states.clear()
-        states.update(_states_by_task(instances))
+def _expand_decided(
+    decided: dict[TaskState, list[TaskInstance]], now: datetime
+) -> tuple[list[TaskInstance], list[TaskInstance]]:
+    """Expand the mapped tasks among those decided ready (taking them out of `decided`).
+    Returns the placeholders that moved (to instance 0, skipped or failed) and the instances
+    created beside them, ready to dispatch."""
+    moved: list[TaskInstance] = []
+    created: list[TaskInstance] = []
+    for ti in [ti for ti in decided.get(TaskState.SCHEDULED, []) if is_unexpanded(ti)]:
+        decided[TaskState.SCHEDULED].remove(ti)
+        expanded = expand_ready(ti, now)
+        if expanded is None:
+            continue  # another process expanded it: its next pass reads the instances
+        moved.append(ti)
+        for instance in expanded[1][1:]:
+            instance.dag_run, instance.definition = ti.dag_run, ti.definition
+            created.append(instance)
+    return moved, created
 
 
-def _expand(ti: TaskInstance, instances: list[TaskInstance], now: datetime) -> bool:
-    """Expand a mapped task that may run; its new instances join the run's, ready to dispatch."""
-    expanded = expand_ready(ti, now)
-    if expanded is None:
-        return False  # another process expanded it: its next pass reads the instances
-    _, ready = expanded
-    for created in ready[1:]:
-        created.dag_run, created.definition = ti.dag_run, ti.definition
-        instances.append(created)
-    return True
+def _removed_while_waiting(ti: TaskInstance) -> bool:
+    """Removed from its DAG while it waited to run (scheduled, or up_for_retry): it becomes
+    removed, not dispatched to fail for want of a definition and spend the user's retries."""
+    return ti.definition is None and ti.state in WAITING_TO_RUN_STATES
 
 
-def _settled_state(ti: TaskInstance, states: dict[str, list[str]]) -> TaskState | None:
-    """What a waiting task becomes now, or None while it must wait. A mapped upstream counts
-    with every one of its instances."""
+def _settle_downstream_of(run: DagRun, ended: str, now: datetime) -> None:
+    """Settle only what the end of task `ended` can decide: its waiting downstream tasks, and
+    theirs in turn when one is decided without running (upstream_failed, skipped, removed).
+    The rest of the run is not read."""
+    graph = dag_graph(run.dag)
+    frontier = _states_of(run, [ended])  # the tasks just ended or decided: their instances' states
+    while frontier:
+        downstream = sorted({d for task_id in frontier for d in graph.downstream.get(task_id, ())})
+        waiting = _waiting_instances(run, downstream)
+        for ti in waiting:
+            ti.dag_run = run
+        decided = _decide(waiting, functools.partial(_upstream_states_of, run, frontier))
+        expanded, _ = _expand_decided(decided, now)  # its instances are read as due below
+        settled = _apply(decided, now) + expanded
+        frontier = _states_of(run, sorted({ti.task_id for ti in settled if ti.state != TaskState.SCHEDULED}))
+
+
+def _upstream_states_of(run: DagRun, known: dict[str, list[str]], ti: TaskInstance) -> list[str]:
+    return upstream_states(run, _upstream_of(ti), known)
+
+
+def _upstream_of(ti: TaskInstance) -> list[str]:
+    return list(ti.definition.upstream) if ti.definition is not None else []
+
+
+def _decide(
+    waiting: list[TaskInstance], upstream_states_of: Callable[[TaskInstance], list[str]]
+) -> dict[TaskState, list[TaskInstance]]:
+    """What each waiting task becomes now, grouped by decision (a task that must wait is left out)."""
+    decided: dict[TaskState, list[TaskInstance]] = {}
+    for ti in waiting:
+        target = _settled_state(ti, upstream_states_of)
+        if target is not None:
+            decided.setdefault(target, []).append(ti)
+    return decided
+
+
+def _apply(decided: dict[TaskState, list[TaskInstance]], now: datetime) -> list[TaskInstance]:
+    """Record the decisions, one fenced statement per kind; returns the tasks that moved."""
+    settled = []
+    for target, tis in decided.items():
+        changes: dict[str, Any] = {"state": target}
+        if target != TaskState.SCHEDULED:
+            changes["end_date"] = now
+        won = transition_many([(ti.pk, ti.attempt_token, ti.state) for ti in tis], **changes)
+        for ti in tis:
+            if ti.pk in won:
+                ti.state = target
+                settled.append(ti)
+                if target in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED):
+                    lifecycle.task_finished(ti, now)  # a removed task's deadlines end with its run
+    return settled
+
+
+def _settled_state(ti: TaskInstance, upstream_states_of: Callable[[TaskInstance], list[str]]) -> TaskState | None:
+    """What a waiting task becomes now, or None while it must wait."""
     if ti.definition is None:
         return TaskState.REMOVED
-    upstream_states = [state for u in ti.definition.upstream for state in states.get(u, [TaskState.REMOVED])]
-    verdict = readiness(ti.definition.trigger_rule, upstream_states)
+    verdict = readiness(ti.definition.trigger_rule, upstream_states_of(ti))
     if verdict is Readiness.WAIT:
         return None
     return {
@@ -286,10 +355,127 @@ def _settled_state(ti: TaskInstance, states: dict[str, list[str]]) -> TaskState 
     }[verdict]
 
 
-def _finish_if_done(run: DagRun, task_states: Iterable[str], now: datetime) -> bool:
-    """End the run if every task is done. `task_states` may be a little stale: a task that
-    finished since is seen by its worker's own advance_run(), which waits for our lock."""
-    outcome = run_outcome(task_states)
+# --- reading a little of a run: what a report needs, whatever the run's size --------------------
+
+_FINISHED = sorted(str(state) for state in FINISHED_TASK_STATES)
+_FAILED = sorted(str(state) for state in FAILED_TASK_STATES)
+# A task with more upstreams than this is first checked against a bounded read of the run's
+# unfinished tasks: the last of a 10,000-task fan-in's upstreams to end reads them all, the
+# others only that some of them are still open.
+FEW_UPSTREAMS = 64
+UNFINISHED_PROBE = 100
+# Parameters per IN list (SQLite allows 32,766 per statement).
+_CHUNK = 5000
+
+
+def _waiting_instances(run: DagRun, task_ids: list[str]) -> list[TaskInstance]:
+    """The run's tasks among `task_ids` that still wait to be settled (state none)."""
+    found: list[TaskInstance] = []
+    for chunk in _chunks(task_ids):
+        found += _instances_of(
+            run, f" AND ti.state = %s AND ti.task_id IN ({sql.placeholders(len(chunk))})", [str(TaskState.NONE), *chunk]
+        )
+    return found
+
+
+def upstream_states(run: DagRun, upstream: list[str], known: dict[str, list[str]]) -> list[str]:
+    """The states of a task's upstream tasks in `run`, as far as they decide something.
+
+    For a wide fan-in, a bounded read of the run's unfinished tasks usually shows one of the
+    upstreams still open: then it returns those, with the `known` states of the tasks that just
+    ended. While an upstream is open the trigger rules can only act on a failure or a success
+    seen, and every earlier end was looked at by its own report (or the scheduler's pass), so
+    the newest ends are what can decide now. Otherwise every upstream's state is read. An
+    upstream with no task instance (removed from the DAG) counts as removed.
+    """
+    if len(upstream) > FEW_UPSTREAMS:
+        wanted = set(upstream)
+        open_tasks = sql.fetch(
+            f"SELECT task_id, state FROM orchestrator_taskinstance WHERE dag_run_id = %s"
+            f" AND state NOT IN ({sql.placeholders(len(_FINISHED))}) LIMIT %s",
+            [run.pk, *_FINISHED, UNFINISHED_PROBE],
+            [None, None],
+        )
+        open_upstream = [state for task_id, state in open_tasks if task_id in wanted]
+        if open_upstream:
+            return open_upstream + [state for task_id, states in known.items() if task_id in wanted for state in states]
+    states = _states_of(run, upstream)
+    return [state for u in upstream for state in states.get(u, [TaskState.REMOVED])]
+
+
+def _states_of(run: DagRun, task_ids: list[str]) -> dict[str, list[str]]:
+    """The states of the run's instances of these tasks (several for a mapped task)."""
+    states: dict[str, list[str]] = {}
+    for chunk in _chunks(task_ids):
+        for task_id, state in sql.fetch(
+            f"SELECT task_id, state FROM orchestrator_taskinstance WHERE dag_run_id = %s"
+            f" AND task_id IN ({sql.placeholders(len(chunk))})",
+            [run.pk, *chunk],
+            [None, None],
+        ):
+            states.setdefault(task_id, []).append(state)
+    return states
+
+
+def downstream_may_settle(dag_run_id: int, graph: DagGraph, succeeded: str) -> bool:
+    """Whether the success of `succeeded` (counted as ended, whether or not it is recorded yet)
+    may let one of its downstream tasks be settled now, read without any lock. False only when each of them needs all its upstreams done and one of
+    them is still open: then a fan-in's other upstreams' reports need not queue behind the run's
+    lock. (Two last upstreams ending at once may each see the other open: each looks again
+    after its commit, and the later one sees both ended.)"""
+    open_tasks: set[str] | None = None
+    for task_id in graph.downstream.get(succeeded, ()):
+        if graph.trigger_rule.get(task_id) == TriggerRule.ONE_SUCCESS:
+            return True
+        upstream = graph.upstream.get(task_id, frozenset())
+        if open_tasks is None:
+            open_tasks = {
+                name for (name,) in sql.fetch(
+                    f"SELECT task_id FROM orchestrator_taskinstance WHERE dag_run_id = %s AND task_id <> %s"
+                    f" AND state NOT IN ({sql.placeholders(len(_FINISHED))}) LIMIT %s",
+                    [dag_run_id, succeeded, *_FINISHED, UNFINISHED_PROBE],
+                    [None],
+                )
+            }
+        if not (open_tasks & upstream):
+            return True  # none of its upstreams seen open (the read is bounded: maybe more are)
+    return False
+
+
+def _due_instances_of(run: DagRun, now: datetime) -> list[TaskInstance]:
+    """The run's tasks ready to be dispatched now (index ti_state_run)."""
+    waiting = sorted(str(state) for state in WAITING_TO_RUN_STATES)
+    field = TaskInstance._meta.get_field("next_retry_at")
+    return _instances_of(
+        run,
+        f" AND ti.state IN ({sql.placeholders(len(waiting))}) AND (ti.next_retry_at IS NULL OR ti.next_retry_at <= %s)",
+        [*waiting, field.get_db_prep_save(now, connection)],
+    )
+
+
+def _outcome_counted(run: DagRun) -> RunState | None:
+    """The run's outcome once every task is done (else None), counted by the database."""
+    finished = sql.placeholders(len(_FINISHED))
+    ((any_open, any_failed),) = sql.fetch(
+        f"SELECT EXISTS (SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state NOT IN ({finished})),"
+        f" EXISTS (SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state IN ({sql.placeholders(len(_FAILED))}))",
+        [run.pk, *_FINISHED, run.pk, *_FAILED],
+        [None, None],
+    )
+    if any_open:
+        return None
+    return RunState.FAILED if any_failed else RunState.SUCCESS
+
+
+def _chunks(values: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
+
+
+def _finish_if_done(run: DagRun, outcome: RunState | None, now: datetime) -> bool:
+    """End the run if every task is done (`outcome` is not None). The outcome may be a little
+    stale: a task that finished since is seen by its worker's own advance_run(), which waits
+    for our lock."""
     if outcome is None:
         return False
     with transaction.atomic(savepoint=False):

@@ -7,6 +7,7 @@ runs are claimed with SELECT ... FOR UPDATE SKIP LOCKED so two schedulers split 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -21,14 +22,16 @@ from django.db import (
 )
 from django.db.models import Exists, OuterRef, Q
 from rq.registry import FailedJobRegistry
+from rq.utils import str_to_date
 
-from orchestrator.engine import backfills, circuits, leases, schedules
+from orchestrator import retention
+from orchestrator.engine import backfills, circuits, enqueuing, leases, schedules
 from orchestrator.engine.clock import db_now, shared_now
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.runs import advance_run, create_run
 from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
-from orchestrator.redis_conn import get_redis, job_statuses
+from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
 from retries.states import FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, PreExecutionReason, Reason, RunState, Source, TaskState
 
@@ -47,7 +50,7 @@ def schedule_once(now: datetime | None = None) -> PassReport:
     """One scheduler pass. Each step handles its own items and never stops the others."""
     now = now or shared_now()
     report = PassReport()
-    for step in (_create_due_runs, _start_backfill_runs, _evaluate_circuits, _advance_unfinished_runs, _find_lost_tasks):
+    for step in (_create_due_runs, _start_backfill_runs, _evaluate_circuits, _advance_unfinished_runs, _find_lost_tasks, _clean_history):
         try:
             step(now, report)
         except (OperationalError, InterfaceError):
@@ -180,6 +183,30 @@ def _has_work(instances: list[tuple], now: datetime) -> bool:
     return False
 
 
+# --- history ---------------------------------------------------------------------------------
+
+# With ORCHESTRATOR_RETENTION_DAYS set, a pass deletes old history for at most this many small
+# transactions, once a minute: the clean-up never delays the work of a pass by much.
+CLEAN_TRANSACTIONS_PER_PASS = 5
+CLEAN_EVERY = 60.0
+
+
+class _Cleaning:
+    next_at = 0.0  # time.monotonic() of the next clean-up step in this scheduler
+
+
+def _clean_history(now: datetime, report: PassReport) -> None:
+    days = float(settings.ORCHESTRATOR_RETENTION_DAYS)
+    if days <= 0 or time.monotonic() < _Cleaning.next_at:
+        return
+    keep_failed = float(settings.ORCHESTRATOR_RETENTION_KEEP_FAILED_DAYS) or None
+    done = retention.clean(*retention.cutoffs(now, days, keep_failed), max_transactions=CLEAN_TRANSACTIONS_PER_PASS)
+    if done.transactions < CLEAN_TRANSACTIONS_PER_PASS:
+        _Cleaning.next_at = time.monotonic() + CLEAN_EVERY  # nothing left for now
+    if done.runs or done.task_instances:
+        log.info("retention: deleted %d runs, %d task instances, %d attempts", done.runs, done.task_instances, done.attempts)
+
+
 # --- what no worker can report ------------------------------------------------------------------
 
 
@@ -272,10 +299,6 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     _find_lost_jobs(now, db_time, report)
 
 
-def _in_queue(queue: str, job_id: str) -> bool:
-    return get_redis().lpos(f"rq:queue:{queue}", job_id) is not None
-
-
 def _failed_in_rq(waiting: list[tuple[int, int, datetime | None, str]]) -> set[str]:
     """Which of the waiting jobs RQ has failed: one ZMSCORE per queue over its failed registry."""
     by_queue: dict[str, list[str]] = {}
@@ -290,36 +313,61 @@ def _failed_in_rq(waiting: list[tuple[int, int, datetime | None, str]]) -> set[s
     return failed
 
 
+# How many overdue jobs one pass looks at (oldest first): a backlog of any length costs a pass
+# the same; a lost job among thousands waiting is found a few passes later, never presumed.
+LOST_JOB_CHECKS_PER_PASS = 200
+
+
 def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> None:
     """Queued and never claimed by a worker: is its job still on its way?
 
     - a job RQ failed is final at once (e.g. its worker could not reach the database to claim it);
     - after ORCHESTRATOR_QUEUED_TIMEOUT: a job that is gone (Redis restarted empty) is `queue_lost`;
-      one still `queued` but no longer in its queue was popped by a worker that never started it
-      (a stopped worker parked in its blocking pop): `queue_lost` too; one `started` by a worker
-      that never claimed it (it died, or is stopped, between taking and claiming) is a
-      pre-execution failure; one that ended some other way (finished, stopped, canceled) too. A
-      job that waits its turn in its queue is never presumed lost, however long the backlog. A
-      late claim of a presumed-lost job fails on its token.
+      one still `queued` but out of its queue for a heartbeat timeout was taken by a worker that
+      never started it (a stopped worker parked in its blocking pop): `queue_lost` too; one `started` by a worker whose RQ heartbeat
+      of that job stopped before it claimed it (it died, or is stopped, between taking and
+      claiming) is a pre-execution failure; one that ended some other way (finished, stopped,
+      canceled) too. A job that waits its turn in its queue is never presumed lost, however long
+      the backlog, and neither is one whose worker is alive but slow to claim it. A late claim of
+      a presumed-lost job fails on its token.
 
-    This runs every pass over every job still on its way, so it reads only what the look needs:
-    the rows' ids, one ZMSCORE per queue, and RQ's status only of the failed and the overdue.
+    The work of a pass does not grow with the backlog: one ZMSCORE per queue over RQ's failed
+    registry, RQ's status of at most LOST_JOB_CHECKS_PER_PASS overdue jobs, and one read of each
+    of their queues (no per-job scan of a queue).
     """
     cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
     waiting = list(
         TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True).values_list("id", "attempt_token", "queued_at", "queue")
     )
     if not waiting:
+        _Absent.forget_all_but(set())
         return
     failed = _failed_in_rq(waiting)
-    suspects = [w for w in waiting if (w[2] is not None and w[2] < cutoff) or job_id_for(w[0], w[1]) in failed]
+    overdue = sorted((w for w in waiting if w[2] is not None and w[2] < cutoff), key=lambda w: w[2] or cutoff)
+    suspects = [w for w in waiting if job_id_for(w[0], w[1]) in failed]
+    suspects += [w for w in overdue[:LOST_JOB_CHECKS_PER_PASS] if job_id_for(w[0], w[1]) not in failed]
     job_ids = [job_id_for(pk, token) for pk, token, _, _ in suspects]
-    for (pk, token, queued_at, queue), job_id, status in zip(suspects, job_ids, job_statuses(job_ids)):
-        overdue = queued_at is not None and queued_at < cutoff
-        if status in ("deferred", "scheduled") or (status in (None, "queued", "started") and not overdue):
+    in_queue = _in_their_queues({queue for _, _, _, queue in suspects})  # before the statuses: see _Absent
+    details = _job_details(job_ids)
+    on_their_way = enqueuing.on_their_way(
+        get_redis(), [(queue, queued_at) for (_, _, queued_at, queue), (status, _) in zip(suspects, details) if status is None and queued_at]
+    )
+    absent_now: set[str] = set()
+    heartbeat_cutoff = now - timedelta(seconds=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT))
+    for (pk, token, queued_at, queue), job_id, (status, last_heartbeat) in zip(suspects, job_ids, details):
+        is_overdue = queued_at is not None and queued_at < cutoff
+        if status in ("deferred", "scheduled") or (status in (None, "queued", "started") and not is_overdue):
             continue  # still on its way to a worker
-        if status == "queued" and _in_queue(queue, job_id):
-            continue  # waiting its turn
+        if status is None and (queue, queued_at) in on_their_way:
+            continue  # its dispatcher is still putting its batch on Redis
+        if status == "queued":
+            if job_id in in_queue:
+                continue  # waiting its turn
+            absent_now.add(job_id)
+            if not _Absent.long_enough(job_id):
+                continue  # a worker may be between its pop and RQ's `started`: look again later
+        if status == "started" and last_heartbeat is not None and last_heartbeat >= heartbeat_cutoff:
+            continue  # its worker is alive and keeps the job: slow to claim it, not lost
         if status in (None, "queued"):
             context = ExecutionContext.of(Reason.QUEUE_LOST, Source.SCHEDULER, job_id=job_id, job_status=status)
         else:
@@ -332,3 +380,49 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
             )
         if report_failure(pk, token, context, expected=(TaskState.QUEUED,), now=now):
             report.lost.append(f"{pk}:{context.reason}")
+    _Absent.forget_all_but(absent_now)
+
+
+class _Absent:
+    """Jobs this scheduler saw `queued` yet out of their queue, and since when. RQ takes a job
+    from its queue (to the queue's intermediate list, or with BLPOP to nowhere) a moment before
+    it marks it `started`; a job seen so for a heartbeat timeout is not in that moment: its
+    worker is stopped. Kept in memory: only this scheduler needs it, and one that restarts
+    merely waits that long again."""
+
+    since: dict[str, float] = {}
+
+    @classmethod
+    def long_enough(cls, job_id: str) -> bool:
+        first = cls.since.setdefault(job_id, time.monotonic())
+        return time.monotonic() - first >= float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT)
+
+    @classmethod
+    def forget_all_but(cls, job_ids: set[str]) -> None:
+        cls.since = {job_id: at for job_id, at in cls.since.items() if job_id in job_ids}
+
+
+def _in_their_queues(queues: set[str]) -> set[str]:
+    """The job ids waiting in these queues: one read of each queue per pass, not one scan of a
+    queue per job. A job a worker takes moves to that queue's intermediate list (or, with BLPOP,
+    to no list) and is marked `started` a moment later: see _Absent."""
+    if not queues:
+        return set()
+    pipe = get_redis().pipeline(transaction=False)
+    for queue in sorted(queues):
+        pipe.lrange(f"rq:queue:{queue}", 0, -1)
+    return {job_id.decode() if isinstance(job_id, bytes) else job_id for ids in pipe.execute() for job_id in ids}
+
+
+def _job_details(job_ids: list[str]) -> list[tuple[str | None, datetime | None]]:
+    """RQ's status of each job and when its worker last said it holds it (None: not started)."""
+    if not job_ids:
+        return []
+    pipe = get_redis().pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hmget(f"rq:job:{job_id}", "status", "last_heartbeat")
+    details = []
+    for status, heartbeat in pipe.execute():
+        status = status.decode() if isinstance(status, bytes) else status
+        details.append((status, str_to_date(heartbeat) if heartbeat else None))
+    return details

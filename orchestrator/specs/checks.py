@@ -133,11 +133,25 @@ def parse_datetime(value: object, tz: ZoneInfo) -> tuple[datetime, str]:
     return parsed, text
 
 
+# Paths already found runnable in this process: a 10,000-task DAG names a few callables
+# thousands of times. Only successes are kept, so a fixed module is looked at again.
+_RUNNABLE: set[str] = set()
+
+
 def check_callable(path: object) -> str | None:
     """The problem with a task's python_callable, or None when it imports to something runnable."""
     if not isinstance(path, str) or not path or not any(sep in path for sep in ".:"):
         # A callable lives in a module: a bare name cannot be one.
         return f"must be a dotted path like 'package.module.function', not {show(path)}"
+    if path in _RUNNABLE:
+        return None
+    problem = _callable_problem(path)
+    if problem is None:
+        _RUNNABLE.add(path)
+    return problem
+
+
+def _callable_problem(path: str) -> str | None:
     try:
         obj = import_object(path)
     except ImportError as exc:

@@ -10,7 +10,12 @@ import yaml
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-class SpecLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it: a 10,000-task file parses in a fraction of
+# the pure-Python parser's time. Same resolver and constructors either way.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class SpecLoader(_SAFE_LOADER):  # type: ignore[valid-type, misc]
     """SafeLoader that keeps date-times as the text written and rejects duplicate keys.
 
     Dates stay strings so a deadline's `datetime` is kept exactly as written (and

@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 
 from django.db import transaction
 from django.db.models import Model
+from django.utils import timezone
 
 from deadlines.models import DeadlineDefinition, Reference
 from orchestrator.models import Circuit, Dag, Task
@@ -130,13 +131,41 @@ def write_dag(spec: DagSpec) -> str:
     if created or changed:
         dag.save()
 
-    task_ids = [task["task_id"] for task in spec["tasks"]]
-    dropped = dag.tasks.exclude(task_id__in=task_ids)
-    touched = bool(changed) or dropped.exists()
-    dropped.delete()
-    existing = {task.task_id: task for task in dag.tasks.all()}
-    for position, task_spec in enumerate(spec["tasks"]):
-        task = existing.get(task_spec["task_id"]) or Task(dag=dag, task_id=task_spec["task_id"])
+    wanted = {task["task_id"] for task in spec["tasks"]}
+    existing = {task.task_id: task for task in dag.tasks.all()} if not created else {}
+    dropped = [task.pk for task_id, task in existing.items() if task_id not in wanted]
+    touched = bool(changed) or bool(dropped)
+    if dropped:
+        Task.objects.filter(pk__in=dropped).delete()
+    touched |= _write_tasks(dag, spec["tasks"], existing)
+    touched |= _sync_circuits(spec)
+    definitions = _deadline_rows(dag)
+    by_task = {task.task_id: task for task in dag.tasks.all()} if any(t["deadlines"] for t in spec["tasks"]) or definitions else {}
+    for task_spec in spec["tasks"]:
+        task = by_task.get(task_spec["task_id"])
+        if task_spec["deadlines"] or (task is not None and task.pk in definitions):
+            touched |= sync_deadlines(dag, task, task_spec["deadlines"], definitions.get(task.pk if task else None, []))
+    touched |= sync_deadlines(dag, None, spec["deadlines"], definitions.get(None, []))
+    if touched and not (created or changed):
+        # A new version of the DAG, for whatever caches its edges by version (engine/graph.py).
+        Dag.objects.filter(pk=dag.pk).update(updated_at=timezone.now())
+    if created:
+        return "created"
+    return "updated" if touched else "unchanged"
+
+
+# Rows per INSERT or UPDATE statement of the task writes.
+BATCH = 500
+
+
+def _write_tasks(dag: Dag, task_specs: list[dict[str, Any]], existing: dict[str, Task]) -> bool:
+    """Create and update the DAG's tasks in bulk (one INSERT or UPDATE per BATCH rows, only
+    for the tasks that changed); True if any did. `existing`: the DAG's tasks as stored."""
+    new: list[Task] = []
+    changed: list[Task] = []
+    fields: set[str] = set()
+    for position, task_spec in enumerate(task_specs):
+        task = existing.get(task_spec["task_id"]) or Task(dag_id=dag.pk, task_id=task_spec["task_id"])
         task_changed = assign(
             task,
             {
@@ -150,26 +179,45 @@ def write_dag(spec: DagSpec) -> str:
                 "position": position,
             },
         )
-        if task.pk is None or task_changed:
-            task.save()
-            touched = True
-        touched |= sync_deadlines(dag, task, task_spec["deadlines"])
-        circuit = task_spec["args"].get("circuit", spec["default_args"].get("circuit"))
-        if circuit:
-            Circuit.objects.get_or_create(name=circuit)  # so operators see it before its first failure
-    touched |= sync_deadlines(dag, None, spec["deadlines"])
-    if created:
-        return "created"
-    return "updated" if touched else "unchanged"
+        if task.pk is None:
+            new.append(task)
+        elif task_changed:
+            changed.append(task)
+            fields |= task_changed
+    Task.objects.bulk_create(new, batch_size=BATCH)
+    if changed:
+        Task.objects.bulk_update(changed, sorted(fields), batch_size=BATCH)
+    return bool(new or changed)
 
 
-def sync_deadlines(dag: Dag, task: Task | None, specs: list[dict[str, Any]]) -> bool:
+def _sync_circuits(spec: DagSpec) -> bool:
+    """Create the circuits the tasks name (or their DAG's default_args), so operators see them
+    before their first failure."""
+    default = spec["default_args"].get("circuit")
+    names = {task["args"].get("circuit", default) for task in spec["tasks"]} - {None, ""}
+    missing = names - set(Circuit.objects.filter(name__in=names).values_list("name", flat=True))
+    Circuit.objects.bulk_create([Circuit(name=name) for name in sorted(missing)], ignore_conflicts=True)
+    return False  # a circuit is shared state, not part of the DAG's definition
+
+
+def _deadline_rows(dag: Dag) -> dict[int | None, list[DeadlineDefinition]]:
+    """The DAG's deadline definitions by task (None: the DAG's own), in one query."""
+    rows: dict[int | None, list[DeadlineDefinition]] = {}
+    for row in DeadlineDefinition.objects.filter(dag=dag).order_by("position", "id"):
+        rows.setdefault(row.task_id, []).append(row)
+    return rows
+
+
+def sync_deadlines(
+    dag: Dag, task: Task | None, specs: list[dict[str, Any]], rows: list[DeadlineDefinition] | None = None
+) -> bool:
     """Make the deadline definitions of `dag` (task None) or `task` match `specs`; True if any changed.
 
     Rows are matched by position so that an unchanged spec keeps its rows (and the
-    deadlines already created from them stay linked).
+    deadlines already created from them stay linked). `rows`: the current ones, if read already.
     """
-    rows = list(DeadlineDefinition.objects.filter(dag=dag, task=task).order_by("position", "id"))
+    if rows is None:
+        rows = list(DeadlineDefinition.objects.filter(dag=dag, task=task).order_by("position", "id"))
     touched = False
     for position, spec in enumerate(specs):
         row = rows[position] if position < len(rows) else DeadlineDefinition(dag=dag, task=task)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Exists, F, OuterRef, Window
+from django.db.models import Count, Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 from django.urls import reverse
 
@@ -220,13 +220,23 @@ def allowed_actions(ti: TaskInstance, attempts: list[TaskAttempt]) -> list[str]:
     return allowed
 
 
-def task_instance_views(run: DagRun, user: AbstractBaseUser | AnonymousUser) -> list[TaskInstanceView]:
+# Task rows per page of the run page: a 10,000-task run is read and drawn a page at a time,
+# with the count of tasks in each state for the whole run above it.
+RUN_PAGE_SIZE = 200
+
+
+def task_instance_views(
+    run: DagRun, user: AbstractBaseUser | AnonymousUser, *, offset: int = 0, limit: int | None = None
+) -> list[TaskInstanceView]:
     may_act = user.has_perm(ACT_PERMISSION)
     dead_lettered: dict[str, list] = {}
     for task_id, at in AuditLog.objects.filter(dag_id=run.dag.dag_id, run_id=run.run_id, prior_state=TaskState.DEAD_LETTER).order_by("at").values_list("task_id", "at"):
         dead_lettered.setdefault(task_id, []).append(at)
     views = []
-    for ti in in_task_order(run.task_instances.select_related("definition").order_by("id").prefetch_related("attempts")):
+    rows = run.task_instances.select_related("definition").order_by("id")
+    if limit is not None:
+        rows = rows[offset : offset + limit]
+    for ti in in_task_order(rows.prefetch_related("attempts")):
         ti.dag_run = run
         attempts = sorted(ti.attempts.all(), key=lambda a: a.attempt_token)
         context = ti.last_failure_context or {}
@@ -275,10 +285,27 @@ def action_done(action: str, task_id: str, note: str) -> str:
     return f"{text} Noted: “{note}”." if note else text
 
 
-def run_context(run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "", notice: str = "") -> dict[str, Any]:
-    """The context of the run page and of its #run-body partial."""
-    views = task_instance_views(run, user)
+def run_context(
+    run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "", notice: str = "", page: int = 1
+) -> dict[str, Any]:
+    """The context of the run page and of its #run-body partial: one page of its tasks."""
+    counts = dict(run.task_instances.order_by().values_list("state").annotate(n=Count("id")))
+    total = sum(counts.values())
+    pages = max(1, -(-total // RUN_PAGE_SIZE))
+    page = min(max(1, page), pages)
+    offset = (page - 1) * RUN_PAGE_SIZE
+    views = task_instance_views(run, user, offset=offset, limit=RUN_PAGE_SIZE)
     return {
+        "task_page": {
+            "number": page,
+            "pages": pages,
+            "first": offset + 1 if total else 0,
+            "last": offset + len(views),
+            "total": total,
+            "previous": page - 1 if page > 1 else None,
+            "next": page + 1 if page < pages else None,
+            "state_counts": sorted(counts.items()),
+        },
         "dag": run.dag,
         "run": run,
         "finished": run.state in FINISHED_RUN_STATES,
@@ -288,7 +315,7 @@ def run_context(run: DagRun, user: AbstractBaseUser | AnonymousUser, *, action_e
         "action_error": action_error,
         "notice": notice,
         "may_act": user.has_perm(ACT_PERMISSION),
-        "has_failed": any(v.ti.state == TaskState.FAILED for v in views),
+        "has_failed": counts.get(TaskState.FAILED, 0) > 0,
     }
 
 

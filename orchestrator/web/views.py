@@ -119,12 +119,18 @@ def dag_pause(request: HttpRequest, dag_id: str) -> HttpResponse:
     return HttpResponseRedirect(reverse("web:dag_detail", args=[dag.dag_id]), status=303)
 
 
+def _page_number(request: HttpRequest) -> int:
+    """?page=N (1 when absent or not a positive number: a bad link still shows the run)."""
+    raw = request.GET.get("page", "1")
+    return int(raw) if raw.isdigit() and len(raw) < 9 else 1
+
+
 @login_required
 @require_GET
 def run_detail(request: HttpRequest, dag_id: str, run_id: str) -> HttpResponse:
     """The run page; an htmx poll gets the #run-body partial, and status 286 once the run is over."""
     run = _lookup(actions.find_run, dag_id, run_id)
-    context = presenters.run_context(run, request.user)
+    context = presenters.run_context(run, request.user, page=_page_number(request))
     if is_htmx(request):
         status = STOP_POLLING if context["finished"] else 200
         return TemplateResponse(request, "web/run_detail.html#run_body", context, status=status)

@@ -1,0 +1,134 @@
+"""db_clean and the scheduler's clean-up: old finished runs go with everything that hangs from
+them; running runs, recent runs, audit entries and the failure counts of what stays do not."""
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db.models import Sum
+from django.utils import timezone
+from rq import Queue
+
+from deadlines.models import Deadline
+from orchestrator.engine import reporting
+from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.scheduler import _Cleaning, schedule_once
+from orchestrator.models import AuditLog, DagRun, FailureCount, TaskAttempt, TaskInstance
+from orchestrator.redis_conn import get_redis
+from retries.context import ExecutionContext
+from retries.states import Reason, Source
+from tests.engine.factories import DagFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
+
+
+@pytest.fixture(autouse=True)
+def empty_queue():
+    Queue("default", connection=get_redis()).empty()
+    yield
+    Queue("default", connection=get_redis()).empty()
+
+
+def _finished_run(dag, *, fail: bool, ended_days_ago: float) -> DagRun:
+    """A run of one task that succeeded, or failed for good; its end moved into the past."""
+    run = create_manual_run(dag)
+    ti = TaskInstance.objects.get(dag_run=run)
+    reporting.claim(ti.pk, ti.attempt_token, WORKER)
+    reporting.mark_running(ti.pk, ti.attempt_token)
+    if fail:
+        reporting.report_failure(ti.pk, ti.attempt_token, ExecutionContext.of(Reason.NON_RETRYABLE, Source.WORKER))
+    else:
+        reporting.report_success(ti.pk, ti.attempt_token, stdout="hello")
+    run.refresh_from_db()
+    assert run.state == ("failed" if fail else "success")
+    DagRun.objects.filter(pk=run.pk).update(end_date=timezone.now() - timedelta(days=ended_days_ago))
+    return run
+
+
+def _counted_failures() -> int:
+    return FailureCount.objects.aggregate(n=Sum("n"))["n"] or 0
+
+
+def _dag():
+    dag = DagFactory(default_args={"retry_delay": 0.1})
+    TaskFactory(dag=dag, task_id="only")
+    return dag
+
+
+def test_it_deletes_old_finished_runs_with_what_hangs_from_them():
+    dag = _dag()
+    old_ok = _finished_run(dag, fail=False, ended_days_ago=40)
+    old_failed = _finished_run(dag, fail=True, ended_days_ago=40)
+    recent = _finished_run(dag, fail=True, ended_days_ago=1)
+    running = create_manual_run(dag)  # unfinished: never touched, however old
+    DagRun.objects.filter(pk=running.pk).update(queued_at=timezone.now() - timedelta(days=90))
+    AuditLog.objects.create(action="clear", dag_id=dag.dag_id, run_id=old_failed.run_id, task_id="only")
+    assert _counted_failures() == 2
+
+    out = StringIO()
+    call_command("db_clean", "--older-than", "30", stdout=out)
+
+    assert set(DagRun.objects.values_list("pk", flat=True)) == {recent.pk, running.pk}
+    assert not TaskInstance.objects.filter(dag_run__in=[old_ok.pk, old_failed.pk]).exists()
+    assert TaskAttempt.objects.filter(task_instance__dag_run=recent).count() == 1
+    assert not Deadline.objects.exclude(dag_run__in=[recent.pk, running.pk]).exists()
+    # The counts agree with the failed attempts that are left; the audit trail stays.
+    assert _counted_failures() == TaskAttempt.objects.filter(state="failed").count() == 1
+    assert AuditLog.objects.filter(run_id=old_failed.run_id).exists()
+    assert "done: deleted 2 runs, 2 task instances, 2 attempts" in out.getvalue()
+
+
+def test_it_keeps_failed_runs_longer_and_changes_nothing_on_a_dry_run():
+    dag = _dag()
+    _finished_run(dag, fail=False, ended_days_ago=40)
+    failed = _finished_run(dag, fail=True, ended_days_ago=40)
+    out = StringIO()
+    call_command("db_clean", "--older-than", "30", "--dry-run", stdout=out)
+    assert "would delete 2 runs, 2 task instances, 2 attempts" in out.getvalue()
+    assert DagRun.objects.count() == 2
+    call_command("db_clean", "--older-than", "30", "--keep-failed-days", "60", stdout=StringIO())
+    assert list(DagRun.objects.values_list("pk", flat=True)) == [failed.pk]
+    assert _counted_failures() == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan", "inf", "1\x00"])
+def test_it_refuses_bad_days(value):
+    with pytest.raises(CommandError, match="days must be"):
+        call_command("db_clean", "--older-than", value, stdout=StringIO())
+
+
+def test_it_works_in_many_small_transactions():
+    """Each transaction deletes a bounded batch; a run's row goes only after its task instances."""
+    from orchestrator import retention
+
+    dag = DagFactory()
+    for i in range(30):
+        TaskFactory(dag=dag, task_id=f"t{i}")
+    run = create_manual_run(dag)
+    DagRun.objects.filter(pk=run.pk).update(state="success", end_date=timezone.now() - timedelta(days=9))
+    cutoff, failed_cutoff = retention.cutoffs(timezone.now(), 5, None)
+    seen = []
+    bounds = retention.MIN_BATCH, retention.MAX_BATCH
+    retention.MIN_BATCH = retention.MAX_BATCH = 7  # the batch would grow on a fast database
+    try:
+        report = retention.clean(cutoff, failed_cutoff, batch=7, progress=lambda r: seen.append((r.task_instances, r.runs)))
+    finally:
+        retention.MIN_BATCH, retention.MAX_BATCH = bounds
+    assert seen[:5] == [(7, 0), (14, 0), (21, 0), (28, 0), (30, 0)] and seen[-1] == (30, 1)
+    assert report.transactions == 6 and not DagRun.objects.exists()
+
+
+def test_the_scheduler_cleans_when_retention_is_set(settings):
+    dag = _dag()
+    _finished_run(dag, fail=False, ended_days_ago=10)
+    settings.ORCHESTRATOR_RETENTION_DAYS = 0
+    _Cleaning.next_at = 0.0
+    schedule_once()
+    assert DagRun.objects.count() == 1  # off by default
+    settings.ORCHESTRATOR_RETENTION_DAYS = 7
+    schedule_once()
+    assert DagRun.objects.count() == 0
