@@ -41,7 +41,9 @@ from rq.queue import Queue
 from rq.timeouts import BaseDeathPenalty
 from rq.worker import SimpleWorker, WorkerStatus
 
+from orchestrator.worker import procs
 from orchestrator.worker.classify import signal_name
+from orchestrator.worker.environment import fork_server_environment
 from orchestrator.worker.heartbeat import Heartbeats
 from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.shutdown import SHUTDOWN
@@ -141,7 +143,8 @@ class OrchestratorWorker(SimpleWorker):
     def work(self, *args: Any, **kwargs: Any) -> bool:
         global _runtime
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-        launcher = Launcher()
+        # The fork server holds nothing a task may not read: no password, no secret key.
+        launcher = Launcher(fork_server_environment(os.environ, settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH))
         launcher.start()  # warm before the first job: imports happen once, here
         heartbeats = Heartbeats(
             interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
@@ -159,6 +162,8 @@ class OrchestratorWorker(SimpleWorker):
         stop_spool = threading.Event()
         spool_thread = threading.Thread(target=self._deliver_spooled, args=(_runtime, stop_spool), name="spool", daemon=True)
         spool_thread.start()
+        keep = lambda: launcher.server_pids()  # noqa: E731  its own children, waited for by their Popen
+        threading.Thread(target=procs.reap_orphans_forever, args=(keep, stop_spool), name="reaper", daemon=True).start()
         try:
             return super().work(*args, **kwargs)
         finally:
