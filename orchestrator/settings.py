@@ -270,8 +270,11 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     }.items():
         _options.setdefault(_key, _value)
     if local_runtime.command_of(sys.argv) == "run_worker" and ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT > 0:
-        # A worker's statements are short: one that runs longer is waiting on something stuck.
-        _options.setdefault("options", f"-c statement_timeout={int(ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT * 1000)}")
+        # A worker's statements and transactions are short: one that runs longer is stuck. A
+        # worker cut off mid-transaction leaves its locks to a session the server ends when
+        # it has been idle that long, not hours later when TCP gives up on it.
+        _limit = int(ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT * 1000)
+        _options.setdefault("options", f"-c statement_timeout={_limit} -c idle_in_transaction_session_timeout={_limit}")
 
 ORCHESTRATOR_WORKER_CONCURRENCY = max(1, _number("ORCHESTRATOR_WORKER_CONCURRENCY"))
 ORCHESTRATOR_DB_OUTAGE_TOLERANCE = _number("ORCHESTRATOR_DB_OUTAGE_TOLERANCE")

@@ -72,6 +72,8 @@ class Heartbeats:
         self.on_lease = on_lease  # told how long the worker's lease now runs (the fork server)
         # How long one beat waits for the database before keeping the leases in Redis instead.
         self.db_wait = db_wait if db_wait is not None else max(0.2, min(interval, self.lease_seconds / 4))
+        # How long renewing the leases in Redis may take: a fraction of the lease.
+        self.redis_wait = max(self.db_wait, self.lease_seconds / 4)
         self.database_lost_at: float | None = None  # when heartbeats to the database began failing
         self._leases: set[AttemptLease] = set()
         self._lock = threading.Lock()
@@ -153,7 +155,7 @@ class Heartbeats:
             log.error("the database has been unreachable for %.0fs; no longer keeping the leases", sent - self.database_lost_at)
             return False
         try:
-            leases.renew(get_redis(socket_timeout=self.db_wait), attempts, ttl=self.timeout, holder=self.holder)
+            leases.renew(get_redis(socket_timeout=self.redis_wait), attempts, ttl=self.timeout, holder=self.holder)
         except redis.RedisError:
             log.error("neither the database nor Redis is reachable; the running tasks stop when their leases run out")
             return False

@@ -58,6 +58,11 @@ SPOOL_INTERVAL = 1.0  # seconds between attempts to deliver spooled reports
 # busy, each of those waits then cost up to 5 ms of GIL handover and RQ's loop, taking one job
 # after another, ran at half speed (a 300-task fan-out: 85 -> 115 tasks/s at 1 ms).
 GIL_SWITCH_INTERVAL = 0.001
+# How long one blocking pop waits for a job. A worker cut off from Redis abandons its connection,
+# but Redis keeps that connection's pop waiting until the pop times out, and would hand it the
+# next job, lost with the dead connection: a short pop bounds that window to a few seconds
+# after a partition begins (RQ's own default is some 400 s).
+DEQUEUE_TIMEOUT = 5
 
 
 def default_worker_name() -> str:
@@ -228,6 +233,10 @@ class OrchestratorWorker(SimpleWorker):
             raise StopRequested()  # leave the blocking wait for a job or a slot at once
 
     # --- taking jobs ------------------------------------------------------------------------------
+
+    @property
+    def dequeue_timeout(self) -> int:
+        return DEQUEUE_TIMEOUT
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None):
         """Wait for a free slot, then for a job; None (stop) when a stop was requested meanwhile."""
