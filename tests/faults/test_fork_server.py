@@ -171,3 +171,44 @@ def test_an_orphan_that_left_the_tasks_group_is_reaped(worker, make_dag, tmp_pat
 
     wait_until(reaped, timeout=10, message=f"the orphan {orphan} reaped (zombies of the worker: {zombies_of(proc.pid)})")
     assert attempts_of(instance(run, "t")) == [("user", "success", None, 1, 0)]
+
+
+def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_task(make_dag):
+    """The "running" handshake commits but its answer is lost (the connection breaks after the
+    commit): tried again, it is refused since the task is already running under its token. The
+    supervisor must see its own handshake there and let the task run, not kill it as
+    superseded. Real database, real fork server and task process; the lost answer is the one
+    thing injected."""
+    from django.db import OperationalError
+
+    from orchestrator.engine import reporting
+    from orchestrator.engine.reporting import WorkerInfo
+    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.worker.heartbeat import Heartbeats
+    from orchestrator.worker.job import limits, plan_for
+    from orchestrator.worker.supervisor import Supervisor
+
+    dag = make_dag([{"task_id": "t", "python_callable": "tests.worker.tasks.succeed"}])
+    run = create_manual_run(dag)
+    ti = instance(run, "t")
+    worker_info = WorkerInfo(hostname="test", worker_name="test-ambiguous", pid=os.getpid())
+    claimed = reporting.claim(ti.pk, ti.attempt_token, worker_info)
+    assert claimed is not None
+    lost_answers = []
+
+    def db(function, *args, **kwargs):
+        result = function(*args, **kwargs)
+        if function is reporting.mark_running and not lost_answers:
+            lost_answers.append(result)  # committed; the answer never arrives
+            raise OperationalError("server closed the connection unexpectedly")
+        return result
+
+    launcher = Launcher()
+    heartbeats = Heartbeats(interval=0.2, timeout=30)
+    try:
+        supervised = Supervisor(plan_for(claimed), worker_info, limits(), launcher=launcher, heartbeats=heartbeats, db=db).run()
+    finally:
+        launcher.close()
+    assert lost_answers == [True]
+    assert not supervised.superseded, "the task was killed as superseded by its own handshake"
+    assert supervised.outcome.final and supervised.outcome.final["type"] == "success", supervised.outcome
