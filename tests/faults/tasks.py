@@ -259,3 +259,31 @@ def _memory_of(pid: int) -> bytes:
             except (OSError, ValueError, OverflowError):
                 continue
     return b"\0".join(chunks)
+
+
+def hostile_output(kind: str, records: str | None = None, context: dict[str, Any] | None = None) -> Any:
+    """What users' code hands back at its worst: `invalid_utf8` (raw bytes that are no UTF-8 on
+    stdout and stderr), `huge` (5 MB of output), `nul_output`, `nul_exception`, `nul_result`
+    (a NUL character, which PostgreSQL's text refuses, in the output, an exception's message,
+    or the result)."""
+    if records and context is not None:
+        recorder = Recorder(records, context)
+        recorder.record("start")
+        recorder.record("end")
+    if kind == "invalid_utf8":
+        os.write(1, b"caf\xe9 \xff\xfe \xc3( \xed\xa0\x80 lone surrogate\n")
+        os.write(2, b"\x80\x81 not utf-8\n")
+        return "wrote invalid utf-8"
+    if kind == "huge":
+        chunk = "x" * 1023 + "\n"
+        for _ in range(5 * 1024):
+            sys.stdout.write(chunk)
+        return "wrote 5 MB"
+    if kind == "nul_output":
+        print("before\x00after")
+        return "wrote a NUL"
+    if kind == "nul_exception":
+        raise ValueError("bad 'a\x00b'")
+    if kind == "nul_result":
+        return "a\x00b"
+    raise ValueError(f"unknown kind {kind!r}")

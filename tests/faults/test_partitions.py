@@ -99,6 +99,10 @@ def _passes_presume_nothing(seconds: float) -> None:
         time.sleep(0.2)
 
 
+def _platform_attempts(run) -> int:
+    return sum(1 for ti in run.task_instances.all() for kind, *_ in attempts_of(ti) if kind == "platform")
+
+
 def _ran_once_at_try_1(run) -> None:
     for ti in run.task_instances.all():
         assert attempts_of(ti) == [("user", "success", None, 1, 0)], (ti.task_id, attempts_of(ti))
@@ -118,9 +122,11 @@ def test_an_idle_worker_cut_off_for_20_seconds_takes_work_at_once_after_the_heal
     spent = _cpu_seconds(server) - cpu_before
     assert spent < 0.5, f"the fork server spent {spent:.1f}s of CPU in 8s with its lease out and nothing to run"
     net.heal()
+    healed = time.monotonic()
     dag = make_dag([_recorded(f"t{i}", records, 2) for i in range(3)])
     run = trigger(dag)
     settle_runs([run], timeout=60)
+    print(f"figure: fork server CPU {spent:.2f}s in 8s of expired lease; 3 x 2s tasks done {time.monotonic() - healed:.1f}s after the heal")
     assert run.state == "success"
     _ran_once_at_try_1(run)
     assert _fork_server(worker.pid) == server, "the fork server was restarted"
@@ -173,7 +179,9 @@ def test_a_worker_cut_off_from_both_while_running_stops_its_tasks_and_comes_back
     wait_until(lambda: schedule_once().lost or None, timeout=30, message="the tasks presumed lost")
     time.sleep(max(0.0, cut_at + 10 - time.monotonic()))
     net.heal()
+    healed = time.monotonic()
     settle_runs([run], timeout=150)
+    print(f"figure: cut from both: {_platform_attempts(run)} platform attempts; retries done {time.monotonic() - healed:.1f}s after the heal")
     assert run.state == "success"
     assert worker.poll() is None, "the worker exited"
     for ti in run.task_instances.all():
@@ -192,7 +200,9 @@ def test_database_answers_dropped_one_way_while_tasks_are_claimed_and_report(net
     net.drop(net.pg_port, "in")
     time.sleep(10)
     net.heal()
+    healed = time.monotonic()
     settle_runs([run], timeout=180)
+    print(f"figure: one-way cut, 16 tasks: {_platform_attempts(run)} platform attempts; settled {time.monotonic() - healed:.1f}s after the heal")
     assert run.state == "success"
     assert {ti.try_number for ti in run.task_instances.all()} == {1}
     assert_invariants([run], [records])
