@@ -133,6 +133,10 @@ class Heartbeats:
         except (OperationalError, InterfaceError):
             self._in_flight = None
             return False
+        except Exception:
+            log.exception("the heartbeat statement failed")
+            self._in_flight = None
+            return False
         finally:
             if self._in_flight is not None and self._in_flight[0].done():
                 self._in_flight = None
@@ -181,7 +185,10 @@ class Heartbeats:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.beat()
+            try:
+                self.beat()
+            except Exception:  # the leases must outlive any one odd beat
+                log.exception("heartbeat failed")
 
     def _run_rq_beats(self) -> None:
         while not self._stop.wait(self.interval):
