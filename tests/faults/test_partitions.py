@@ -99,6 +99,18 @@ def _passes_presume_nothing(seconds: float) -> None:
         time.sleep(0.2)
 
 
+def _succeeds(run) -> None:
+    """The run ends in success (a last pass may be needed to end it)."""
+
+    def ended() -> bool:
+        schedule_once()
+        run.refresh_from_db()
+        return run.state in ("success", "failed")
+
+    wait_until(ended, timeout=30, message="the run to end")
+    assert run.state == "success"
+
+
 def _platform_attempts(run) -> int:
     return sum(1 for ti in run.task_instances.all() for kind, *_ in attempts_of(ti) if kind == "platform")
 
@@ -127,7 +139,7 @@ def test_an_idle_worker_cut_off_for_20_seconds_takes_work_at_once_after_the_heal
     run = trigger(dag)
     settle_runs([run], timeout=60)
     print(f"figure: fork server CPU {spent:.2f}s in 8s of expired lease; 3 x 2s tasks done {time.monotonic() - healed:.1f}s after the heal")
-    assert run.state == "success"
+    _succeeds(run)
     _ran_once_at_try_1(run)
     assert _fork_server(worker.pid) == server, "the fork server was restarted"
     assert_invariants([run], [records])
@@ -144,7 +156,7 @@ def test_a_database_that_hangs_while_tasks_run_is_an_outage_not_a_lost_worker(ne
     _passes_presume_nothing(20)
     net.heal()
     settle_runs([run], timeout=120)
-    assert run.state == "success"
+    _succeeds(run)
     _ran_once_at_try_1(run)
     assert_invariants([run], [records])
 
@@ -160,7 +172,7 @@ def test_redis_dropped_while_tasks_run_changes_nothing(net, netns_worker, make_d
     _passes_presume_nothing(15)
     net.heal()
     settle_runs([run], timeout=120)
-    assert run.state == "success"
+    _succeeds(run)
     _ran_once_at_try_1(run)
     assert_invariants([run], [records])
 
@@ -182,7 +194,7 @@ def test_a_worker_cut_off_from_both_while_running_stops_its_tasks_and_comes_back
     healed = time.monotonic()
     settle_runs([run], timeout=150)
     print(f"figure: cut from both: {_platform_attempts(run)} platform attempts; retries done {time.monotonic() - healed:.1f}s after the heal")
-    assert run.state == "success"
+    _succeeds(run)
     assert worker.poll() is None, "the worker exited"
     for ti in run.task_instances.all():
         assert attempts_of(ti)[-1][:3] == ("user", "success", None) and ti.try_number == 1, attempts_of(ti)
@@ -203,7 +215,7 @@ def test_database_answers_dropped_one_way_while_tasks_are_claimed_and_report(net
     healed = time.monotonic()
     settle_runs([run], timeout=180)
     print(f"figure: one-way cut, 16 tasks: {_platform_attempts(run)} platform attempts; settled {time.monotonic() - healed:.1f}s after the heal")
-    assert run.state == "success"
+    _succeeds(run)
     assert {ti.try_number for ti in run.task_instances.all()} == {1}
     assert_invariants([run], [records])
     assert read_records([records])
@@ -223,6 +235,6 @@ def test_a_database_dropped_for_two_minutes_while_tasks_run_charges_nothing(net,
     _passes_presume_nothing(120)
     net.heal()
     settle_runs([run], timeout=240)
-    assert run.state == "success"
+    _succeeds(run)
     _ran_once_at_try_1(run)
     assert_invariants([run], [records])
