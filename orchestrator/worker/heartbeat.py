@@ -191,11 +191,16 @@ class Heartbeats:
                 log.exception("heartbeat failed")
 
     def _run_rq_beats(self) -> None:
+        failing = False
         while not self._stop.wait(self.interval):
             try:
                 self.on_beat()
-            except Exception:
-                log.warning("queue heartbeat failed", exc_info=True)
+            except Exception as exc:
+                # Once per outage with its traceback, not every interval.
+                log.warning("queue heartbeat failed: %s", exc, exc_info=not failing)
+                failing = True
+            else:
+                failing = False
 
 
 def _heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
