@@ -255,6 +255,8 @@ def main() -> int:
             ORCHESTRATOR_QUEUED_TIMEOUT="6",
             ORCHESTRATOR_KILL_GRACE="1",
             ORCHESTRATOR_WORKER_SHUTDOWN_GRACE="2",
+            # Its own spool: another checkout user's workers must not deliver its reports.
+            ORCHESTRATOR_SPOOL_DIR=str(workdir / "spool"),
         )
         subprocess.run([PY, str(ROOT / "manage.py"), "migrate", "-v", "0"], env=env, cwd=ROOT, check=True)
         os.environ.update({k: env[k] for k in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG")})

@@ -79,13 +79,14 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
 def _held(shared: WorkerRuntime, ti: Claimed) -> bool:
     """Its circuit opened (or its queue was paused) since it was dispatched: it goes back to
     waiting, charged nothing, instead of calling a downstream known to be failing."""
-    now = shared_now()
     try:
+        now = shared_now()
         hold = shared.db.call(claimgate.hold_at_claim, ti.pk, ti.attempt_token, ti.queue, ti.circuit, now)
         if hold is None:
             return False
         put_back = shared.db.call(claimgate.put_back, ti.pk, ti.attempt_token, hold, now)
-    except (OperationalError, InterfaceError):
+    except Exception:
+        log.warning("could not check the gate of task instance %s attempt %s; it runs", ti.pk, ti.attempt_token, exc_info=True)
         return False  # the gate is a courtesy: the claim stands, the task runs
     if put_back:
         log.info("task instance %s attempt %s: held at claim by %s %s; back to waiting", ti.pk, ti.attempt_token, hold.kind, hold.name)

@@ -45,7 +45,7 @@ def net(private_redis, settings) -> Partition:
 
 
 @pytest.fixture
-def netns_worker(net: Partition, process_env, queue_name):
+def netns_worker(net: Partition, process_env, queue_name, tmp_path):
     """Start `run_worker` inside the namespace, reaching PostgreSQL and Redis only through it."""
     logs: list[tuple[int, list[str]]] = []
     db = connection.settings_dict
@@ -53,7 +53,9 @@ def netns_worker(net: Partition, process_env, queue_name):
     redis_url = f"redis://{net.host_ip}:{net.redis_port}/0"
 
     def start(**env: str):
-        merged = {**process_env, **HEARTBEAT, "DATABASE_URL": database_url, "REDIS_URL": redis_url, **env}
+        # A spool of its own: a checkout's shared one would hand its reports to other workers.
+        spool = {"ORCHESTRATOR_SPOOL_DIR": str(tmp_path / "spool")}
+        merged = {**process_env, **HEARTBEAT, **spool, "DATABASE_URL": database_url, "REDIS_URL": redis_url, **env}
         proc = net.run([sys.executable, str(ROOT / "manage.py"), "run_worker", queue_name], env=merged, cwd=ROOT)
         lines: list[str] = []
         logs.append((proc.pid, lines))
