@@ -309,6 +309,7 @@ def main() -> int:
                 dag = random_dag(rng, str(records), hostile_kinds)
                 runs.append(create_manual_run(dag, conf={"soak": True, "note": "<b>é</b>"}).pk)
                 faults["failpoint armed"] += sum(1 for t in dag.tasks.all() if t.task_id in FAILPOINT_TASKS)
+                faults["hostile output"] += sum(1 for t in dag.tasks.all() if t.python_callable == "tests.faults.tasks.hostile_output")
             now = time.monotonic()
             if now >= next_kill:
                 live = [p for p in procs.workers if p is not None and p.poll() is None]
