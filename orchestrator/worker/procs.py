@@ -8,7 +8,7 @@ import ctypes
 import os
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36

@@ -11,12 +11,20 @@ import pytest
 
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import Circuit, TaskAttempt, TaskInstance
-from tests.circuits.test_downstream_outage import Downstream, downstream  # noqa: F401  (fixture)
+from tests.circuits.test_downstream_outage import Downstream
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 TASKS = 100
+
+
+@pytest.fixture
+def downstream():
+    service = Downstream()
+    yield service
+    service.close()
+
 MIN_ATTEMPTS = 5
 CONCURRENCY = 4
 

@@ -56,7 +56,7 @@ def test_a_fork_server_killed_with_kill_9_is_the_platforms_failure_and_the_worke
     wait_until(lambda: instance(run, "py").attempts.count() == 2, timeout=30, message="py retried")
     for task_id in ("py", "sh"):
         first = instance(run, task_id).attempts.order_by("attempt_token").first()
-        wait_until(lambda: first.refresh_from_db() or first.state == "failed", timeout=30, message=f"{task_id}'s first attempt failed")
+        wait_until(lambda first=first: first.refresh_from_db() or first.state == "failed", timeout=30, message=f"{task_id}'s first attempt failed")
         assert (first.kind, first.context["category"], first.context["reason"]) == ("platform", "infrastructure", "worker_lost"), first.context
         assert first.context["metadata"]["fork_server"] == "died"
     assert _fork_server(proc.pid) != server

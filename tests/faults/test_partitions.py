@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.db import connection

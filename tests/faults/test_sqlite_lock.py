@@ -53,7 +53,8 @@ def test_a_writer_holding_sqlites_lock_for_25_seconds_kills_no_task(tmp_path, pr
     procs = []
     try:
         for args in (("run_worker", "sqlite-lock"), ("run_scheduler",)):
-            procs.append(subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, stdout=open(tmp_path / f"{args[0]}.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
+            with open(tmp_path / f"{args[0]}.log", "w") as log:
+                procs.append(subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         _manage(env, "trigger_dag", "locked")
         reader = sqlite3.connect(database, timeout=30)
 
