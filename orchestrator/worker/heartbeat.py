@@ -191,10 +191,12 @@ class Heartbeats:
                 log.exception("heartbeat failed")
 
     def _run_rq_beats(self) -> None:
+        on_beat = self.on_beat
+        assert on_beat is not None
         failing = False
         while not self._stop.wait(self.interval):
             try:
-                self.on_beat()
+                on_beat()
             except Exception as exc:
                 # Once per outage with its traceback, not every interval.
                 log.warning("queue heartbeat failed: %s", exc, exc_info=not failing)

@@ -32,7 +32,7 @@ def become_undumpable() -> bool:
 
 def zombie_children(parent: int) -> list[int]:
     """Children of `parent` that have ended and wait to be reaped."""
-    found = []
+    found: list[int] = []
     try:
         entries = list(os.scandir("/proc"))
     except OSError:
