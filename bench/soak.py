@@ -7,12 +7,22 @@ It makes a throwaway PostgreSQL database (TEST_POSTGRES_URL, default postgres://
 and a private redis-server on a free port (no persistence), and starts one scheduler and
 `--workers` workers (concurrency > 1). For `--minutes` it triggers random DAGs (random fan-in,
 random application failures with retries, tasks with failpoints armed for them: killed after
-"running", killed or exiting before it, a worker killed before the spawn, slow starts), kills a
-random worker with -9 or SIGTERM every 15-40 s and the scheduler now and then, and restarts Redis
-empty once, half-way. Then it lets everything settle, stops every process, and prints the tasks
-run, the faults injected and every violation of the invariants (tests/faults/invariants.py):
-nothing lost or stuck, never two copies at once, every attempt charged to the right budget.
-Exit status 0 only when there is no violation. Not part of the test suite.
+"running", killed or exiting before it, a worker killed before the spawn, slow starts; tasks
+with hostile outputs: invalid UTF-8, 5 MB, a NUL in the output, an exception or the result),
+every 15-40 s kills a random worker with -9 or SIGTERM, the scheduler, or a worker's fork server
+with -9, and restarts Redis empty once, half-way.
+
+Run as root (and with `ip` and `nft`), the workers run in a network namespace of their own
+(tests/faults/netns.py) and reach PostgreSQL and Redis through forwarders: every 20-60 s the
+packets between them and PostgreSQL, Redis or both are dropped (a blackhole, not a refusal) for
+5-30 s, and once, at a third of the run, PostgreSQL's for 90 s (a long outage). Elsewhere those
+faults are left out, and the summary says so.
+
+Then it lets everything settle, stops every process, and prints the tasks run, the faults
+injected and every violation of the invariants (tests/faults/invariants.py): nothing lost or
+stuck, never two copies at once, every attempt charged to the right budget. Exit status 0 only
+when there is no violation. Not part of the test suite. `--no-nul` leaves out a NUL in an exception's
+message or in a result (a NUL in the output is always in).
 """
 from __future__ import annotations
 
@@ -43,6 +53,8 @@ FAILPOINT_TASKS = {
     "fp_slow": "task.before_running@fp_slow=sleep:1.5*1",  # a slow start
 }
 FAILPOINTS = ",".join(FAILPOINT_TASKS.values())
+HOSTILE_KINDS = ("invalid_utf8", "huge", "nul_output", "nul_exception", "nul_result")
+LONG_OUTAGE_SECONDS = 90
 
 
 def free_port() -> int:
@@ -89,8 +101,10 @@ class Redis:
 class Processes:
     """The scheduler and workers, restarted when they die; every one killed at the end."""
 
-    def __init__(self, env: dict[str, str], logdir: Path, workers: int, concurrency: int) -> None:
+    def __init__(self, env: dict[str, str], logdir: Path, workers: int, concurrency: int, worker_env: dict[str, str] | None = None, net=None) -> None:
         self.env = env
+        self.worker_env = worker_env or {}
+        self.net = net  # the workers' network namespace, when there is one
         self.logdir = logdir
         self.concurrency = concurrency
         self.workers: list[subprocess.Popen | None] = [None] * workers
@@ -98,11 +112,12 @@ class Processes:
         self.all: list[subprocess.Popen] = []
         self.counter = 0
 
-    def _start(self, *args: str, **extra: str) -> subprocess.Popen:
+    def _start(self, *args: str, netns: bool = False, **extra: str) -> subprocess.Popen:
         self.counter += 1
+        prefix = ["ip", "netns", "exec", self.net.ns] if netns and self.net is not None else []
         with open(self.logdir / f"{args[0]}-{self.counter}.log", "w") as log:
             proc = subprocess.Popen(
-                [PY, str(ROOT / "manage.py"), *args], env={**self.env, **extra}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                [*prefix, PY, str(ROOT / "manage.py"), *args], env={**self.env, **extra}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.all.append(proc)
         return proc
@@ -112,7 +127,9 @@ class Processes:
         started = 0
         for i, proc in enumerate(self.workers):
             if proc is None or proc.poll() is not None:
-                self.workers[i] = self._start("run_worker", QUEUE, "--concurrency", str(self.concurrency), ORCHESTRATOR_FAILPOINTS=FAILPOINTS)
+                self.workers[i] = self._start(
+                    "run_worker", QUEUE, "--concurrency", str(self.concurrency), netns=True, ORCHESTRATOR_FAILPOINTS=FAILPOINTS, **self.worker_env
+                )
                 started += 1
         if self.scheduler is None or self.scheduler.poll() is not None:
             self.scheduler = self._start("run_scheduler")
@@ -138,7 +155,21 @@ class Processes:
                 proc.wait(timeout=10)
 
 
-def random_dag(rng: random.Random, records: str):
+def fork_server_of(worker_pid: int) -> int | None:
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == worker_pid and b"forkserver" in Path(f"/proc/{entry.name}/cmdline").read_bytes():
+                return int(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def random_dag(rng: random.Random, records: str, hostile_kinds: tuple[str, ...] = HOSTILE_KINDS):
     """3-10 tasks, each with random upstreams among the earlier ones; some with a failpoint armed,
     some failing their first user tries."""
     from orchestrator.models import Dag, Task
@@ -159,13 +190,26 @@ def random_dag(rng: random.Random, records: str):
             task_id = f"t{position}"
         upstream = rng.sample(names, k=min(len(names), rng.randint(0, 2))) if names else []
         kind = rng.random()
-        if kind < 0.12:
+        if kind < 0.06 and hostile_kinds:
+            spec = {"python_callable": "tests.faults.tasks.hostile_output", "op_kwargs": {"kind": rng.choice(hostile_kinds), "records": records}}
+        elif kind < 0.18:
             spec = {"python_callable": "tests.faults.tasks.recorded", "op_kwargs": {"records": records, "seconds": 0.2, "fail_user_tries": rng.randint(1, 3)}}
         else:
             spec = {"python_callable": "tests.faults.tasks.quick", "op_kwargs": {"records": records, "seconds": round(rng.uniform(0, 1.5), 2)}}
         Task.objects.create(dag=dag, position=position, task_id=task_id, upstream=upstream, **spec)
         names.append(task_id)
     return dag
+
+
+def partition_or_none():
+    """The workers' network namespace, or None where one cannot be made (not root, no tools)."""
+    from tests.faults.netns import Partition
+
+    try:
+        return Partition().__enter__()
+    except BaseException as exc:  # pytest's skip is a BaseException
+        print(f"soak: no network namespace ({exc}); blackholes left out", flush=True)
+        return None
 
 
 def main() -> int:
@@ -175,6 +219,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--settle-minutes", type=float, default=4.0, help="how long to wait for the last runs to finish")
+    parser.add_argument("--no-nul", action="store_true", help="leave out a NUL in an exception's message or a result")
+    parser.add_argument("--no-network", action="store_true", help="no network namespace: no blackholes")
     options = parser.parse_args()
     seed = options.seed if options.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -191,6 +237,7 @@ def main() -> int:
     records = workdir / "records"
     records.mkdir()
     procs: Processes | None = None
+    net = None
     try:
         redis_server.start()
         env = dict(os.environ)
@@ -208,6 +255,8 @@ def main() -> int:
             ORCHESTRATOR_QUEUED_TIMEOUT="6",
             ORCHESTRATOR_KILL_GRACE="1",
             ORCHESTRATOR_WORKER_SHUTDOWN_GRACE="2",
+            # Its own spool: another checkout user's workers must not deliver its reports.
+            ORCHESTRATOR_SPOOL_DIR=str(workdir / "spool"),
         )
         subprocess.run([PY, str(ROOT / "manage.py"), "migrate", "-v", "0"], env=env, cwd=ROOT, check=True)
         os.environ.update({k: env[k] for k in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG")})
@@ -220,9 +269,30 @@ def main() -> int:
         from orchestrator.models import DagRun, TaskAttempt, TaskInstance
         from tests.faults.invariants import read_records, violations
 
-        procs = Processes(env, workdir, options.workers, options.concurrency)
+        worker_env: dict[str, str] = {}
+        if not options.no_network:
+            net = partition_or_none()
+        if net is not None:
+            from urllib.parse import urlsplit
+
+            pg = urlsplit(env["DATABASE_URL"])
+            net.pg_port = net.expose(pg.port or 5432, pg.hostname or "127.0.0.1")
+            net.redis_port = net.expose(redis_server.port)
+            user = f"{pg.username}@" if pg.username else ""
+            worker_env = {
+                "DATABASE_URL": f"postgres://{user}{net.host_ip}:{net.pg_port}{pg.path}",
+                "REDIS_URL": f"redis://{net.host_ip}:{net.redis_port}/0",
+            }
+        hostile_kinds = tuple(k for k in HOSTILE_KINDS if not (options.no_nul and k in ("nul_exception", "nul_result")))
+        procs = Processes(env, workdir, options.workers, options.concurrency, worker_env, net)
         procs.ensure()
         faults: Counter[str] = Counter()
+        if net is None:
+            faults["(no network namespace: blackholes left out)"] += 0
+        next_blackhole = time.monotonic() + rng.uniform(20, 60)
+        blackhole_until: float | None = None
+        long_outage_at = time.monotonic() + options.minutes * 20
+        long_outage_done = False
         runs: list[int] = []
         end = time.monotonic() + options.minutes * 60
         next_kill = time.monotonic() + rng.uniform(15, 40)
@@ -236,9 +306,10 @@ def main() -> int:
                 faults["process restarted after dying"] += restarted
             active = DagRun.objects.filter(pk__in=runs, state__in=["queued", "running"]).count()
             if active < 12:
-                dag = random_dag(rng, str(records))
+                dag = random_dag(rng, str(records), hostile_kinds)
                 runs.append(create_manual_run(dag, conf={"soak": True, "note": "<b>é</b>"}).pk)
                 faults["failpoint armed"] += sum(1 for t in dag.tasks.all() if t.task_id in FAILPOINT_TASKS)
+                faults["hostile output"] += sum(1 for t in dag.tasks.all() if t.python_callable == "tests.faults.tasks.hostile_output")
             now = time.monotonic()
             if now >= next_kill:
                 live = [p for p in procs.workers if p is not None and p.poll() is None]
@@ -246,6 +317,11 @@ def main() -> int:
                 if roll < 0.15 and procs.scheduler is not None and procs.scheduler.poll() is None:
                     os.kill(procs.scheduler.pid, signal.SIGKILL)
                     faults["scheduler kill -9"] += 1
+                elif roll < 0.4 and live:
+                    server = fork_server_of(rng.choice(live).pid)
+                    if server is not None:
+                        os.kill(server, signal.SIGKILL)
+                        faults["fork server kill -9"] += 1
                 elif live:
                     victim = rng.choice(live)
                     if roll < 0.7:
@@ -255,6 +331,26 @@ def main() -> int:
                         os.kill(victim.pid, signal.SIGTERM)
                         faults["worker SIGTERM"] += 1
                 next_kill = now + rng.uniform(15, 40)
+            if net is not None:
+                if blackhole_until is not None and now >= blackhole_until:
+                    net.heal()
+                    blackhole_until = None
+                    next_blackhole = now + rng.uniform(20, 60)
+                elif blackhole_until is None and not long_outage_done and now >= long_outage_at:
+                    net.drop(net.pg_port)
+                    blackhole_until = now + LONG_OUTAGE_SECONDS
+                    long_outage_done = True
+                    faults[f"PostgreSQL blackholed {LONG_OUTAGE_SECONDS} s"] += 1
+                elif blackhole_until is None and now >= next_blackhole:
+                    target = rng.choice(["postgres", "redis", "both", "postgres answers only"])
+                    if target in ("postgres", "both"):
+                        net.drop(net.pg_port)
+                    if target in ("redis", "both"):
+                        net.drop(net.redis_port)
+                    if target == "postgres answers only":
+                        net.drop(net.pg_port, "in")
+                    blackhole_until = now + rng.uniform(5, 30)
+                    faults[f"blackhole: {target}"] += 1
             if not redis_restarted and now >= redis_restart_at:
                 redis_server.stop()
                 redis_server.start()
@@ -269,6 +365,8 @@ def main() -> int:
                 last_report = now
             time.sleep(0.5)
 
+        if net is not None:
+            net.heal()
         print("soak: no new runs; waiting for the runs to settle", flush=True)
         settle_end = time.monotonic() + options.settle_minutes * 60
         settled_states = {"success", "failed", "upstream_failed", "skipped", "removed", "dead_letter"}
@@ -311,6 +409,8 @@ def main() -> int:
     finally:
         if procs is not None:
             procs.stop_all()
+        if net is not None:
+            net.__exit__(None, None, None)
         redis_server.close()
         try:
             from django.db import connections

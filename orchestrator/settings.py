@@ -37,6 +37,8 @@ _NUMBERS: dict[str, tuple[type, float | int]] = {
     "ORCHESTRATOR_HANDSHAKE_TIMEOUT": (float, 600.0),
     "ORCHESTRATOR_WORKER_CONCURRENCY": (int, 16),
     "ORCHESTRATOR_DB_OUTAGE_TOLERANCE": (float, 300.0),
+    # A worker's statement running longer than this is cancelled (PostgreSQL; 0 = never).
+    "ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT": (float, 30.0),
     # A queue with this many worker_lost / pre_execution_failure attempts within the window is
     # paused (0 = never).
     "ORCHESTRATOR_QUEUE_STORM_WINDOW": (float, 60.0),
@@ -250,10 +252,30 @@ try:
     ORCHESTRATOR_CLOCK_SKEW = float(os.environ.get("ORCHESTRATOR_CLOCK_SKEW", "0") or 0)
 except ValueError:
     raise ImproperlyConfigured(f"ORCHESTRATOR_CLOCK_SKEW={os.environ['ORCHESTRATOR_CLOCK_SKEW']!r} is not a number") from None
-if DATABASES["default"]["ENGINE"].endswith("postgresql"):
-    # A database that does not answer must fail fast: the worker then keeps its leases in Redis.
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 ORCHESTRATOR_HANDSHAKE_TIMEOUT = _number("ORCHESTRATOR_HANDSHAKE_TIMEOUT")
+ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT = _number("ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT")
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # A database that does not answer (refused, or packets dropped) must fail fast: the worker
+    # then keeps its leases in Redis. connect_timeout bounds a connect; keepalives find a dead
+    # peer under an idle or waiting connection; tcp_user_timeout fails one whose sent data goes
+    # unacknowledged (libpq's options, passed through by psycopg).
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    for _key, _value in {
+        "connect_timeout": 5,
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 10000,
+    }.items():
+        _options.setdefault(_key, _value)
+    if local_runtime.command_of(sys.argv) == "run_worker" and ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT > 0:
+        # A worker's statements and transactions are short: one that runs longer is stuck. A
+        # worker cut off mid-transaction leaves its locks to a session the server ends when
+        # it has been idle that long, not hours later when TCP gives up on it.
+        _limit = int(ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT * 1000)
+        _options.setdefault("options", f"-c statement_timeout={_limit} -c idle_in_transaction_session_timeout={_limit}")
+
 ORCHESTRATOR_WORKER_CONCURRENCY = max(1, _number("ORCHESTRATOR_WORKER_CONCURRENCY"))
 ORCHESTRATOR_DB_OUTAGE_TOLERANCE = _number("ORCHESTRATOR_DB_OUTAGE_TOLERANCE")
 ORCHESTRATOR_REPORT_PATIENCE = _number("ORCHESTRATOR_REPORT_PATIENCE")

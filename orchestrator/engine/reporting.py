@@ -122,13 +122,15 @@ class Claimed:
     mapped: dict[str, Any] = field(default_factory=dict)
     # Each direct upstream's result (a mapped upstream's: its instances' results in order).
     results: dict[str, Any] = field(default_factory=dict)
+    queue: str = "default"  # what the claim's gate checks (engine/claimgate.py)
+    circuit: str | None = None
 
 
 _CLAIM_SQL = """
 SELECT ti.task_id, ti.attempt_token, ti.try_number, ti.infrastructure_try_number, ti.definition_id,
        r.run_id, r.logical_date, r.conf, d.dag_id, d.default_args,
        t.python_callable, t.bash_command, t.op_kwargs, t.args,
-       ti.map_index, ti.map_item, ti.dag_run_id, t.upstream, t.expand
+       ti.map_index, ti.map_item, ti.dag_run_id, t.upstream, t.expand, ti.queue, ti.circuit
 FROM orchestrator_taskinstance ti
 JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
 JOIN orchestrator_dag d ON d.id = r.dag_id
@@ -142,7 +144,7 @@ def _claim_fields() -> list:
     return [ti("task_id"), ti("attempt_token"), ti("try_number"), ti("infrastructure_try_number"), None,
             run("run_id"), run("logical_date"), run("conf"), dag("dag_id"), dag("default_args"),
             task("python_callable"), task("bash_command"), task("op_kwargs"), task("args"),
-            ti("map_index"), ti("map_item"), None, task("upstream"), task("expand")]
+            ti("map_index"), ti("map_item"), None, task("upstream"), task("expand"), ti("queue"), ti("circuit")]
 
 
 def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
@@ -157,7 +159,7 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
         (row,) = sql.fetch(_CLAIM_SQL, [task_instance_id], _claim_fields())
         (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
          dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
-         map_index, map_item, dag_run_id, upstream, expand) = row
+         map_index, map_item, dag_run_id, upstream, expand, queue, circuit) = row
         results = upstream_results(dag_run_id, upstream) if upstream else {}
     mapped = {name: map_item for name in expand} if expand and map_index >= 0 else {}
     return Claimed(
@@ -178,6 +180,8 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
         map_index=map_index,
         mapped=mapped,
         results=results,
+        queue=queue,
+        circuit=circuit,
     )
 
 

@@ -121,6 +121,7 @@ class Outcome:
     start_error: str | None = None
     handshake: bool = False
     returncode: int | None = None  # Popen convention: negative = killed by that signal
+    fork_server_died: bool = False  # the task process died with the worker's fork server
     final: dict[str, Any] | None = None  # the task process's last message (success/failure/bash_exit/...)
     final_before_stop: bool = True
     stop: Stop | None = None
@@ -154,8 +155,13 @@ def classify(outcome: Outcome) -> Verdict:
     expected = (TaskState.RUNNING,) if outcome.handshake else (TaskState.QUEUED,)
 
     if not outcome.started:
+        # A command whose "running" was recorded before its start is still reported as never
+        # having run: nothing of it started.
         context = _pre_execution(PreExecutionReason.START_ERROR, base, error=outcome.start_error)
-        return Verdict(False, context=context, error=outcome.start_error, expected=(TaskState.QUEUED,))
+        return Verdict(False, context=context, error=outcome.start_error, expected=expected)
+
+    if outcome.fork_server_died and outcome.returncode == -signal.SIGKILL and (outcome.final or {}).get("type") not in OUTCOME_MESSAGES:
+        return _fork_server_died(outcome, base, expected)
 
     final = outcome.final or {}
     # A task that finished before the supervisor stopped it gets its real outcome.
@@ -313,6 +319,16 @@ def _died(outcome: Outcome, final: dict[str, Any], base: dict[str, Any]) -> Verd
     fingerprint = exception_fingerprint("exit", "<task process>", returncode or 0)
     context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, exception_type="exit", fingerprint=fingerprint, **base)
     return Verdict(False, context=context, fingerprint=fingerprint, error=f"task process exited with {returncode}")
+
+
+def _fork_server_died(outcome: Outcome, base: dict[str, Any], expected: tuple[TaskState, ...]) -> Verdict:
+    """The worker's fork server died (killed, out of memory) and its task processes with it: the
+    platform's failure, never the task's. Before the handshake nothing of the task ran."""
+    if not outcome.handshake:
+        context = _pre_execution(PreExecutionReason.KILLED, base, fork_server="died")
+        return Verdict(False, context=context, error="the worker's fork server died before the task ran", expected=expected)
+    context = ExecutionContext.of(Reason.WORKER_LOST, Source.WORKER, fork_server="died", **base)
+    return Verdict(False, context=context, error="the worker's fork server died, and its task processes with it", expected=expected)
 
 
 def _resource_exhaustion(outcome: Outcome, metadata: dict[str, Any]) -> Verdict:

@@ -131,6 +131,12 @@ class ForkServer:
     # --- steps ------------------------------------------------------------------------------------
 
     def _spawn(self, request: dict[str, Any], fds: list[int]) -> None:
+        # The worker asks for a task process right after the database recorded its claim (a
+        # heartbeat): a lease that ran out while the worker was idle and cut off must not
+        # condemn the new task at birth.
+        if request.get("lease"):
+            renewed = time.monotonic() + float(request["lease"])
+            self.alive_until = renewed if self.alive_until is None else max(self.alive_until, renewed)
         try:
             pid = _spawn_command(request, fds) if request.get("argv") else os.fork()
         except OSError as exc:
@@ -153,17 +159,18 @@ class ForkServer:
         return max(0.0, min(1.0, self.alive_until - time.monotonic()))
 
     def _enforce_lease(self) -> None:
+        if self.alive_until is None or time.monotonic() < self.alive_until:
+            return
+        # Ran out: nothing may run on it any more. With no task running it is simply forgotten
+        # (no busy loop on a lease in the past); the worker says "alive" again when it can.
+        self.alive_until = None
         running = [pid for pid, status in self.children.items() if status is None]
-        if self.alive_until is None or time.monotonic() < self.alive_until or not running:
+        if not running:
             return
         print(f"fork server: the worker's lease ran out; killing {len(running)} task groups", file=sys.stderr, flush=True)
         for pid in running:
             self.expired.add(pid)
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        self.alive_until = None  # a worker that comes back says so again
+            _kill_task(pid)
 
     def _watch(self, pid: int) -> None:
         try:
@@ -214,10 +221,7 @@ class ForkServer:
     def _kill_everything(self) -> None:
         """The worker died: no task of it may outlive it, nor anything its tasks started."""
         for pid in list(self.children):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+            _kill_task(pid)
         for pid in list(self.children):
             try:
                 os.waitpid(pid, 0)
@@ -237,6 +241,16 @@ class ForkServer:
             while os.read(self.wakeup_read, 512):
                 pass
         except BlockingIOError:
+            pass
+
+
+def _kill_task(pid: int) -> None:
+    """SIGKILL a task's group, and the task process itself: a child that has not yet called
+    setsid() is not the leader of any group, so the group's kill alone would miss it."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
             pass
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from orchestrator.engine import reporting
+from orchestrator.engine import claimgate, reporting
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.sanitise import clean_fields, clean_text
@@ -49,6 +49,8 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     if ti is None:
         log.info("dropping job for task instance %s attempt %s: the attempt is no longer current", task_instance_id, token)
         return "stale"
+    if (ti.circuit or ti.queue) and _held(shared, ti):
+        return "held"
     failpoints.fire(failpoints.WORKER_BEFORE_SPAWN, task_instance_id=ti.pk, task_id=ti.task_id)
     if SHUTDOWN.requested:
         # Stopping: start nothing new; another worker takes it on the platform budget.
@@ -72,6 +74,23 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
         log.warning("task instance %s attempt %s was superseded; nothing reported", ti.pk, token)
         return "superseded"
     return _report(shared, ti.pk, token, classify(supervised.outcome), supervised)
+
+
+def _held(shared: WorkerRuntime, ti: Claimed) -> bool:
+    """Its circuit opened (or its queue was paused) since it was dispatched: it goes back to
+    waiting, charged nothing, instead of calling a downstream known to be failing."""
+    try:
+        now = shared_now()
+        hold = shared.db.call(claimgate.hold_at_claim, ti.pk, ti.attempt_token, ti.queue, ti.circuit, now)
+        if hold is None:
+            return False
+        put_back = shared.db.call(claimgate.put_back, ti.pk, ti.attempt_token, hold, now)
+    except Exception:
+        log.warning("could not check the gate of task instance %s attempt %s; it runs", ti.pk, ti.attempt_token, exc_info=True)
+        return False  # the gate is a courtesy: the claim stands, the task runs
+    if put_back:
+        log.info("task instance %s attempt %s: held at claim by %s %s; back to waiting", ti.pk, ti.attempt_token, hold.kind, hold.name)
+    return put_back
 
 
 def worker_info() -> WorkerInfo:

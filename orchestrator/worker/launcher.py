@@ -37,6 +37,8 @@ class TaskHandle:
     _ended: threading.Event = field(default_factory=threading.Event)
     returncode: int | None = None  # Popen convention: negative = killed by that signal
     lease_expired: bool = False  # the fork server killed it: the worker's lease ran out
+    server_died: bool = False  # it died with its fork server (killed, OOM): the platform's failure
+    abandoned: bool = False  # started after its slot gave up waiting: killed at once
 
     @property
     def pgid(self) -> int:
@@ -53,9 +55,10 @@ class TaskHandle:
         """We are done signalling its group: the fork server may reap it."""
         self.launcher._send({"op": "release", "pid": self.pid})
 
-    def _end(self, status: int, lease_expired: bool = False) -> None:
+    def _end(self, status: int, lease_expired: bool = False, server_died: bool = False) -> None:
         self.returncode = status
         self.lease_expired = lease_expired
+        self.server_died = server_died
         self._ended.set()
 
 
@@ -70,6 +73,8 @@ class Launcher:
         self._sock: socket.socket | None = None
         self._server: subprocess.Popen | None = None
         self.direct = False  # the server can start a command with no Python in between
+        self._lease_seconds: float | None = None  # the worker's lease, once it has one
+        self.reply_timeout = REPLY_TIMEOUT
 
     # --- life of the server ---------------------------------------------------------------------
 
@@ -109,6 +114,11 @@ class Launcher:
             self._sock = ours
             threading.Thread(target=self._read_replies, args=(ours,), name="fork-server-reader", daemon=True).start()
 
+    def server_pids(self) -> set[int]:
+        """The fork server's pid: a child of the worker that only its Popen may reap."""
+        server = self._server
+        return {server.pid} if server is not None else set()
+
     def close(self) -> None:
         """Stop the server: it SIGKILLs any task group still alive, then exits."""
         with self._state_lock:
@@ -138,7 +148,7 @@ class Launcher:
         reply: dict = {}
         with self._state_lock:
             self._pending[request_id] = (done, reply)
-        request = {"op": "spawn", "id": request_id, "env": env}
+        request = {"op": "spawn", "id": request_id, "env": env, "lease": self._lease_seconds}
         if argv is not None:
             request["argv"] = argv
         message = json.dumps(request).encode()
@@ -152,14 +162,19 @@ class Launcher:
             with self._state_lock:
                 self._pending.pop(request_id, None)
             raise LaunchError(f"could not reach the fork server: {exc}") from exc
-        if not done.wait(REPLY_TIMEOUT) or reply.get("op") != "spawned":
+        if not done.wait(self.reply_timeout):
             with self._state_lock:
                 self._pending.pop(request_id, None)
+            if not done.is_set():
+                raise LaunchError("the fork server did not answer")
+        if reply.get("op") != "spawned":
             raise LaunchError(reply.get("error") or "the fork server did not answer")
         return reply["handle"]
 
     def keep_alive(self, seconds: float) -> None:
-        """The worker's heartbeats got through: its task processes may run `seconds` more."""
+        """The worker's heartbeats got through: its task processes may run `seconds` more. A
+        spawn carries the same lease (its claim was a heartbeat that got through)."""
+        self._lease_seconds = seconds
         self._send({"op": "alive", "seconds": seconds})
 
     def _send(self, message: dict) -> None:
@@ -193,11 +208,19 @@ class Launcher:
                 if done is not None:
                     reply.update(message, handle=handle)
                     done.set()
+                elif handle is not None:
+                    # The slot gave up waiting before this reply came: nobody watches that
+                    # process, so it must not run.
+                    log.error("the fork server started pid %s after its request was given up; killing it", handle.pid)
+                    handle.abandoned = True
+                    _kill_group(handle.pgid)
             elif op == "exited":
                 with self._state_lock:
                     handle = self._handles.pop(message["pid"], None)
                 if handle is not None:
                     handle._end(int(message["status"]), bool(message.get("lease_expired")))
+                    if handle.abandoned:
+                        handle.release()
 
     def _server_gone(self, sock: socket.socket) -> None:
         """The fork server died: its task processes died with it (PR_SET_PDEATHSIG); kill what
@@ -209,11 +232,8 @@ class Launcher:
             handles, self._handles = self._handles, {}
             pending, self._pending = self._pending, {}
         for handle in handles.values():
-            try:
-                os.killpg(handle.pgid, signal.SIGKILL)
-            except OSError:
-                pass
-            handle._end(-signal.SIGKILL)
+            _kill_group(handle.pgid)
+            handle._end(-signal.SIGKILL, server_died=True)
         for done, reply in pending.values():
             reply["error"] = "the fork server exited"
             done.set()
@@ -222,3 +242,12 @@ class Launcher:
                 self._server.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL a task's group and its leader (which may not have called setsid() yet)."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pgid, signal.SIGKILL)
+        except OSError:
+            pass

@@ -7,7 +7,10 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
+from collections.abc import Callable
 
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 def become_subreaper() -> bool:
@@ -16,6 +19,61 @@ def become_subreaper() -> bool:
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def become_undumpable() -> bool:
+    """Make /proc/<pid>/environ and the process's memory readable only by root, so a task running
+    under the same user cannot read the worker's secrets there (root still can)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def zombie_children(parent: int) -> list[int]:
+    """Children of `parent` that have ended and wait to be reaped."""
+    found: list[int] = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                text = stat.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[0] == "Z" and int(fields[1]) == parent:
+            found.append(int(entry.name))
+    return found
+
+
+def reap_orphans(keep: set[int]) -> int:
+    """Reap every ended child of ours but those in `keep` (children a Popen waits for): as a
+    child subreaper we inherit whatever a task left behind, even a grandchild that called
+    setsid() and so left the task's group. Returns how many were reaped."""
+    reaped = 0
+    for pid in zombie_children(os.getpid()):
+        if pid in keep:
+            continue
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                reaped += 1
+        except ChildProcessError:
+            pass
+    return reaped
+
+
+def reap_orphans_forever(keep: Callable[[], set[int]], stop: threading.Event, interval: float = 1.0) -> None:
+    """The worker's reaping loop."""
+    while not stop.wait(interval):
+        try:
+            reap_orphans(keep())
+        except Exception:  # never let the reaper die of one odd /proc entry
+            pass
 
 
 def signal_group(pgid: int, sig: int) -> bool:

@@ -41,7 +41,9 @@ from rq.queue import Queue
 from rq.timeouts import BaseDeathPenalty
 from rq.worker import SimpleWorker, WorkerStatus
 
+from orchestrator.worker import procs
 from orchestrator.worker.classify import signal_name
+from orchestrator.worker.environment import fork_server_environment
 from orchestrator.worker.heartbeat import Heartbeats
 from orchestrator.worker.launcher import Launcher
 from orchestrator.worker.shutdown import SHUTDOWN
@@ -56,6 +58,11 @@ SPOOL_INTERVAL = 1.0  # seconds between attempts to deliver spooled reports
 # busy, each of those waits then cost up to 5 ms of GIL handover and RQ's loop, taking one job
 # after another, ran at half speed (a 300-task fan-out: 85 -> 115 tasks/s at 1 ms).
 GIL_SWITCH_INTERVAL = 0.001
+# How long one blocking pop waits for a job. A worker cut off from Redis abandons its connection,
+# but Redis keeps that connection's pop waiting until the pop times out, and would hand it the
+# next job, lost with the dead connection: a short pop bounds that window to a few seconds
+# after a partition begins (RQ's own default is some 400 s).
+DEQUEUE_TIMEOUT = 5
 
 
 def default_worker_name() -> str:
@@ -141,7 +148,8 @@ class OrchestratorWorker(SimpleWorker):
     def work(self, *args: Any, **kwargs: Any) -> bool:
         global _runtime
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-        launcher = Launcher()
+        # The fork server holds nothing a task may not read: no password, no secret key.
+        launcher = Launcher(fork_server_environment(os.environ, settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH))
         launcher.start()  # warm before the first job: imports happen once, here
         heartbeats = Heartbeats(
             interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
@@ -159,6 +167,8 @@ class OrchestratorWorker(SimpleWorker):
         stop_spool = threading.Event()
         spool_thread = threading.Thread(target=self._deliver_spooled, args=(_runtime, stop_spool), name="spool", daemon=True)
         spool_thread.start()
+        keep = lambda: launcher.server_pids()  # noqa: E731  its own children, waited for by their Popen
+        threading.Thread(target=procs.reap_orphans_forever, args=(keep, stop_spool), name="reaper", daemon=True).start()
         try:
             return super().work(*args, **kwargs)
         finally:
@@ -223,6 +233,10 @@ class OrchestratorWorker(SimpleWorker):
             raise StopRequested()  # leave the blocking wait for a job or a slot at once
 
     # --- taking jobs ------------------------------------------------------------------------------
+
+    @property
+    def dequeue_timeout(self) -> int:
+        return DEQUEUE_TIMEOUT
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None):
         """Wait for a free slot, then for a job; None (stop) when a stop was requested meanwhile."""

@@ -140,6 +140,7 @@ class Supervisor:
         self.handshake_at: float | None = None
         self.handshake_failing_since: float | None = None  # the database could not record it
         self.handshake_retry_at: float | None = None
+        self.handshake_ambiguous = False  # a handshake failed: its commit may have happened anyway
         self.stopping: _Stopping | None = None
         self.final: dict[str, Any] | None = None
         self.final_at: float | None = None
@@ -155,6 +156,7 @@ class Supervisor:
         # The lease outlives this call: the job forgets it once the outcome is recorded.
         self.lease = self.heartbeats.watch(self.plan.task_instance_id, self.plan.token)
         direct = self.plan.command is not None and self._can_start_directly()
+        recorded_running = False
         if direct:
             running = self._handshake_before_start()
             if running is None:
@@ -162,14 +164,17 @@ class Supervisor:
             elif not running:
                 self.superseded = True
                 return Supervised(superseded=True, outcome=Outcome(is_bash=True, handshake=False, metadata=metadata))
+            else:
+                recorded_running = True
         try:
             self._spawn(direct)
         except OSError as exc:
+            # Nothing ran. A command whose "running" was already recorded is reported from
+            # `running`, or its report would be refused and the task stranded there.
             log.error("could not start the task process for %s: %s", self._label(), exc)
-            return Supervised(
-                superseded=False,
-                outcome=Outcome(is_bash=self.plan.is_bash, started=False, start_error=f"{type(exc).__name__}: {exc}", metadata=metadata),
-            )
+            start_error = f"{type(exc).__name__}: {exc}"
+            outcome = Outcome(is_bash=self.plan.is_bash, started=False, handshake=recorded_running, start_error=start_error, metadata=metadata)
+            return Supervised(superseded=False, outcome=outcome)
         try:
             self._supervise()
         finally:
@@ -189,6 +194,7 @@ class Supervisor:
             is_bash=self.plan.is_bash,
             handshake=self.handshake_at is not None,
             returncode=self.proc.returncode,
+            fork_server_died=self.proc.server_died,
             final=self.final,
             final_before_stop=self.final_before_stop,
             stop=stop,
@@ -221,6 +227,7 @@ class Supervisor:
         try:
             return bool(self.db(reporting.mark_running, self.plan.task_instance_id, self.plan.token, pid=None))
         except (OperationalError, InterfaceError):
+            self.handshake_ambiguous = True  # it may have committed all the same
             log.warning("could not record that %s is running; starting it the usual way", self._label())
             return None
 
@@ -412,6 +419,7 @@ class Supervisor:
         try:
             won = self.db(reporting.mark_running, self.plan.task_instance_id, self.plan.token, pid=self.proc.pid)
         except (OperationalError, InterfaceError):
+            self.handshake_ambiguous = True  # it may have committed all the same
             now = time.monotonic()
             self.handshake_failing_since = self.handshake_failing_since or now
             if now - self.handshake_failing_since < self.limits.db_outage_tolerance:
@@ -424,11 +432,23 @@ class Supervisor:
             self._begin_stop(Reason.DB_CONNECTION_ERROR, timeout=None)
             return
         self.handshake_retry_at = None
+        if not won and self.handshake_ambiguous:
+            won = self._earlier_handshake_committed()
         if not won:
             self.superseded = True
             return
         self.handshake_at = time.monotonic()
         send(self.control_fd, {"type": "go"})
+
+    def _earlier_handshake_committed(self) -> bool:
+        """A handshake whose answer was lost (the connection broke after its commit) is refused
+        when tried again, since the task is already `running`. Only this attempt holds its
+        token, so `running` under it is our own handshake: a heartbeat fenced by the token and
+        `running` says so, and the task goes on instead of being killed as superseded."""
+        try:
+            return bool(self.db(reporting.heartbeat, self.plan.task_instance_id, self.plan.token))
+        except (OperationalError, InterfaceError):
+            return False
 
     def _enforce(self, now: float) -> None:
         """Timeouts, the shutdown grace, and SIGKILL after kill_grace."""

@@ -208,3 +208,82 @@ class RecordedSleeper:
 
     def on_kill(self, execution_context: Any) -> None:
         Path(self.on_kill_file).write_text(json.dumps({**execution_context.to_dict(), "pid": os.getpid()}))
+
+
+def setsid_child_that_exits(marker: str, seconds: float = 1.0) -> str:
+    """Starts a grandchild that calls setsid() and exits `seconds` later, and returns at once: the
+    grandchild ends as an orphan outside the task's group, a zombie until someone reaps it."""
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"], start_new_session=True)
+    Path(marker).write_text(str(child.pid))
+    return "left one behind"
+
+
+def secrets_seen(hex_needles: list[str], context: dict[str, Any] | None = None) -> dict[str, list[str]]:
+    """Where this task process can find each secret (given hex-encoded, so the needles are not in
+    the fork server's memory through this call): its settings, its objects, its environment,
+    its parent's (the fork server's) environment and whole memory."""
+    import django.conf
+
+    needles = [bytes.fromhex(h) for h in hex_needles]
+    places: dict[str, bytes] = {}
+    settings = django.conf.settings
+    places["settings.SECRET_KEY"] = str(settings.SECRET_KEY).encode()
+    places["settings.DATABASES"] = repr(settings.DATABASES).encode()
+    places["settings.REDIS_URL"] = str(getattr(settings, "REDIS_URL", "")).encode()
+    places["os.environ"] = repr(dict(os.environ)).encode()
+    places["gc objects"] = b"\0".join(o.encode(errors="replace") for o in gc.get_objects() if isinstance(o, str)) + b"\0".join(
+        repr(o).encode(errors="replace") for o in gc.get_objects() if isinstance(o, dict)
+    )
+    parent = os.getppid()
+    places["/proc/parent/environ"] = Path(f"/proc/{parent}/environ").read_bytes()
+    places["/proc/parent/mem"] = _memory_of(parent)
+    found: dict[str, list[str]] = {}
+    for hex_needle, needle in zip(hex_needles, needles):
+        found[hex_needle] = [place for place, data in places.items() if needle in data]
+    return found
+
+
+def _memory_of(pid: int) -> bytes:
+    """Every readable mapping of `pid`, joined (the fork server's memory is what a forked task
+    inherits)."""
+    chunks = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            addresses, perms = line.split()[:2]
+            if not perms.startswith("r") or "[vvar]" in line or "[vsyscall]" in line:
+                continue
+            start, end = (int(a, 16) for a in addresses.split("-"))
+            try:
+                mem.seek(start)
+                chunks.append(mem.read(end - start))
+            except (OSError, ValueError, OverflowError):
+                continue
+    return b"\0".join(chunks)
+
+
+def hostile_output(kind: str, records: str | None = None, context: dict[str, Any] | None = None) -> Any:
+    """What users' code hands back at its worst: `invalid_utf8` (raw bytes that are no UTF-8 on
+    stdout and stderr), `huge` (5 MB of output), `nul_output`, `nul_exception`, `nul_result`
+    (a NUL character, which PostgreSQL's text refuses, in the output, an exception's message,
+    or the result)."""
+    if records and context is not None:
+        recorder = Recorder(records, context)
+        recorder.record("start")
+        recorder.record("end")
+    if kind == "invalid_utf8":
+        os.write(1, b"caf\xe9 \xff\xfe \xc3( \xed\xa0\x80 lone surrogate\n")
+        os.write(2, b"\x80\x81 not utf-8\n")
+        return "wrote invalid utf-8"
+    if kind == "huge":
+        chunk = "x" * 1023 + "\n"
+        for _ in range(5 * 1024):
+            sys.stdout.write(chunk)
+        return "wrote 5 MB"
+    if kind == "nul_output":
+        print("before\x00after")
+        return "wrote a NUL"
+    if kind == "nul_exception":
+        raise ValueError("bad 'a\x00b'")
+    if kind == "nul_result":
+        return "a\x00b"
+    raise ValueError(f"unknown kind {kind!r}")

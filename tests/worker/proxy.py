@@ -6,8 +6,9 @@ import threading
 
 
 class TcpProxy:
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
+        self.listen_host = listen_host
         self.port = 0
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -18,7 +19,7 @@ class TcpProxy:
         """Accept connections (again), on the same port."""
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.listen_host, self.port))
         listener.listen(64)
         self.port = listener.getsockname()[1]
         self._listener = listener

@@ -1,12 +1,12 @@
 """python manage.py run_worker [QUEUE ...] [--concurrency N]: an RQ worker for the project's queues."""
 from __future__ import annotations
 
-import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from orchestrator import redis_conn
 from orchestrator.worker import failpoints
-from orchestrator.worker.procs import become_subreaper
+from orchestrator.worker.procs import become_subreaper, become_undumpable
 from orchestrator.worker.rqworker import OrchestratorWorker, default_worker_name
 
 
@@ -33,8 +33,11 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         # Orphans of a task's process group come back to us, so none is left as a zombie.
         become_subreaper()
-        # A connection of its own: RQ lengthens its socket timeout for blocking dequeues.
-        connection = redis.Redis.from_url(settings.REDIS_URL)
+        # Tasks run under our user: keep our environment and memory out of their reach.
+        become_undumpable()
+        # A connection of its own: RQ lengthens its socket timeout for blocking dequeues; a
+        # connection to a Redis that stopped answering is found dead by its keepalives.
+        connection = redis_conn.client_for(settings.REDIS_URL)
         worker = OrchestratorWorker(
             queues or ["default"],
             connection=connection,
