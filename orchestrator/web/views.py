@@ -142,7 +142,13 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     error, status = "", 200
     try:
         if action == "clear":
-            actions.clear(ti, request.user, include_downstream=bool(request.POST.get("include_downstream")), note=note)
+            actions.clear(
+                ti,
+                request.user,
+                include_downstream=bool(request.POST.get("include_downstream")),
+                keep_task_state=bool(request.POST.get("keep_task_state")),
+                note=note,
+            )
         else:
             actions.TASK_ACTIONS[action](ti, request.user, note=note)
     except ActionError as exc:
