@@ -61,8 +61,9 @@ def remember(context: dict[str, Any], path: str) -> str:
     return "ok"
 
 
-def keep_setting(context: dict[str, Any], path: str, seconds: float = 60) -> None:
-    """Sets "step" about every 0.2 s, noting each answer; notes a StaleAttempt and re-raises it."""
+def keep_setting(context: dict[str, Any], path: str, seconds: float = 60, hold_after_stale: float = 0) -> None:
+    """Sets "step" about every 0.2 s, noting each answer; notes a StaleAttempt and re-raises it
+    (after `hold_after_stale` seconds, keeping its worker's slot busy meanwhile)."""
     state = context["task_state"]
     deadline = time.monotonic() + seconds
     step = 0
@@ -72,6 +73,7 @@ def keep_setting(context: dict[str, Any], path: str, seconds: float = 60) -> Non
             state.set("step", {"pid": os.getpid(), "step": step, "try": context["infrastructure_try_number"]})
         except StaleAttempt as exc:
             _note(path, {"pid": os.getpid(), "event": "stale", "step": step, "error": str(exc)})
+            time.sleep(hold_after_stale)
             raise
         _note(path, {"pid": os.getpid(), "event": "set", "step": step, "at": time.time()})
         time.sleep(0.2)
@@ -82,3 +84,23 @@ class Export(ExportJob):
 
     def __init__(self, service_url: str, seconds: float = 6, fail_times: int = 0) -> None:
         super().__init__(seconds=seconds, fail_times=fail_times, poll_interval=0.2, service_url=service_url)
+
+
+def checkpoint_through_an_outage(context: dict[str, Any], path: str, cut: str) -> str:
+    """Sets "a", notes it, waits until the test cut the database (file `cut` exists), then sets
+    "b", "a" again and deletes "x", noting how long each took, and ends."""
+    state = context["task_state"]
+    state.set("x", "to delete")
+    state.set("a", 1)
+    _note(path, {"event": "before"})
+    deadline = time.monotonic() + 30
+    while not os.path.exists(cut) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for change in (("set", "b", 2), ("set", "a", 3), ("delete", "x", None)):
+        started = time.monotonic()
+        if change[0] == "set":
+            state.set(change[1], change[2])
+        else:
+            state.delete(change[1])
+        _note(path, {"event": change[0], "key": change[1], "took": time.monotonic() - started})
+    return "done"
