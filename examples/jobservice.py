@@ -13,7 +13,8 @@ HTTP + JSON, loopback only by default:
 - `GET /jobs/ID` → `{"id", "key", "state": "running" | "succeeded" | "failed" | "cancelled",
   "result"}`; `GET /jobs?key=K` → the newest job of that key, or 404.
 - `POST /jobs/ID/cancel` → the job, cancelled if it was running.
-- `GET /events` → every submit and cancel it took, in order (what the tests count).
+- `GET /events` → every submit and cancel it took, in order (what the tests count);
+  `GET /ledger` → every job with its key, state, `submitted_at` and `ended_at`.
 """
 from __future__ import annotations
 
@@ -37,7 +38,11 @@ class Job:
     seconds: float
     fails: bool
     submitted_at: float
-    cancelled: bool = False
+    cancelled_at: float | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancelled_at is not None
 
     def state(self, now: float) -> str:
         if self.cancelled:
@@ -45,6 +50,15 @@ class Job:
         if now < self.submitted_at + self.seconds:
             return "running"
         return "failed" if self.fails else "succeeded"
+
+    def ended_at(self, now: float) -> float | None:
+        if self.cancelled_at is not None:
+            return self.cancelled_at
+        end = self.submitted_at + self.seconds
+        return end if now >= end else None
+
+    def ledger_entry(self, now: float) -> dict[str, Any]:
+        return {"id": self.id, "key": self.key, "state": self.state(now), "submitted_at": self.submitted_at, "ended_at": self.ended_at(now)}
 
     def document(self, now: float) -> dict[str, Any]:
         state = self.state(now)
@@ -79,8 +93,14 @@ class JobBook:
             if job is not None:
                 self.events.append({"event": "cancel", "key": job.key, "id": job.id, "was": job.state(time.time()), "at": time.time()})
                 if job.state(time.time()) == "running":
-                    job.cancelled = True
+                    job.cancelled_at = time.time()
             return job
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """Every job it ever ran, with when it was submitted and ended."""
+        with self.lock:
+            now = time.time()
+            return [job.ledger_entry(now) for job in sorted(self.jobs.values(), key=lambda job: job.submitted_at)]
 
     def newest_with_key(self, key: str) -> Job | None:
         with self.lock:
@@ -117,6 +137,8 @@ def handler_for(book: JobBook) -> type[BaseHTTPRequestHandler]:
             if url.path == "/events":
                 with book.lock:
                     return self._answer(200, list(book.events))
+            if url.path == "/ledger":
+                return self._answer(200, book.ledger())
             if url.path == "/jobs":
                 key = (parse_qs(url.query).get("key") or [""])[0]
                 job = book.newest_with_key(key)

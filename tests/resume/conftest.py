@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from examples.jobservice import JobBook, serve
+from examples.jobservice import serve
 from tests.faults.conftest import private_redis, records, scheduler_process  # noqa: F401  (fixtures)
 from tests.worker.conftest import make_dag, queue_name, scheduler_settings, worker  # noqa: F401  (fixtures)
 
@@ -28,6 +28,10 @@ class JobService:
             events = json.loads(response.read())
         return [e for e in events if kind is None or e["event"] == kind]
 
+    def ledger(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(self.url + "/ledger", timeout=5) as response:
+            return json.loads(response.read())
+
     def new_submits(self) -> list[dict[str, Any]]:
         return [e for e in self.events("submit") if e["new"]]
 
@@ -41,5 +45,3 @@ def job_service() -> Iterator[JobService]:
         service.server.shutdown()
         service.server.server_close()
 
-
-__all__ = ["JobBook"]

@@ -11,7 +11,7 @@ from orchestrator import actions, metrics
 from orchestrator.documents import run_document
 from tests.conftest import wait_until
 from tests.faults.conftest import alive, task_processes
-from tests.faults.invariants import attempts_of
+from tests.faults.invariants import assert_invariants, attempts_of
 from tests.worker.conftest import instance, settle, trigger
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -35,7 +35,7 @@ def test_kill_9_of_the_worker_mid_job_reattaches(worker, make_dag, job_service):
     """The platform retry re-attaches to the running job: one submit, no cancel, the job's
     result, user try 1 after one platform retry."""
     before = dict((labels["decision"], n) for labels, n in metrics.read(metrics.RESUME_DECISIONS))
-    dag = make_dag([_export(job_service, seconds=6)], retries=0)
+    dag = make_dag([_export(job_service, seconds=15)], retries=0)
     run = trigger(dag)
     doomed = worker()
     job = _submitted(job_service)
@@ -57,12 +57,13 @@ def test_kill_9_of_the_worker_mid_job_reattaches(worker, make_dag, job_service):
     after = dict((labels["decision"], n) for labels, n in metrics.read(metrics.RESUME_DECISIONS))
     assert after.get("submitted", 0) - before.get("submitted", 0) == 1
     assert after.get("reattached", 0) - before.get("reattached", 0) == 1
+    assert_invariants([run], remote_jobs=job_service.ledger(), operator_actions=True)
 
 
 def test_sigterm_of_the_worker_leaves_the_job_running(worker, make_dag, job_service):
     """A worker stopped by SIGTERM stops its task as worker_termination: on_kill leaves the job
     running (and says so), and another worker re-attaches."""
-    dag = make_dag([_export(job_service, seconds=8)], retries=0)
+    dag = make_dag([_export(job_service, seconds=15)], retries=0)
     run = trigger(dag)
     stopping = worker(ORCHESTRATOR_WORKER_SHUTDOWN_GRACE="0.5")
     _submitted(job_service)
@@ -77,6 +78,7 @@ def test_sigterm_of_the_worker_leaves_the_job_running(worker, make_dag, job_serv
     ti = settle(run, "export", ("success", "failed"), timeout=60)
     assert ti.state == "success" and _resumes(ti) == ["submitted", "reattached"]
     assert job_service.events("cancel") == [] and len(job_service.new_submits()) == 1
+    assert_invariants([run], remote_jobs=job_service.ledger(), operator_actions=True)
 
 
 def test_an_execution_timeout_cancels_the_job(worker, make_dag, job_service):
@@ -89,6 +91,7 @@ def test_an_execution_timeout_cancels_the_job(worker, make_dag, job_service):
     assert cancel["was"] == "running"
     assert "cancelling remote job" in ti.attempts.get().stderr
     assert cancel["id"] == job_service.new_submits()[0]["id"]
+    assert_invariants([run], remote_jobs=job_service.ledger(), operator_actions=True)
 
 
 def test_mark_failed_cancels_the_job(worker, make_dag, job_service, admin_user):
@@ -100,6 +103,7 @@ def test_mark_failed_cancels_the_job(worker, make_dag, job_service, admin_user):
     actions.mark_failed(instance(run, "export"), admin_user, note="wrong day")
     (cancel,) = wait_until(lambda: job_service.events("cancel"), timeout=20, message="the job cancelled")
     assert cancel["was"] == "running"
+    assert_invariants([run], remote_jobs=job_service.ledger(), operator_actions=True)
 
 
 def test_a_failed_job_is_resubmitted_on_the_next_user_try(worker, make_dag, job_service):
@@ -111,6 +115,7 @@ def test_a_failed_job_is_resubmitted_on_the_next_user_try(worker, make_dag, job_
     assert attempts_of(ti) == [("user", "failed", "task_exception", 1, 0), ("user", "success", None, 2, 0)]
     assert _resumes(ti) == ["submitted", "resubmitted"]
     assert len(job_service.new_submits()) == 2 and job_service.events("cancel") == []
+    assert_invariants([run], remote_jobs=job_service.ledger(), operator_actions=True)
 
 
 def test_a_retry_after_the_job_succeeded_returns_its_result_without_submitting(worker, make_dag, job_service, admin_user):
@@ -129,3 +134,4 @@ def test_a_retry_after_the_job_succeeded_returns_its_result_without_submitting(w
     assert _resumes(ti) == ["submitted", "already_succeeded", "submitted"]
     first, second = job_service.new_submits()
     assert first["key"] != second["key"]
+    assert_invariants([run], remote_jobs=job_service.ledger(), operator_actions=True)
