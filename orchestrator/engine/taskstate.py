@@ -40,8 +40,11 @@ def idempotency_key(task_instance_id: int, dag_id: str, run_id: str, task_id: st
 
 def start(task_instance_id: int, dag_id: str, run_id: str, task_id: str) -> Start:
     """The task state and idempotency key an attempt starts with (one read)."""
-    epoch = TaskInstance.objects.filter(pk=task_instance_id).values_list("task_state_epoch", flat=True).first() or 0
-    entries = dict(TaskStateEntry.objects.filter(task_instance_id=task_instance_id).values_list("key", "value"))
+    rows = TaskInstance.objects.filter(pk=task_instance_id).values_list("task_state_epoch", "state_entries__key", "state_entries__value")
+    epoch, entries = 0, {}
+    for epoch, key, value in rows:
+        if key is not None:
+            entries[key] = value
     return Start(entries=entries, idempotency_key=idempotency_key(task_instance_id, dag_id, run_id, task_id, epoch))
 
 
