@@ -124,8 +124,8 @@ def test_the_store_through_a_tcp_cut_to_the_database(worker, make_dag, scheduler
         cut.touch()
         wait_until(lambda: len(_notes(notes)) == 4, timeout=30, message="the changes made during the cut")
         assert all(n["took"] < 10 for n in _notes(notes)[1:])
-        wait_until(lambda: list(spool.glob("ti-*.json")), timeout=15, message="the outcome spooled")
-        spooled = json.loads(next(spool.glob("ti-*.json")).read_text())
+        wait_until(lambda: list(spool.rglob("ti-*.json")), timeout=15, message="the outcome spooled")
+        spooled = json.loads(next(spool.rglob("ti-*.json")).read_text())
         assert [(c["op"], c["key"]) for c in spooled["task_state_changes"]] == [("set", "b"), ("set", "a"), ("delete", "x")]
         assert dict(TaskStateEntry.objects.filter(task_instance=ti).values_list("key", "value")) == {"x": "to delete", "a": 1}
         for _ in range(5):
@@ -134,6 +134,6 @@ def test_the_store_through_a_tcp_cut_to_the_database(worker, make_dag, scheduler
         ti = settle(run, "t", ("success", "failed", "up_for_retry", "scheduled"), timeout=30)
         assert (ti.state, ti.try_number, ti.infrastructure_try_number) == ("success", 1, 0)
         assert dict(TaskStateEntry.objects.filter(task_instance=ti).values_list("key", "value")) == {"a": 3, "b": 2}
-        wait_until(lambda: not list(spool.glob("*.json")), timeout=5, message="the spool emptied")
+        wait_until(lambda: not list(spool.rglob("*.json")), timeout=5, message="the spool emptied")
     finally:
         proxy.cut()
