@@ -159,8 +159,8 @@ def handler_for(book: JobBook) -> type[BaseHTTPRequestHandler]:
                     fail_times = int(body.get("fail_times", 0))
                 except (TypeError, ValueError):
                     return self._answer(400, {"error": "'seconds' and 'fail_times' must be numbers"})
-                job = book.submit(body["key"], seconds, fail_times)
-                return self._answer(201, job.document(time.time()))
+                submitted = book.submit(body["key"], seconds, fail_times)
+                return self._answer(201, submitted.document(time.time()))
             parts = url.path.strip("/").split("/")
             if len(parts) == 3 and parts[0] == "jobs" and parts[2] == "cancel":
                 job = book.cancel(parts[1])

@@ -14,7 +14,8 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from orchestrator.exceptions import StaleAttempt
 
@@ -131,8 +132,8 @@ class TaskStateStore:
             self._send({"op": "resume", "key": "", "value": decision})
 
     def _send(self, change: dict[str, Any]) -> None:
-        reply = self._request({"type": STATE_MESSAGE, **change})
-        status = (reply or {}).get("status")
+        reply = self._request({"type": STATE_MESSAGE, **change}) or {}
+        status = reply.get("status")
         if status in (STORED, KEPT):
             return
         if status == STALE:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 from django.db import transaction
 
@@ -41,10 +42,9 @@ def idempotency_key(task_instance_id: int, dag_id: str, run_id: str, task_id: st
 def start(task_instance_id: int, dag_id: str, run_id: str, task_id: str) -> Start:
     """The task state and idempotency key an attempt starts with (one read)."""
     rows = TaskInstance.objects.filter(pk=task_instance_id).values_list("task_state_epoch", "state_entries__key", "state_entries__value")
-    epoch, entries = 0, {}
-    for epoch, key, value in rows:
-        if key is not None:
-            entries[key] = value
+    found = list(rows)
+    epoch = found[0][0] if found else 0
+    entries = {key: value for _, key, value in found if key is not None}
     return Start(entries=entries, idempotency_key=idempotency_key(task_instance_id, dag_id, run_id, task_id, epoch))
 
 

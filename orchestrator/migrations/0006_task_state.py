@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('orchestrator', '0003_failure_counts'),
+        ('orchestrator', '0004_backfills'),
     ]
 
     operations = [

@@ -420,7 +420,7 @@ class Supervisor:
         database; or, while the database is away, on the worker's disk, to be stored before the
         attempt's outcome (in order: later changes queue behind it)."""
         try:
-            key, value = taskstate.validated(message.get("op"), message.get("key"), message.get("value"), max_bytes=self.task_state_max_bytes)
+            key, value = taskstate.validated(str(message.get("op")), message.get("key"), message.get("value"), max_bytes=self.task_state_max_bytes)
         except ValueError as exc:
             return {"status": taskstate.INVALID, "error": str(exc)}
         if self.superseded or (self.lease is not None and self.lease.refused) or self.handshake_at is None:

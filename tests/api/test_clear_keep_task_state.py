@@ -7,7 +7,6 @@ import pytest
 from orchestrator.engine import taskstate
 from orchestrator.engine.reporting import report_success
 from tests.api.factories import chain_dag, make_run, start
-from tests.api.personas import alice, alice_client, fast_password_hasher  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
 

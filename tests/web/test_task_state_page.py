@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.engine import taskstate
+from orchestrator.engine.reporting import report_success
 from orchestrator.models import TaskStateEntry
 from tests.api.factories import chain_dag, instance, make_run, start
-from orchestrator.engine.reporting import report_success
 
 pytestmark = pytest.mark.django_db
 
