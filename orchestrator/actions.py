@@ -28,7 +28,7 @@ from django.db import transaction
 
 from deadlines import lifecycle
 from orchestrator import metrics
-from orchestrator.engine import failure_counts
+from orchestrator.engine import failure_counts, taskstate
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
@@ -154,7 +154,7 @@ def record_edit(user: User, dag_id: str, action: str, details: dict[str, Any]) -
     return _audit(user, action, dag_id, "", "", "", "", details)
 
 
-def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, note: str = "") -> AuditLog:
+def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, keep_task_state: bool = False, note: str = "") -> AuditLog:
     """Run a finished (or waiting-to-retry, or dead-lettered) task again.
 
     Allowed from success, failed, upstream_failed, skipped, removed, dead_letter and
@@ -164,7 +164,8 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, not
     (transitively) go back to `none` too, since their upstream is no longer failed; with
     `include_downstream`, every transitive downstream task that is finished, dead-lettered,
     waiting to retry or scheduled gets the same treatment as the task itself (one that a
-    worker holds makes the whole action a Conflict). A finished run is reopened.
+    worker holds makes the whole action a Conflict). A finished run is reopened. Every task it
+    clears has its task state emptied (and so a new idempotency key) unless `keep_task_state`.
     """
     _refuse_unless(ti, CLEAR_FROM, "clear")
     now = shared_now()
@@ -184,10 +185,12 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, not
             _clear_one(other, downstream_context)
             touched.append({"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value})
         touched += _reset_upstream_failed(ti)
+        if not keep_task_state:
+            taskstate.empty([ti.pk, *(other.pk for other in to_clear)])
         _reopen_if_unfinished(ti.dag_run)
         entry = _audit(
             user, "clear", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.NONE,
-            _instance_details(ti, {"note": note, "include_downstream": include_downstream, "downstream": touched}),
+            _instance_details(ti, {"note": note, "include_downstream": include_downstream, "keep_task_state": keep_task_state, "downstream": touched}),
         )
     advance_run_now(ti.dag_run_id)
     return entry

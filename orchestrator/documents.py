@@ -30,6 +30,7 @@ def attempt_document(attempt: TaskAttempt) -> dict[str, Any]:
         "stdout": attempt.stdout,
         "stderr": attempt.stderr,
         "output_truncated": attempt.output_truncated,
+        "resume": attempt.resume,  # what a resumable task decided on this attempt
     }
     if attempt.fingerprint:
         doc["fingerprint"] = attempt.fingerprint
@@ -56,6 +57,8 @@ def task_instance_document(ti: TaskInstance) -> dict[str, Any]:
         # Only a task that is ready but held waits for something; a stale value is not shown.
         "waiting_for": ti.waiting_for if ti.state in HOLD_FROM else None,
         "attempts": [attempt_document(a) for a in ti.attempts.all()],
+        # The task's own store, kept across its attempts (prefetched by run_document).
+        "task_state": {entry.key: entry.value for entry in ti.state_entries.all()},
     }
 
 
@@ -84,7 +87,7 @@ def deadline_documents(run: DagRun) -> list[dict[str, Any]]:
 
 
 def run_document(run: DagRun) -> dict[str, Any]:
-    instances = in_task_order(run.task_instances.order_by("id").prefetch_related("attempts"))
+    instances = in_task_order(run.task_instances.order_by("id").prefetch_related("attempts", "state_entries"))
     return {
         "dag_id": run.dag.dag_id,
         "run_id": run.run_id,

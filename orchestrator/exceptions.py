@@ -1,6 +1,7 @@
 """The orchestrator's exceptions.
 
-Task code raises `NonRetryableError` or `RetryAfter` to say how its failure is to be treated.
+Task code raises `NonRetryableError` or `RetryAfter` to say how its failure is to be treated;
+its task state raises `StaleAttempt` in an attempt that was superseded.
 Operator actions and lookups raise an `ActionError`, whose `status` is the HTTP status the
 API and the pages answer with.
 """
@@ -20,6 +21,11 @@ class RetryAfter(Exception):
             raise ValueError(f"RetryAfter seconds must be >= 0, got {seconds}")
         self.seconds = seconds
         super().__init__(message or f"retry after {seconds:g}s")
+
+
+class StaleAttempt(Exception):
+    """Raised in a task whose attempt was superseded (a newer attempt of the same task instance
+    owns it now) when it tries to change its task state: nothing was changed."""
 
 
 class ActionError(Exception):

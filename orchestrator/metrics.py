@@ -26,6 +26,7 @@ DEADLINE_MISSES = "orchestrator_deadline_misses_total"
 # TASK_FAILURES under the category it had when it happened, and is counted here as moved.
 RECLASSIFICATIONS = "orchestrator_reclassifications_total"
 SPOOL_SET_ASIDE = "orchestrator_spool_set_aside_total"
+RESUME_DECISIONS = "orchestrator_resume_decisions_total"
 
 METRICS = {
     TASK_FAILURES: ("Failed task attempts by category and reason.", ("dag_id", "task_id", "category", "reason")),
@@ -36,6 +37,7 @@ METRICS = {
         ("dag_id", "task_id", "from_category", "from_reason"),
     ),
     SPOOL_SET_ASIDE: ("Spooled reports no database would take, set aside by a worker.", ("worker_name",)),
+    RESUME_DECISIONS: ("What resumable tasks decided at the start of an attempt.", ("decision",)),
 }
 
 

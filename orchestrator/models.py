@@ -222,6 +222,8 @@ class TaskInstance(models.Model):
     result = models.JSONField(blank=True, null=True)
     # A mapped task's instance: its item of the source, given to it as `NAME` (set when it expands).
     map_item = models.JSONField(blank=True, null=True)
+    # Grows each time a clear empties the task state: part of the task's idempotency key.
+    task_state_epoch = models.PositiveIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -285,6 +287,8 @@ class TaskAttempt(models.Model):
     hostname = models.CharField(max_length=255, blank=True, default="")
     worker_name = models.CharField(max_length=255, blank=True, default="")
     pid = models.IntegerField(blank=True, null=True)
+    # What a resumable task decided on this attempt (reattached, already_succeeded, ...).
+    resume = models.CharField(max_length=20, blank=True, null=True)
 
     class Meta:
         ordering = ["task_instance", "attempt_token"]
@@ -298,6 +302,29 @@ class TaskAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_instance_id}#{self.attempt_token} {self.state}"
+
+
+class TaskStateEntry(models.Model):
+    """One key of a task instance's own store, kept across its attempts (context["task_state"]).
+
+    Written only through `engine.taskstate.apply()`, fenced by the writing attempt's token.
+    """
+
+    task_instance = models.ForeignKey(TaskInstance, on_delete=models.CASCADE, related_name="state_entries")
+    key = models.CharField(max_length=250)
+    value = models.JSONField(null=True)
+    written_at = models.DateTimeField()
+    # The attempt that last wrote it: its token, and its try numbers as the task saw them.
+    attempt_token = models.PositiveIntegerField()
+    try_number = models.PositiveIntegerField()
+    infrastructure_try_number = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["task_instance", "key"]
+        constraints = [models.UniqueConstraint(fields=["task_instance", "key"], name="task_state_unique_key")]
+
+    def __str__(self) -> str:
+        return f"{self.task_instance_id}:{self.key}"
 
 
 class FailureCount(models.Model):

@@ -62,6 +62,10 @@ ATTEMPT = component(
             "stdout": STRING,
             "stderr": STRING,
             "output_truncated": BOOLEAN,
+            "resume": {
+                "anyOf": [{"type": "string", "enum": ["submitted", "reattached", "already_succeeded", "resubmitted"]}, {"type": "null"}],
+                "description": "What a resumable task decided on this attempt, or null.",
+            },
             "fingerprint": STRING,
         },
         optional=("fingerprint",),
@@ -88,6 +92,11 @@ TASK_INSTANCE = component(
             "failure_fingerprint": nullable(STRING),
             "last_failure_context": MAYBE_CONTEXT,
             "attempts": {"type": "array", "items": ATTEMPT},
+            "task_state": {
+                "type": "object",
+                "additionalProperties": True,
+                "description": "The task's own key/value store, kept across its attempts.",
+            },
         }
     ),
 )

@@ -41,6 +41,11 @@ ACTION_BODIES: dict[str, dict[str, Any]] = {
                 "default": False,
                 "description": "Also clear every downstream task that is finished, waiting or dead-lettered.",
             },
+            "keep_task_state": {
+                "type": "boolean",
+                "default": False,
+                "description": "Keep the task state (and so the idempotency key); by default clearing empties it.",
+            },
         }
     ),
 }
@@ -116,7 +121,11 @@ def run_detail(request: HttpRequest, dag_id: str, run_id: str) -> JsonResponse:
 def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action: str, body: dict[str, Any]) -> JsonResponse:
     """POST .../tasks/TASK_ID/ACTION: the updated run document."""
     instances = actions.find_task_instances(dag_id, run_id, task_id, body.get("map_index"))
-    options = {"include_downstream": body.get("include_downstream", False)} if action == "clear" else {}
+    options = (
+        {"include_downstream": body.get("include_downstream", False), "keep_task_state": body.get("keep_task_state", False)}
+        if action == "clear"
+        else {}
+    )
     actions.act_on_task(action, instances, request.user, note=body.get("note", ""), **options)
     return JsonResponse(run_document(actions.find_run(dag_id, run_id)))
 

@@ -3,7 +3,7 @@ what each operator action would do, spelled out before anyone confirms it.
 
 Queries: the attempts (output cut to its head and tail in the database), the run's task
 instances (for the downstream tasks an action touches) and one count of the task instances
-that failed with the same fingerprint; none grows with the history.
+that failed with the same fingerprint, and the task state's entries; none grows with the history.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from orchestrator import actions
 from orchestrator.console import mapped, rootcause
 from orchestrator.console.grid import waiting_text
 from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows, duration, excerpt, seconds_between
+from orchestrator.engine import taskstate
 from orchestrator.engine.taskconfig import args_for
 from orchestrator.models import AuditLog, TaskAttempt, TaskInstance
 from retries.policy import cleared_max_tries
@@ -65,6 +66,11 @@ class AttemptView:
     charged: str = ""  # which budget paid for its failure ('' unless it failed)
     poisoned: bool = False  # this attempt dead-lettered the task
 
+    @property
+    def resume_label(self) -> str:
+        """What a resumable task decided on this attempt, in words ("" for other tasks)."""
+        return (self.attempt.resume or "").replace("_", " ")
+
 
 @dataclass(frozen=True)
 class ActionChoice:
@@ -75,6 +81,7 @@ class ActionChoice:
     danger: bool = False
     downstream_option: bool = False
     map_index: int | None = None  # a mapped task's instance this acts on
+    task_state_option: bool = False  # clear: offer to keep the task state
 
 
 # A result longer than this (as pretty JSON) is shown folded.
@@ -185,7 +192,8 @@ def _choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url:
         if waiting_downstream:
             text += f"; {', '.join(waiting_downstream)} (upstream_failed) will run after it"
         text += ". With downstream, every finished downstream task runs again too."
-        out.append(ActionChoice("clear", "Clear", f"{base_url}/clear", text, downstream_option=bool(downstream)))
+        text += " Its task state is emptied (a resumable task then starts a new remote job) unless you keep it."
+        out.append(ActionChoice("clear", "Clear", f"{base_url}/clear", text, downstream_option=bool(downstream), task_state_option=True))
     if state in MARK_SUCCESS_FROM:
         text = "The task is recorded as succeeded without running"
         text += f"; {', '.join(waiting_downstream)} will run." if waiting_downstream else "; its downstream tasks may start."
@@ -210,6 +218,45 @@ def _choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url:
             text += " The task is scheduled again."
         out.append(ActionChoice("reclassify", "Reclassify as platform failure", f"{base_url}/reclassify", text))
     return out
+
+
+# A value longer than this (as JSON) is shown folded: its first characters, the rest on demand.
+FOLD_AT = 80
+
+
+@dataclass(frozen=True)
+class StateRow:
+    key: str
+    text: str  # the value as indented JSON
+    preview: str  # its first characters, when folded
+    folded: bool
+    written_at: datetime
+    attempt_number: int | None  # position among the attempts, for the link
+    attempt_token: int
+    by: str  # "user try 2, platform retry 1"
+
+
+def task_state_rows(ti: TaskInstance, attempts: list[AttemptView]) -> list[StateRow]:
+    """The task state's entries, each with when and by which attempt it was last written."""
+    numbers = {a.attempt.attempt_token: a.number for a in attempts}
+    rows = []
+    for entry in taskstate.entries_of(ti.pk):
+        compact = json.dumps(entry.value, ensure_ascii=False)
+        folded = len(compact) > FOLD_AT
+        by = f"user try {entry.try_number}" + (f", platform retry {entry.infrastructure_try_number}" if entry.infrastructure_try_number else "")
+        rows.append(
+            StateRow(
+                key=entry.key,
+                text=json.dumps(entry.value, ensure_ascii=False, indent=2) if folded else compact,
+                preview=compact[:FOLD_AT] + "…" if folded else compact,
+                folded=folded,
+                written_at=entry.written_at,
+                attempt_number=numbers.get(entry.attempt_token),
+                attempt_token=entry.attempt_token,
+                by=by,
+            )
+        )
+    return rows
 
 
 def dead_lettered_at(ti: TaskInstance) -> list[datetime]:
@@ -246,6 +293,7 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
         "attempt_label": attempt_label(ti.try_number, ti.max_tries),
         "waiting": waiting_text(getattr(ti, "waiting_for", None)),
         "attempts": attempts,
+        "task_state": task_state_rows(ti, attempts),
         # The task's own context when it is a failure (an operator's action is shown as one, below).
         "last_failure": [] if action else context_rows(last, skip=frozenset({"traceback"})),
         "root_cause": cause,

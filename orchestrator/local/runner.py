@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -123,6 +123,7 @@ class LocalStack:
         self.children: list[Child] = []
         self.redis: EmbeddedRedis | None = None
         self.env: dict[str, str] = {}
+        self.job_service: Any = None  # the examples' job service, served by this process
         self.password: str | None = None
         self.stopping = threading.Event()
         self.forced = threading.Event()
@@ -141,11 +142,13 @@ class LocalStack:
             self._check_not_running()
             self._check_port_free()
             self.env = self._child_env()
+            self._open_job_service()
             self.prepare()
             if self.stopping.is_set():
                 return 130
             self._publish()
             self.start_children()
+            self._serve_jobs()
             if not self._wait_until_serving():
                 return 1 if not self.stopping.is_set() else 0
             self._wait_for_quiet()
@@ -158,6 +161,8 @@ class LocalStack:
             # First, so that no command from another terminal starts on a stack going away.
             runtime.remove_if_ours(self.runtime_path)
             self.stop_children()
+            if self.job_service is not None:
+                self.job_service.server_close()
             if self.redis is not None:
                 self.say("stopping the embedded Redis server")
                 self.redis.stop()
@@ -183,6 +188,33 @@ class LocalStack:
             raise LocalRunError(
                 f"the local stack is already running (pid {other.pid}, {other.web_url}): stop it first, or use another --state-dir"
             )
+
+    def _open_job_service(self) -> None:
+        """The small job service the resumable example drives (`examples/jobservice.py`): bound
+        here, served from a thread of this process once the children are started (no thread
+        runs while they are forked), so that it outlives any worker killed to show a re-attach."""
+        if self.env.get("EXAMPLE_JOB_SERVICE_URL"):
+            return
+        try:
+            from examples.jobservice import JobBook, handler_for
+        except ImportError:
+            return
+        from http.server import ThreadingHTTPServer
+
+        for port in (8765, 0):  # the example's default port, or any free one
+            try:
+                self.job_service = ThreadingHTTPServer(("127.0.0.1", port), handler_for(JobBook()))
+                break
+            except OSError:
+                continue
+        if self.job_service is not None:
+            self.job_service.daemon_threads = True
+            self.env["EXAMPLE_JOB_SERVICE_URL"] = f"http://127.0.0.1:{self.job_service.server_port}"
+            self.say(f"example job service: {self.env['EXAMPLE_JOB_SERVICE_URL']} (every submit and cancel at /events)")
+
+    def _serve_jobs(self) -> None:
+        if self.job_service is not None:
+            threading.Thread(target=self.job_service.serve_forever, name="example-jobs", daemon=True).start()
 
     def _check_port_free(self) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

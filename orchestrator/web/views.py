@@ -148,7 +148,11 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     # A mapped task's page acts on every instance, or on the failed ones ("scope"), once confirmed.
     instances = mapped.selected(instances, request.POST.get("scope", "all")) if map_index is None else instances
     note = request.POST.get("note", "").strip()
-    options = {"include_downstream": bool(request.POST.get("include_downstream"))} if action == "clear" else {}
+    options = (
+        {"include_downstream": bool(request.POST.get("include_downstream")), "keep_task_state": bool(request.POST.get("keep_task_state"))}
+        if action == "clear"
+        else {}
+    )
     error, status = "", 200
     try:
         if not instances:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from orchestrator.engine import claimgate, reporting
+from orchestrator.engine import claimgate, reporting, taskstate
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.sanitise import clean_fields, clean_text
@@ -59,17 +59,24 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     if not ti.has_definition:
         outcome = Outcome(started=False, start_error="the task was removed from its DAG", metadata=_metadata(worker))
         return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
+    state = None
+    if ti.python_callable:
+        load = lambda: shared.db.call(taskstate.start, ti.pk, ti.dag_id, ti.run_id, ti.task_id)  # noqa: E731
+        state = _with_db_retries(load, patience=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE))
     supervisor = Supervisor(
-        plan_for(ti),
+        plan_for(ti, state),
         worker,
         limits(),
         launcher=shared.launcher,
         heartbeats=shared.heartbeats,
         db=shared.db.call,
         passthrough=tuple(settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH),
+        keep_changes=shared.spool.keep_changes,
+        task_state_max_bytes=int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
     )
     supervised = supervisor.run()
     if supervised.superseded:
+        shared.spool.keep_changes(ti.pk, token, [])  # fenced out anyway
         shared.heartbeats.forget_attempt(ti.pk, token)
         log.warning("task instance %s attempt %s was superseded; nothing reported", ti.pk, token)
         return "superseded"
@@ -115,7 +122,7 @@ def limits() -> Limits:
     )
 
 
-def plan_for(claimed: Claimed) -> Plan:
+def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
     args = claimed.args
     timeout = args.get("execution_timeout")
     context = {
@@ -129,6 +136,9 @@ def plan_for(claimed: Claimed) -> Plan:
         "map_index": claimed.map_index,
         "results": claimed.results,
     }
+    if state is not None:  # a Python task: its store (made live in the task process) and key
+        context["task_state"] = state.entries
+        context["idempotency_key"] = state.idempotency_key
     payload = {
         "task_instance_id": claimed.pk,
         "token": claimed.attempt_token,
@@ -140,6 +150,7 @@ def plan_for(claimed: Claimed) -> Plan:
         "mapped": claimed.mapped,
         "context": context,
         "result_max_bytes": int(settings.ORCHESTRATOR_RESULT_MAX_BYTES),
+        "task_state_max_bytes": int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
     }
     # A bash task is started directly (no Python in its process) unless a failpoint is set to
     # fire in its process.
@@ -174,15 +185,18 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
             described = _with_db_retries(lambda: deliver(shared, record), patience=patience)
     except (OperationalError, InterfaceError):
         path = shared.spool.put(record)
+        shared.spool.keep_changes(task_instance_id, token, [])  # the spooled report carries them
         log.warning("task instance %s attempt %s: the database is unreachable; its outcome waits in %s", task_instance_id, token, path)
         return "spooled"
     except Exception as exc:
         # Not even the bare failure could be recorded: set it aside (seen on the workers page)
         # and let the lease go, so the scheduler ends the attempt instead of it running forever.
         shared.spool.set_aside(record, f"{type(exc).__name__}: {exc}")
+        shared.spool.keep_changes(task_instance_id, token, [])  # the set-aside report carries them
         shared.heartbeats.forget_attempt(task_instance_id, token)
         log.exception("task instance %s attempt %s: its outcome cannot be recorded; set aside", task_instance_id, token)
         return "set aside"
+    shared.spool.keep_changes(task_instance_id, token, [])
     shared.heartbeats.forget_attempt(task_instance_id, token)
     return described
 
@@ -196,6 +210,8 @@ def report_record(task_instance_id: int, token: int, verdict: Verdict, supervise
         "ended_at": shared_now().isoformat(),
         "output": {"stdout": supervised.stdout, "stderr": supervised.stderr, "output_truncated": supervised.output_truncated},
     }
+    if supervised.task_state_changes:
+        record["task_state_changes"] = supervised.task_state_changes
     if verdict.success:
         record["result"] = verdict.result
     else:
@@ -270,6 +286,9 @@ def deliver(shared: WorkerRuntime, record: dict[str, Any]) -> str:
     """Report one outcome, fenced by its attempt token; raises while the database is away."""
     ti_id, token, output = record["task_instance_id"], record["token"], record["output"]
     now = datetime.fromisoformat(record["ended_at"])
+    if record.get("task_state_changes"):
+        # Kept while the database was away: stored before the outcome, fenced like it.
+        shared.db.call(taskstate.apply, ti_id, token, record["task_state_changes"])
     if record["success"]:
         won = shared.db.call(reporting.report_success, ti_id, token, result=record.get("result"), now=now, **output)
         return "success" if won else "stale"

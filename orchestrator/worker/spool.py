@@ -69,6 +69,15 @@ class Spool:
         name = f"ti-{record['task_instance_id']}-{record['token']}.json"
         return _write_durably(self.directory / name, json.dumps(record, default=str))
 
+    def keep_changes(self, task_instance_id: int, token: int, changes: list[dict[str, Any]]) -> None:
+        """Keep a running attempt's task state changes that the database could not take, durably,
+        until its outcome (which carries them) is delivered or spooled; [] forgets them."""
+        path = self.directory / f"state-ti-{task_instance_id}-{token}.json"
+        if not changes:
+            path.unlink(missing_ok=True)
+            return
+        _write_durably(path, json.dumps({"task_instance_id": task_instance_id, "token": token, "changes": changes}, default=str))
+
     def pending(self) -> list[tuple[Path, dict[str, Any] | None]]:
         """This worker's reports (and those it adopted), oldest first; None for an unreadable one."""
         self._adopt_orphans()
@@ -152,6 +161,8 @@ class Spool:
                     for path in other.glob("ti-*.json"):
                         os.replace(path, self.directory / path.name)
                         log.info("adopted the spooled report %s of ended worker %s", path.name, other.name)
+                    for path in other.glob("state-ti-*.json"):
+                        path.unlink(missing_ok=True)  # its attempts were superseded: fenced out anyway
                     (other / LOCK_FILE).unlink(missing_ok=True)
                     _remove_if_empty(other)
             except OSError:

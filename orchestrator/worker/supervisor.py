@@ -18,7 +18,9 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
+from orchestrator import taskstate
 from orchestrator.engine import reporting
+from orchestrator.engine import taskstate as stored_state
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
@@ -83,6 +85,8 @@ class Supervised:
     stdout: str = ""
     stderr: str = ""
     output_truncated: bool = False
+    # Task state changes the database could not take yet, in order: stored before the outcome.
+    task_state_changes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -120,6 +124,8 @@ class Supervisor:
         shutdown: ShutdownRequest = SHUTDOWN,
         db: Callable[..., Any] = run_in_this_thread,
         passthrough: tuple[str, ...] = (),
+        keep_changes: Callable[[int, int, list[dict[str, Any]]], Any] | None = None,
+        task_state_max_bytes: int = taskstate.DEFAULT_MAX_BYTES,
     ) -> None:
         self.plan = plan
         self.worker = worker
@@ -129,6 +135,10 @@ class Supervisor:
         self.heartbeats = heartbeats
         self.db = db  # database calls go through the worker's small pool of connections
         self.passthrough = passthrough
+        # Writes task state changes the database could not take to the worker's disk (durably).
+        self.keep_changes = keep_changes
+        self.task_state_max_bytes = task_state_max_bytes
+        self.unstored_changes: list[dict[str, Any]] = []
         self.lease: AttemptLease | None = None
         self.proc: TaskHandle | None = None
         self.pgid = 0
@@ -212,6 +222,7 @@ class Supervisor:
             stdout=self.streams.stdout.text(),
             stderr=self.streams.stderr.text(),
             output_truncated=self.streams.stdout.truncated or self.streams.stderr.truncated,
+            task_state_changes=list(self.unstored_changes),
         )
 
     def _can_start_directly(self) -> bool:
@@ -411,6 +422,42 @@ class Supervisor:
                 self.final_before_stop = self.stopping is None
         elif kind == "terminated" and self.final is None:
             self.final = message
+        elif kind == taskstate.STATE_MESSAGE:
+            send(self.control_fd, {"type": taskstate.STATE_REPLY, **self._store_task_state(message)})
+
+    def _store_task_state(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Make one task state change durable, fenced by the attempt token, and say how: in the
+        database; or, while the database is away, on the worker's disk, to be stored before the
+        attempt's outcome (in order: later changes queue behind it)."""
+        try:
+            key, value = taskstate.validated(str(message.get("op")), message.get("key"), message.get("value"), max_bytes=self.task_state_max_bytes)
+        except ValueError as exc:
+            return {"status": taskstate.INVALID, "error": str(exc)}
+        if self.superseded or (self.lease is not None and self.lease.refused) or self.handshake_at is None:
+            return {"status": taskstate.STALE}
+        self.unstored_changes.append({"op": message["op"], "key": key, "value": value})
+        try:
+            stored = self.db(stored_state.apply, self.plan.task_instance_id, self.plan.token, self.unstored_changes)
+        except (OperationalError, InterfaceError):
+            if self.keep_changes is None:
+                self.unstored_changes.pop()
+                return {"status": taskstate.STALE}
+            try:
+                self.keep_changes(self.plan.task_instance_id, self.plan.token, self.unstored_changes)
+            except OSError:
+                log.exception("%s: could not keep a task state change on disk", self._label())
+                self.unstored_changes.pop()
+                return {"status": taskstate.STALE}
+            log.warning("%s: the database is away; its task state change waits on the worker's disk", self._label())
+            return {"status": taskstate.KEPT}
+        if not stored:
+            self.unstored_changes.clear()
+            log.warning("%s: a task state change was refused: the attempt was superseded", self._label())
+            return {"status": taskstate.STALE}
+        self.unstored_changes.clear()
+        if self.keep_changes is not None:
+            self.keep_changes(self.plan.task_instance_id, self.plan.token, [])
+        return {"status": taskstate.STORED}
 
     def _handshake(self) -> None:
         assert self.proc is not None

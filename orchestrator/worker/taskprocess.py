@@ -24,6 +24,7 @@ from django.core.exceptions import AppRegistryNotReady
 
 from orchestrator.importing import ObjectImportError, import_object
 from orchestrator.results import check_result
+from orchestrator.taskstate import STATE_REPLY, TaskStateStore
 from orchestrator.templating import TEMPLATE_NAMES, render
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import exception_facts
@@ -168,7 +169,9 @@ def run_forked(control_fd: int, message_fd: int) -> int:
     if isinstance(task, BashTask):
         failpoints.fire(failpoints.TASK_AFTER_RUNNING, **ids)
         task.exec()  # never returns: bash's exit status is the outcome
-    signal.signal(signal.SIGTERM, _terminate_handler(task, control, message_fd))
+    inbox = ControlInbox(control)
+    attach_task_state(task.context, inbox, message_fd, payload)
+    signal.signal(signal.SIGTERM, _terminate_handler(task, inbox, message_fd))
     try:
         failpoints.fire(failpoints.TASK_AFTER_RUNNING, **ids)
         outcome = task.run()
@@ -187,14 +190,57 @@ def run_forked(control_fd: int, message_fd: int) -> int:
     return 0 if outcome["type"] == "success" else 1
 
 
-def _terminate_handler(task: PythonTask | BashTask, control: LineReader, message_fd: int) -> Callable:
+class ControlInbox:
+    """The supervisor's messages once user code runs: answers to task state changes, and the
+    "stop" it writes before SIGTERM. A stop read while waiting for an answer is kept for the
+    SIGTERM handler."""
+
+    def __init__(self, control: LineReader) -> None:
+        self.control = control
+        self.stop: dict[str, Any] | None = None
+
+    def reply(self, timeout: float | None) -> dict[str, Any] | None:
+        while True:
+            message = self.control.receive(timeout=timeout)
+            if message is None:
+                return None
+            if message.get("type") == "stop":
+                self.stop = message
+            elif message.get("type") == STATE_REPLY:
+                return message
+
+    def stop_message(self, timeout: float) -> dict[str, Any] | None:
+        if self.stop is None:
+            message = self.control.receive(timeout=timeout)
+            while message is not None and message.get("type") != "stop":
+                message = self.control.receive(timeout=timeout)
+            self.stop = message
+        return self.stop
+
+
+def attach_task_state(context: dict[str, Any], inbox: ControlInbox, message_fd: int, payload: dict[str, Any]) -> None:
+    """Give a Python task its `context["task_state"]`, talking to the supervisor over the pipes."""
+    if "task_state" not in context:
+        return
+
+    def request(message: dict[str, Any]) -> dict[str, Any] | None:
+        if not send(message_fd, message):
+            return None
+        return inbox.reply(timeout=None)  # the supervisor answers once it is durable, or kills us
+
+    context["task_state"] = TaskStateStore(
+        context.get("task_state") or {}, request, max_bytes=int(payload.get("task_state_max_bytes") or 65536)
+    )
+
+
+def _terminate_handler(task: PythonTask | BashTask, inbox: ControlInbox, message_fd: int) -> Callable:
     from retries.context import ExecutionContext
     from retries.states import Reason, Source
 
     def handle(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # on_kill runs once
         # The supervisor writes why before it signals; anything else is a stop from outside.
-        message = control.receive(timeout=1.0)
+        message = inbox.stop_message(timeout=1.0)
         if message and message.get("type") == "stop" and message.get("context"):
             context = ExecutionContext.from_dict(message["context"])
         else:

@@ -18,6 +18,11 @@
   `user`; a platform failure never increases the user try (the next dispatch keeps
   `try_number`, `infrastructure_try_number` + 1); a user failure adds one user try; the task's
   counters agree with its attempts; at most one attempt succeeded.
+- **no remote job submitted twice**: for a resumable task (`orchestrator.resumable.RemoteJob`),
+  the job service saw at most one job per idempotency key (one task instance, until a clear
+  empties its task state) unless the one before it had already ended failed (or cancelled)
+  when the next was submitted. `remote_jobs` is the job service's ledger: each job's key, id,
+  state, `submitted_at` and `ended_at`.
 """
 from __future__ import annotations
 
@@ -229,8 +234,10 @@ def violations(
     *,
     settled: bool = True,
     operator_actions: bool = False,
+    remote_jobs: Iterable[dict] = (),
 ) -> list[str]:
-    """Every broken promise over `runs` (and the task records under `records`)."""
+    """Every broken promise over `runs` (and the task records under `records`, and the job
+    service's ledger `remote_jobs`)."""
     problems: list[str] = []
     run_ids = [r.pk for r in runs]
     all_runs = {r.pk: r for r in DagRun.objects.filter(pk__in=run_ids).select_related("dag")}
@@ -250,6 +257,28 @@ def violations(
             attempts = [a for a in attempts if a.attempt_token != ti.attempt_token or a.state in FINISHED_ATTEMPT_STATES]
         problems += attempt_violations(ti, attempts, operator_actions=operator_actions, settled=settled)
     problems += overlap_violations(read_records(records))
+    problems += remote_job_violations(remote_jobs)
+    return problems
+
+
+ENDED_FAILED = frozenset({"failed", "cancelled"})
+
+
+def remote_job_violations(jobs: Iterable[dict]) -> list[str]:
+    """A job submitted under a key whose previous job had not (yet) ended failed."""
+    by_key: dict[str, list[dict]] = defaultdict(list)
+    for job in jobs:
+        by_key[job["key"]].append(job)
+    problems = []
+    for key, submitted in by_key.items():
+        submitted.sort(key=lambda job: job["submitted_at"])
+        for before, job in zip(submitted, submitted[1:]):
+            ended_failed = before["state"] in ENDED_FAILED and before["ended_at"] is not None and before["ended_at"] <= job["submitted_at"]
+            if not ended_failed:
+                problems.append(
+                    f"remote job {job['id']} was submitted under key {key} while job {before['id']} of the same key"
+                    f" was {before['state']} (ended at {before['ended_at']}, next submitted at {job['submitted_at']})"
+                )
     return problems
 
 

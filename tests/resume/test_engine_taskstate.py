@@ -1,0 +1,48 @@
+"""engine/taskstate: what an attempt starts with, fenced writes, and a clear's new key."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.engine import taskstate
+from orchestrator.engine.reporting import report_success
+from orchestrator.models import TaskStateEntry
+from tests.api.factories import chain_dag, make_run, start
+
+pytestmark = pytest.mark.django_db
+
+
+def test_an_attempt_starts_with_its_entries_and_key_in_one_read(django_assert_num_queries):
+    run = make_run(chain_dag("etl"))
+    ti = start(run, "extract")
+    with django_assert_num_queries(1):
+        first = taskstate.start(ti.pk, "etl", run.run_id, "extract")
+    assert first.entries == {}
+    changes = [{"op": "set", "key": "a", "value": {"x": [1]}}, {"op": "set", "key": "b", "value": None}]
+    assert taskstate.apply(ti.pk, ti.attempt_token, changes)
+    again = taskstate.start(ti.pk, "etl", run.run_id, "extract")
+    assert again.entries == {"a": {"x": [1]}, "b": None} and again.idempotency_key == first.idempotency_key
+    taskstate.empty([ti.pk])
+    cleared = taskstate.start(ti.pk, "etl", run.run_id, "extract")
+    assert cleared.entries == {} and cleared.idempotency_key != first.idempotency_key
+
+
+def test_only_the_current_running_attempt_writes():
+    run = make_run(chain_dag("etl"))
+    ti = start(run, "extract")
+    assert not taskstate.apply(ti.pk, ti.attempt_token - 1, [{"op": "set", "key": "a", "value": 1}])
+    assert taskstate.apply(ti.pk, ti.attempt_token, [{"op": "set", "key": "a", "value": 2}])
+    assert report_success(ti.pk, ti.attempt_token)
+    assert not taskstate.apply(ti.pk, ti.attempt_token, [{"op": "delete", "key": "a"}])  # finished: too late
+    assert list(TaskStateEntry.objects.values_list("key", "value")) == [("a", 2)]
+
+
+def test_applying_the_same_changes_twice_leaves_the_same_store():
+    """A spooled delivery retried after a lost answer is harmless; the decision counts once."""
+    run = make_run(chain_dag("etl"))
+    ti = start(run, "extract")
+    changes = [{"op": "set", "key": "a", "value": 1}, {"op": "delete", "key": "a"}, {"op": "set", "key": "b", "value": 2},
+               {"op": "resume", "key": "", "value": "reattached"}]
+    assert taskstate.apply(ti.pk, ti.attempt_token, changes)
+    assert taskstate.apply(ti.pk, ti.attempt_token, changes)
+    assert list(TaskStateEntry.objects.values_list("key", "value")) == [("b", 2)]
+    assert ti.attempts.get(attempt_token=ti.attempt_token).resume == "reattached"

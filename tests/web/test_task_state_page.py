@@ -1,0 +1,64 @@
+"""The task page's task state (keys, values folded, when and by which attempt each was written)
+and the clear dialog's "keep the task state"."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.engine import taskstate
+from orchestrator.engine.reporting import report_success
+from orchestrator.models import TaskStateEntry
+from tests.api.factories import chain_dag, instance, make_run, start
+
+pytestmark = pytest.mark.django_db
+
+XSS = "<script>alert('pwned')</script>"
+
+
+def page(run, task_id: str = "extract") -> str:
+    return f"/dags/{run.dag.dag_id}/runs/{run.run_id}/tasks/{task_id}"
+
+
+@pytest.fixture
+def run_with_state():
+    run = make_run(chain_dag("etl"))
+    ti = start(run, "extract")
+    changes = [
+        {"op": "set", "key": "remote_job_id", "value": "job-42"},
+        {"op": "set", "key": XSS, "value": {"note": XSS, "rows": list(range(40))}},
+        {"op": "resume", "key": "", "value": "submitted"},
+    ]
+    assert taskstate.apply(ti.pk, ti.attempt_token, changes)
+    assert report_success(ti.pk, ti.attempt_token)
+    return run
+
+
+def test_it_shows_each_key_with_its_value_folded_and_who_wrote_it(bob_client, run_with_state):
+    html = bob_client.get(page(run_with_state)).content.decode()
+    section = html.split('id="task-state"')[1].split("</section>")[0]
+    assert "2 keys" in section
+    assert "<code>remote_job_id</code>" in section and "<code>&quot;job-42&quot;</code>" in section
+    assert "<details><summary><code>" in section  # the long value is folded
+    assert 'href="#attempt-1">attempt #1</a>' in section and "user try 1" in section
+    assert XSS not in html and "&lt;script&gt;" in section
+    assert 'class="badge resume resume-submitted"' in html
+
+
+def test_the_clear_dialog_offers_to_keep_the_task_state(alice_client, run_with_state):
+    html = alice_client.get(page(run_with_state)).content.decode()
+    assert 'name="keep_task_state"' in html and "keep the task state" in html
+
+
+@pytest.mark.parametrize("keep, expected", [("1", {"remote_job_id", XSS}), ("", set())])
+def test_clear_from_the_page_keeps_or_empties_the_state(alice_client, run_with_state, keep, expected):
+    before = instance(run_with_state, "extract").task_state_epoch
+    response = alice_client.post(f"{page(run_with_state)}/clear", {"back": "task", "keep_task_state": keep})
+    assert response.status_code in (200, 303)
+    ti = instance(run_with_state, "extract")
+    assert ti.state in ("none", "scheduled", "queued")  # cleared, and maybe dispatched at once
+    assert set(TaskStateEntry.objects.filter(task_instance=ti).values_list("key", flat=True)) == expected
+    assert ti.task_state_epoch == before + (0 if keep else 1)
+
+
+def test_a_task_without_state_shows_no_section(bob_client):
+    run = make_run(chain_dag("etl"))
+    assert 'id="task-state"' not in bob_client.get(page(run)).content.decode()
