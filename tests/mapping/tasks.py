@@ -67,3 +67,12 @@ def recorded_instance(item: Any, records: str, seconds: float = 0.0, fail_index:
     instance = {**context, "task_id": f"{context['task_id']}[{context['map_index']}]"}
     recorded(records, seconds, instance, fail_user_tries=1 if context["map_index"] == fail_index else 0)
     return {"item": item, "map_index": context["map_index"]}
+
+
+def remember_item(item: str, context: dict[str, Any]) -> dict[str, Any]:
+    """Keeps its item in its own task state and returns what the state held before."""
+    store = context["task_state"]
+    before = dict(store.items())
+    store.set("item", item)
+    store.set("map_index", context["map_index"])
+    return {"before": before, "key": context["idempotency_key"]}

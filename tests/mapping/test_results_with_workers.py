@@ -91,3 +91,21 @@ def test_an_invalid_result_fails_the_attempt_charged_to_the_user_and_stores_noth
         assert (context["category"], context["reason"]) == ("application", "invalid_result")
         assert context["metadata"]["problem"] == problem, context
         assert [a.kind for a in ti.attempts.all()] == ["user", "user"]
+
+
+def test_each_instance_of_a_mapped_task_keeps_its_own_task_state(worker, make_dag):
+    """Task state is per task instance: every instance starts empty, writes its own keys, and
+    gets its own idempotency key."""
+    dag = make_dag([
+        {"task_id": "remember", "python_callable": "tests.mapping.tasks.remember_item",
+         "expand": {"item": ["a", "b", "c"]}},
+    ])
+    worker()
+    run = _finished(trigger(dag))
+    assert run.state == "success"
+    instances = _by_task(run)["remember"]
+    assert [ti.result["before"] for ti in instances] == [{}, {}, {}]
+    assert len({ti.result["key"] for ti in instances}) == 3
+    document = run_document(run)
+    states = {t["map_index"]: t["task_state"] for t in document["task_instances"] if t["task_id"] == "remember"}
+    assert states == {i: {"item": item, "map_index": i} for i, item in enumerate("abc")}
