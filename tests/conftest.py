@@ -87,3 +87,15 @@ def wait_until(predicate: Callable[[], object], timeout: float = 30.0, interval:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
         time.sleep(interval)
+
+
+@pytest.fixture
+def empty_default_queue() -> Iterator[None]:
+    """The `default` RQ queue empty before and after the test (jobs a dispatch enqueued)."""
+    from rq import Queue
+
+    from orchestrator.redis_conn import get_redis
+
+    Queue("default", connection=get_redis()).empty()
+    yield
+    Queue("default", connection=get_redis()).empty()

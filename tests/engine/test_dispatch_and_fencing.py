@@ -16,16 +16,9 @@ from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.engine.factories import DagFactory, TaskFactory, diamond
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]
 
 WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
-
-
-@pytest.fixture(autouse=True)
-def empty_queue():
-    Queue("default", connection=get_redis()).empty()
-    yield
-    Queue("default", connection=get_redis()).empty()
 
 
 def _ti(run, task_id: str) -> TaskInstance:

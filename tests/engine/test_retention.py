@@ -9,28 +9,19 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
 from django.utils import timezone
-from rq import Queue
 
 from deadlines.models import Deadline
 from orchestrator.engine import reporting
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.engine.scheduler import _Cleaning, schedule_once
 from orchestrator.models import AuditLog, DagRun, FailureCount, TaskAttempt, TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
 from retries.states import Reason, Source
 from tests.engine.factories import DagFactory, TaskFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]
 
 WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
-
-
-@pytest.fixture(autouse=True)
-def empty_queue():
-    Queue("default", connection=get_redis()).empty()
-    yield
-    Queue("default", connection=get_redis()).empty()
 
 
 def _finished_run(dag, *, fail: bool, ended_days_ago: float) -> DagRun:

@@ -4,26 +4,17 @@ reports made directly)."""
 from __future__ import annotations
 
 import pytest
-from rq import Queue
 
 from orchestrator.engine import reporting
 from orchestrator.engine.mapping import expand_ready, expansion_of, upstream_results
 from orchestrator.engine.runs import _instances_of, advance_run, create_manual_run
 from orchestrator.models import DagRun, TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]
 
 WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
-
-
-@pytest.fixture(autouse=True)
-def empty_queue():
-    Queue("default", connection=get_redis()).empty()
-    yield
-    Queue("default", connection=get_redis()).empty()
 
 
 def _succeed(ti: TaskInstance, result=None) -> None:

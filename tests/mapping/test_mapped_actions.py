@@ -5,26 +5,17 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from rq import Queue
 
 from orchestrator.engine import reporting
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import AuditLog, TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.engine.factories import DagFactory, TaskFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]
 
 WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
-
-
-@pytest.fixture(autouse=True)
-def empty_queue():
-    Queue("default", connection=get_redis()).empty()
-    yield
-    Queue("default", connection=get_redis()).empty()
 
 
 def _finish(ti: TaskInstance, *, fail: bool) -> None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from rq import Queue
 
 from orchestrator.engine import reporting
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import TaskInstance
-from orchestrator.redis_conn import get_redis
 from orchestrator.worker.classify import Outcome, Verdict
 from orchestrator.worker.job import deliver_spooled, report_record
 from orchestrator.worker.spool import Spool
@@ -20,16 +18,9 @@ from retries.context import ExecutionContext
 from retries.states import Reason, Source
 from tests.engine.factories import DagFactory, TaskFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]
 
 WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
-
-
-@pytest.fixture(autouse=True)
-def empty_queue():
-    Queue("default", connection=get_redis()).empty()
-    yield
-    Queue("default", connection=get_redis()).empty()
 
 
 def _runtime() -> SimpleNamespace:

@@ -117,6 +117,7 @@ def test_a_worker_sets_aside_what_the_database_refuses_and_delivers_the_rest(wor
     assert "no-such-state" in Path(str(aside) + ".reason").read_text()
     page = admin_client.get("/workers/").content.decode()
     assert 'id="set-aside"' in page and f"{a.pk} (attempt {a.attempt_token})" in page and "no-such-state" in page
+    assert page.count('id="set-aside"') == 1 and "<title>Workers and queues" in page  # shown once, in the page's body
 
 
 @pytest.fixture
