@@ -80,11 +80,12 @@ def test_misbehaving_tasks_each_end_in_a_truthful_state(worker, make_dag, tmp_pa
         zombie_pids = json.loads(Path(marker("zombies")).read_text())
         wait_until(lambda: not any(os.path.exists(f"/proc/{p}") and _ppid(p) in (proc.pid,) for p in zombie_pids), timeout=5, message="zombies reaped")
         assert not zombies_of(proc.pid)
-        # A value JSON cannot carry is stored as its repr; a big one is clipped.
-        assert states["unpicklable"] == "success"
-        assert "function" in tis["unpicklable"].attempts.get().result
-        big = tis["bigresult"].attempts.get().result
-        assert states["bigresult"] == "success" and big["truncated"] is True
+        # A result JSON cannot carry, or one over ORCHESTRATOR_RESULT_MAX_BYTES, fails its attempt
+        # as the task's own fault (invalid_result, charged to the user), and nothing is stored.
+        for name in ("unpicklable", "bigresult"):
+            assert (states[name], reasons[name]) == ("failed", "invalid_result"), name
+            assert tis[name].last_failure_context["category"] == "application"
+            assert tis[name].attempts.get().kind == "user" and tis[name].result is None
         assert run.state == "failed"
         assert_invariants([run])
     finally:
