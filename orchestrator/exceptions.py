@@ -7,6 +7,8 @@ API and the pages answer with.
 """
 from __future__ import annotations
 
+import math
+
 
 class NonRetryableError(Exception):
     """Fail the task now: no retry, whatever budget is left (application/non_retryable)."""
@@ -17,8 +19,8 @@ class RetryAfter(Exception):
 
     def __init__(self, seconds: float, message: str = "") -> None:
         seconds = float(seconds)
-        if seconds < 0:
-            raise ValueError(f"RetryAfter seconds must be >= 0, got {seconds}")
+        if not math.isfinite(seconds) or seconds < 0:  # NaN would reach the failure's metadata
+            raise ValueError(f"RetryAfter seconds must be a finite number >= 0, got {seconds}")
         self.seconds = seconds
         super().__init__(message or f"retry after {seconds:g}s")
 

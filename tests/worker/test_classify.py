@@ -185,3 +185,12 @@ def test_it_names_a_task_process_that_could_not_start():
     assert verdict.context.metadata["pre_execution_reason"] == "start_error"
     assert verdict.context.metadata["error"] == "FileNotFoundError: python"
     assert verdict.expected == (TaskState.QUEUED,)
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -1])
+def test_retry_after_refuses_a_delay_that_is_not_a_finite_number_of_seconds(seconds):
+    """NaN would reach the failure's metadata, which neither database stores as JSON."""
+    from orchestrator.exceptions import RetryAfter
+
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        RetryAfter(seconds)

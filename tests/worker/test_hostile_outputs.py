@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.models import TaskInstance
 from tests.worker.conftest import settle, trigger
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -70,17 +69,15 @@ def test_it_records_a_bash_task_echoing_nul_bytes(worker, make_dag):
     assert f"err{REPLACED}or" in attempt.stderr
 
 
-def test_a_result_the_database_refuses_ends_the_attempt_as_a_classified_failure(worker, make_dag):
-    """NaN is not JSON either database stores: the report is refused (not for want of a
-    connection), and the attempt ends as an application failure saying why, lease let go."""
+def test_a_result_that_is_not_json_fails_as_invalid_result(worker, make_dag):
+    """NaN is not JSON: the attempt fails as application/invalid_result, charged to the user,
+    nothing stored, the lease let go and the worker carrying on."""
     dag = make_dag([{"task_id": "t", "python_callable": T + "return_unstorable_float"}])
     proc = worker()
     run = trigger(dag)
     ti = settle(run, "t", ("failed",), timeout=40)
     attempt = ti.attempts.get()
     assert (attempt.state, attempt.kind) == ("failed", "user")
-    assert attempt.context["category"] == "application"
-    assert attempt.context["metadata"]["exception_type"] == "UnstorableOutcome"
-    assert attempt.context["metadata"]["report_refused"]
-    assert proc.poll() is None  # the worker carries on
-    assert not TaskInstance.objects.filter(dag_run=run, state="running").exists()
+    assert (attempt.context["category"], attempt.context["reason"]) == ("application", "invalid_result")
+    assert attempt.context["metadata"]["problem"] == "not_json" and ti.result is None
+    assert proc.poll() is None
