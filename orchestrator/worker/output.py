@@ -1,9 +1,17 @@
 """Bounded capture of a task's output: the first and last bytes of a stream, never all of it.
 
 A task that prints a gigabyte must cost the worker at most head + tail bytes of memory and
-the database at most that much text per stream.
+the database at most that much text per stream. The whole output (up to its own cap) goes to
+the output store as it comes (`StoredOutput`), when one is configured.
 """
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from orchestrator.outputstore import AttemptKey, OutputStore, OutputWriter
+
+log = logging.getLogger(__name__)
 
 
 class BoundedCapture:
@@ -57,3 +65,33 @@ class BoundedCapture:
 def _text(data: bytes) -> str:
     # PostgreSQL text cannot hold NUL; a cut may split a UTF-8 sequence: replace both.
     return data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+
+
+class StoredOutput:
+    """An attempt's output on its way to the output store, which must never fail the task: the
+    first error is logged as a warning and the rest of the output goes to the database only."""
+
+    def __init__(self, store: OutputStore, attempt: AttemptKey, label: str) -> None:
+        self.label = label
+        self.writer: OutputWriter | None = None
+        if store.enabled:
+            self._guard(lambda: setattr(self, "writer", store.open_writer(attempt)), "open")
+
+    def feed(self, stream: str, data: bytes) -> None:
+        writer = self.writer
+        if writer is not None:
+            self._guard(lambda: writer.write(stream, data), "write")
+
+    def close(self) -> None:
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            self._guard(writer.close, "finish")
+
+    def _guard(self, action: Callable[[], object], verb: str) -> None:
+        try:
+            action()
+        except OSError as exc:
+            log.warning("%s: could not %s its output in the output store (%s); the database keeps its head and tail", self.label, verb, exc)
+            broken, self.writer = self.writer, None
+            if broken is not None:
+                broken.discard()  # a file missing part of the output would mislead
