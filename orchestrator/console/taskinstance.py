@@ -177,10 +177,15 @@ def _outputs(attempt: TaskAttempt, base: str, query: str = "", store: OutputStor
     out = []
     ended = attempt.state not in (TaskAttempt.State.QUEUED, TaskAttempt.State.RUNNING)
     for stream in STREAMS:
+        full = None
+        if store is not None and store.enabled:
+            kept = store.size((attempt.task_instance_id, attempt.attempt_token), stream)
+            full = FullOutput(f"{base}/{stream}.log{query}", kept, pending=kept is None and not ended)
         size = getattr(attempt, f"{stream}_size") or 0
-        if not size:
+        # A report whose text the database refused keeps none: the store may still have it.
+        if not size and (full is None or full.size is None):
             continue
-        head, tail = getattr(attempt, f"{stream}_head"), getattr(attempt, f"{stream}_tail")
+        head, tail = getattr(attempt, f"{stream}_head") or "", getattr(attempt, f"{stream}_tail") or ""
         cut = size > 2 * OUTPUT_WINDOW
         if size <= OUTPUT_WINDOW:
             text = head
@@ -188,10 +193,6 @@ def _outputs(attempt: TaskAttempt, base: str, query: str = "", store: OutputStor
             text = head + tail[2 * OUTPUT_WINDOW - size :]
         else:
             text = head + "\n" + tail
-        full = None
-        if store is not None and store.enabled:
-            kept = store.size((attempt.task_instance_id, attempt.attempt_token), stream)
-            full = FullOutput(f"{base}/{stream}.log{query}", kept, pending=kept is None and not ended)
         out.append(Output(stream, excerpt(text), size, f"{base}/{stream}.txt{query}", cut, full))
     return out
 
