@@ -223,7 +223,7 @@ class _CappedFile:
             self.fd = os.open(_partial(self.path), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         room = self.head - self.total
         if room > 0:
-            os.pwrite(self.fd, data[:room], self.total)
+            _pwrite_all(self.fd, data[:room], self.total)
         self.total += len(data)
         data = data[max(0, room):]
         if not data or self.tail == 0:
@@ -231,7 +231,7 @@ class _CappedFile:
         data = data[-self.tail :]
         while data:
             n = min(self.tail - self.ring_pos, len(data))
-            os.pwrite(self.fd, data[:n], self.head + self.ring_pos)
+            _pwrite_all(self.fd, data[:n], self.head + self.ring_pos)
             self.ring_pos = (self.ring_pos + n) % self.tail
             data = data[n:]
 
@@ -285,6 +285,13 @@ def _copy(source: int, target: int, offset: int, length: int) -> None:
         _write_all(target, chunk)
         offset += len(chunk)
         length -= len(chunk)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import resource
 import stat
 
 import pytest
@@ -175,3 +176,26 @@ def test_a_read_only_store_costs_the_task_nothing(worker, make_dag, tmp_path):
     ti = settle(trigger(dag), "t", ("success",), timeout=40)
     assert ti.attempts.get().stdout == "hello\n"
     wait_until(lambda: any("output store" in line for line in proc.log_lines), timeout=10, message="the warning")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.integration
+def test_a_store_that_fails_mid_write_costs_the_task_nothing(worker, make_dag, tmp_path, settings, alice_client):  # noqa: F811
+    """The worker may not write files past 1500 bytes (a full disk, as far as it can tell): the
+    store's writes fail halfway through the task; the task succeeds with its text in the
+    database, the worker says why, and no partial file is left to be served."""
+    settings.ORCHESTRATOR_TASK_OUTPUT_DIR = str(tmp_path)
+    dag = make_dag([{"task_id": "t", "bash_command": "seq 1 20000"}])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1500, hard))  # inherited by the worker only
+    try:
+        proc = worker(ORCHESTRATOR_TASK_OUTPUT_DIR=tmp_path, ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES=8000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    ti = settle(trigger(dag), "t", ("success",), timeout=40)
+    attempt = ti.attempts.get()
+    assert attempt.result == "20000" and attempt.stdout.endswith("19999\n20000\n")
+    wait_until(lambda: any("could not write its output in the output store" in line for line in proc.log_lines), timeout=10, message="the warning")
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+    page = alice_client.get(_page(ti)).content.decode()
+    assert "the output store does not have the full output" in page
