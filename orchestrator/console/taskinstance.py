@@ -87,6 +87,11 @@ class AttemptView:
     poisoned: bool = False  # this attempt dead-lettered the task
 
     @property
+    def has_full_output(self) -> bool:
+        """The output store has at least one of its streams."""
+        return any(o.full is not None and o.full.size is not None for o in self.outputs)
+
+    @property
     def resume_label(self) -> str:
         """What a resumable task decided on this attempt, in words ("" for other tasks)."""
         return (self.attempt.resume or "").replace("_", " ")

@@ -112,6 +112,7 @@ def test_a_task_printing_past_the_cap_keeps_head_marker_and_tail_and_the_page_se
     assert attempt.output_truncated and attempt.stdout.endswith(SEQ[-300:].decode()) and attempt.stdout.startswith(SEQ[:300].decode())
     assert attempt.result == "20000"
 
+    assert "The full output has it" in alice_client.get(_page(ti)).content.decode()
     url = _full_output_link(alice_client, ti, "stdout")
     response = alice_client.get(url)
     assert response.status_code == 200
