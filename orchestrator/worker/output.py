@@ -7,7 +7,6 @@ the output store as it comes (`StoredOutput`), when one is configured.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from orchestrator.outputstore import AttemptKey, OutputStore, OutputWriter
 
@@ -69,29 +68,37 @@ def _text(data: bytes) -> str:
 
 class StoredOutput:
     """An attempt's output on its way to the output store, which must never fail the task: the
-    first error is logged as a warning and the rest of the output goes to the database only."""
+    first error is logged as a warning, what was written is discarded (a file missing part of
+    the output would mislead), and the rest of the output goes to the database only."""
 
     def __init__(self, store: OutputStore, attempt: AttemptKey, label: str) -> None:
         self.label = label
         self.writer: OutputWriter | None = None
         if store.enabled:
-            self._guard(lambda: setattr(self, "writer", store.open_writer(attempt)), "open")
+            try:
+                self.writer = store.open_writer(attempt)
+            except OSError as exc:
+                self._give_up("open", exc)
 
     def feed(self, stream: str, data: bytes) -> None:
-        writer = self.writer
-        if writer is not None:
-            self._guard(lambda: writer.write(stream, data), "write")
+        if self.writer is None:
+            return
+        try:
+            self.writer.write(stream, data)
+        except OSError as exc:
+            self._give_up("write", exc)
 
     def close(self) -> None:
-        writer, self.writer = self.writer, None
-        if writer is not None:
-            self._guard(writer.close, "finish")
-
-    def _guard(self, action: Callable[[], object], verb: str) -> None:
+        if self.writer is None:
+            return
         try:
-            action()
+            self.writer.close()
         except OSError as exc:
-            log.warning("%s: could not %s its output in the output store (%s); the database keeps its head and tail", self.label, verb, exc)
-            broken, self.writer = self.writer, None
-            if broken is not None:
-                broken.discard()  # a file missing part of the output would mislead
+            self._give_up("finish", exc)
+        self.writer = None
+
+    def _give_up(self, verb: str, exc: OSError) -> None:
+        log.warning("%s: could not %s its output in the output store (%s); the database keeps its head and tail", self.label, verb, exc)
+        if self.writer is not None:
+            self.writer.discard()
+        self.writer = None
