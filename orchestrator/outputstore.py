@@ -220,7 +220,7 @@ class _CappedFile:
         if not data:
             return
         if self.fd is None:
-            self.fd = os.open(_partial(self.path), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            self.fd = self._create()
         room = self.head - self.total
         if room > 0:
             _pwrite_all(self.fd, data[:room], self.total)
@@ -234,6 +234,15 @@ class _CappedFile:
             _pwrite_all(self.fd, data[:n], self.head + self.ring_pos)
             self.ring_pos = (self.ring_pos + n) % self.tail
             data = data[n:]
+
+    def _create(self) -> int:
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        try:
+            return os.open(_partial(self.path), flags, 0o600)
+        except FileNotFoundError:
+            # The retention removed the directory when it emptied it: make it again, once.
+            os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
+            return os.open(_partial(self.path), flags, 0o600)
 
     @property
     def cut(self) -> int:

@@ -74,6 +74,17 @@ def test_names_come_from_ids_and_the_files_are_private(tmp_path):
     assert not path.exists() and not path.parent.exists()
 
 
+def test_a_writer_whose_directory_the_retention_emptied_makes_it_again(tmp_path):
+    store = FileStore(tmp_path, 1000)
+    writer = store.open_writer((5, 1))
+    store.delete([(4, 1)])  # the same directory, empty: removed
+    assert not store.path((5, 1), "stdout").parent.exists()
+    writer.write("stdout", b"still here")
+    writer.close()
+    assert store.read((5, 1), "stdout", 0, 100) == b"still here"
+    assert _mode(store.path((5, 1), "stdout").parent) == 0o700
+
+
 # --- through a real worker -------------------------------------------------------------------
 
 def _page(ti) -> str:
