@@ -13,8 +13,8 @@ RUN useradd --create-home --uid 1000 orchestrator
 
 COPY . .
 RUN pip install . \
-    && mkdir -p /app/var /app/staticfiles \
-    && chown orchestrator /app/var /app/staticfiles
+    && mkdir -p /app/var/task-output /app/staticfiles \
+    && chown orchestrator /app/var /app/var/task-output /app/staticfiles
 
 USER orchestrator
 EXPOSE 8000

@@ -6,6 +6,8 @@ runs that ended (success or failed) before the cut-off, with their task instance
 failure counts in the same transactions, so the failures page keeps agreeing with the
 attempts it lists. A run still running (a dead-lettered task keeps its run running) is never
 touched, so the dead letters stay whole. Audit entries name their run by text and are kept.
+The output store's files of the deleted attempts are deleted once their rows' deletion commits
+(a crash in between leaves files no row names, never a row whose file is gone too early).
 
 It works in small transactions: each deletes at most `batch` task instances (with their
 attempts and deadlines) and is timed; the batch grows while a transaction takes less than a
@@ -15,6 +17,7 @@ goes on meanwhile. A run's row goes last, once its task instances are gone.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +30,10 @@ from deadlines.models import Deadline
 from orchestrator.engine import sql
 from orchestrator.engine.failure_counts import uncount_task_instances
 from orchestrator.models import BackfillDate, DagRun, TaskAttempt, TaskInstance
+from orchestrator.outputstore import OutputStore, output_store
 from retries.states import RunState
+
+log = logging.getLogger(__name__)
 
 FINISHED_RUN_STATES = (RunState.SUCCESS, RunState.FAILED)
 RUNS_PER_ROUND = 100
@@ -116,6 +122,7 @@ def _delete_batch(run_ids: list[int], cutoff: datetime, failed_cutoff: datetime,
     ti_ids = list(TaskInstance.objects.filter(dag_run_id__in=run_ids).order_by().values_list("pk", flat=True)[:batch])
     if ti_ids:
         uncount_task_instances(ti_ids)
+        _delete_output_on_commit(ti_ids)
         report.attempts += _delete(TaskAttempt, "task_instance_id", ti_ids)
         report.deadlines += _delete(Deadline, "task_instance_id", ti_ids)
         report.task_instances += _delete(TaskInstance, "id", ti_ids)
@@ -125,6 +132,21 @@ def _delete_batch(run_ids: list[int], cutoff: datetime, failed_cutoff: datetime,
     BackfillDate.objects.filter(dag_run_id__in=run_ids).update(dag_run=None)
     report.runs += _delete(DagRun, "id", run_ids)
     return True
+
+
+def _delete_output_on_commit(ti_ids: list[int]) -> None:
+    store = output_store()
+    if not store.enabled:
+        return
+    attempts = list(TaskAttempt.objects.filter(task_instance_id__in=ti_ids).order_by().values_list("task_instance_id", "attempt_token"))
+    transaction.on_commit(lambda: _delete_output(store, attempts))
+
+
+def _delete_output(store: OutputStore, attempts: list[tuple[int, int]]) -> None:
+    try:
+        store.delete(attempts)
+    except OSError as exc:  # the rows are gone either way: their files are left, not the clean-up
+        log.warning("could not delete the stored output of %s attempts: %s", len(attempts), exc)
 
 
 def _delete(model: type[Model], column: str, ids: list[int]) -> int:

@@ -32,6 +32,9 @@ _NUMBERS: dict[str, tuple[type, float | int]] = {
     "ORCHESTRATOR_SCHEDULER_INTERVAL": (float, 1.0),
     "ORCHESTRATOR_LOG_HEAD_BYTES": (int, 64 * 1024),
     "ORCHESTRATOR_LOG_TAIL_BYTES": (int, 64 * 1024),
+    # The output store keeps at most this many bytes of one attempt's output (half per stream:
+    # its first and last quarter each, the middle cut with a marker saying how much).
+    "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES": (int, 64 * 1024 * 1024),
     # A claimed task whose process has not said "running" within this long is stopped as a
     # pre-execution failure (kind killed).
     "ORCHESTRATOR_HANDSHAKE_TIMEOUT": (float, 600.0),
@@ -245,6 +248,12 @@ ORCHESTRATOR_RETENTION_DAYS = _number("ORCHESTRATOR_RETENTION_DAYS")
 ORCHESTRATOR_RETENTION_KEEP_FAILED_DAYS = _number("ORCHESTRATOR_RETENTION_KEEP_FAILED_DAYS")
 ORCHESTRATOR_LOG_HEAD_BYTES = _number("ORCHESTRATOR_LOG_HEAD_BYTES")
 ORCHESTRATOR_LOG_TAIL_BYTES = _number("ORCHESTRATOR_LOG_TAIL_BYTES")
+# Where each attempt's whole output (up to the cap) is kept as files; unset or "none": nowhere,
+# the database's head and tail only. Workers and the web server must see the same directory.
+ORCHESTRATOR_TASK_OUTPUT_DIR = os.environ.get("ORCHESTRATOR_TASK_OUTPUT_DIR", "").strip()
+if ORCHESTRATOR_TASK_OUTPUT_DIR.lower() == "none":
+    ORCHESTRATOR_TASK_OUTPUT_DIR = ""
+ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES = max(0, _number("ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES"))
 ORCHESTRATOR_DAGS_FOLDER = env("ORCHESTRATOR_DAGS_FOLDER")
 # Undelivered reports wait here while the metadata database is unreachable.
 ORCHESTRATOR_SPOOL_DIR = os.environ.get("ORCHESTRATOR_SPOOL_DIR") or str(BASE_DIR / "var" / "spool")

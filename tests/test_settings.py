@@ -133,3 +133,14 @@ def test_it_reads_lists_from_comma_separated_values():
     assert values["ORCHESTRATOR_LISTENERS"] == ["team.alerts", "team.audit"]
     empty = _settings("ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS", ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS="")
     assert empty["ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS"] == []
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, ""), ("", ""), ("none", ""), ("NONE", ""), ("/srv/output", "/srv/output")])
+def test_the_output_store_is_off_unless_a_directory_is_named(value, expected):
+    shown = _settings("ORCHESTRATOR_TASK_OUTPUT_DIR", "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES", ORCHESTRATOR_TASK_OUTPUT_DIR=value)
+    assert shown == {"ORCHESTRATOR_TASK_OUTPUT_DIR": expected, "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES": 64 * 1024 * 1024}
+
+
+def test_it_refuses_an_output_cap_that_is_not_a_number():
+    result = _settings_process(["DEBUG"], ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES="64MiB")
+    assert result.returncode != 0 and "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES" in result.stderr.strip().splitlines()[-1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models.functions import Left, Length, Right
@@ -24,6 +24,7 @@ from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows,
 from orchestrator.engine import taskstate
 from orchestrator.engine.taskconfig import args_for
 from orchestrator.models import AuditLog, TaskAttempt, TaskInstance
+from orchestrator.outputstore import OutputStore, output_store
 from retries.policy import cleared_max_tries
 from retries.states import (
     ACTIVE_TASK_STATES,
@@ -46,6 +47,25 @@ class Output:
     size: int
     url: str
     cut_in_database: bool  # the stored text is longer than the two windows read
+    full: FullOutput | None = None  # what the output store has of it (None: no store)
+
+
+@dataclass(frozen=True)
+class FullOutput:
+    """The stream as the output store keeps it (up to its cap), or why it is not there."""
+
+    url: str
+    size: int | None  # bytes kept; None: the store does not have it
+    pending: bool  # the attempt has not ended: the store has it once it does
+
+    @property
+    def missing_because(self) -> str:
+        if self.pending:
+            return "the full output is in the output store once the attempt ends"
+        return (
+            "the output store does not have the full output: removed by the retention, kept on another "
+            "machine's disk, or it could not be written (the worker's log says so)"
+        )
 
 
 @dataclass
@@ -65,6 +85,11 @@ class AttemptView:
     budget_kind: str = ""  # user / platform: which of the two it was
     charged: str = ""  # which budget paid for its failure ('' unless it failed)
     poisoned: bool = False  # this attempt dead-lettered the task
+
+    @property
+    def has_full_output(self) -> bool:
+        """The output store has at least one of its streams."""
+        return any(o.full is not None and o.full.size is not None for o in self.outputs)
 
     @property
     def resume_label(self) -> str:
@@ -125,11 +150,12 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "
     first = min(starts, default=now)
     span = max((seconds_between(first, max(ends, default=now)) or 0.0), 0.001)
     views = []
+    store = output_store()
     for number, (attempt, start, end) in enumerate(zip(attempts, starts, ends), start=1):
         context = attempt.context or {}
         metadata = context.get("metadata") or {}
         traceback = str(metadata.get("traceback") or "")
-        outputs = _outputs(attempt, f"{base_url}/attempts/{attempt.attempt_token}", query)
+        outputs = _outputs(attempt, f"{base_url}/attempts/{attempt.attempt_token}", query, store)
         # The traceback is shown once: in stderr when the task printed it there, else here.
         if traceback and any(traceback.strip()[-200:] in (o.excerpt.head + o.excerpt.tail) for o in outputs):
             traceback = ""
@@ -152,13 +178,19 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "
     return views, attempts
 
 
-def _outputs(attempt: TaskAttempt, base: str, query: str = "") -> list[Output]:
+def _outputs(attempt: TaskAttempt, base: str, query: str = "", store: OutputStore | None = None) -> list[Output]:
     out = []
+    ended = attempt.state not in (TaskAttempt.State.QUEUED, TaskAttempt.State.RUNNING)
     for stream in STREAMS:
+        full = None
+        if store is not None and store.enabled:
+            kept = store.size((attempt.task_instance_id, attempt.attempt_token), stream)
+            full = FullOutput(f"{base}/{stream}.log{query}", kept, pending=kept is None and not ended)
         size = getattr(attempt, f"{stream}_size") or 0
-        if not size:
+        # A report whose text the database refused keeps none: the store may still have it.
+        if not size and (full is None or full.size is None):
             continue
-        head, tail = getattr(attempt, f"{stream}_head"), getattr(attempt, f"{stream}_tail")
+        head, tail = getattr(attempt, f"{stream}_head") or "", getattr(attempt, f"{stream}_tail") or ""
         cut = size > 2 * OUTPUT_WINDOW
         if size <= OUTPUT_WINDOW:
             text = head
@@ -166,7 +198,7 @@ def _outputs(attempt: TaskAttempt, base: str, query: str = "") -> list[Output]:
             text = head + tail[2 * OUTPUT_WINDOW - size :]
         else:
             text = head + "\n" + tail
-        out.append(Output(stream, excerpt(text), size, f"{base}/{stream}.txt{query}", cut))
+        out.append(Output(stream, excerpt(text), size, f"{base}/{stream}.txt{query}", cut, full))
     return out
 
 
@@ -362,6 +394,14 @@ def same_failure(fingerprint: str, limit: int = 200) -> tuple[list[dict[str, Any
         for r in found[:limit]
     ]
     return out, len(found)
+
+
+def output_file(ti: TaskInstance, attempt_token: int, stream: str) -> BinaryIO | None:
+    """The output store's file of one attempt's stream, open for reading (None: no such
+    attempt, or the store does not have it)."""
+    if stream not in STREAMS or not TaskAttempt.objects.filter(task_instance=ti, attempt_token=attempt_token).exists():
+        return None
+    return output_store().open_reader((ti.pk, attempt_token), stream)
 
 
 def output_text(ti: TaskInstance, attempt_token: int, stream: str) -> str | None:

@@ -236,6 +236,9 @@ class LocalStack:
         self.say(f"Database: {database['ENGINE'].rsplit('.', 1)[-1]} {database['NAME']}")
         env["DEBUG"] = child_debug(self.host, os.environ)
         self._say_debug(env["DEBUG"])
+        # Every process here shares the machine's disk: the workers write each attempt's whole
+        # output there and the web server serves it ("none" keeps the database's head and tail only).
+        env.setdefault("ORCHESTRATOR_TASK_OUTPUT_DIR", str(self.state_dir / "task-output"))
         env.update({name: value for name, value in PLAIN_HTTP.items() if name not in os.environ})
         return env
 

@@ -24,6 +24,7 @@ urlpatterns = [
     path(f"{RUN}/clear_failed", views.run_clear_failed, name="run_clear_failed"),
     path(f"{RUN}/tasks/<str:task_id>", views.task_detail, name="task_detail"),
     path(f"{RUN}/tasks/<str:task_id>/attempts/<int:token>/<str:stream>.txt", views.task_output, name="task_output"),
+    path(f"{RUN}/tasks/<str:task_id>/attempts/<int:token>/<str:stream>.log", views.task_output_file, name="task_output_file"),
     *[
         path(f"{RUN}/tasks/<str:task_id>/{action}", views.task_action, {"action": action}, name=f"task_{action}")
         for action in TASK_ACTIONS

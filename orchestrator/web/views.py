@@ -8,7 +8,7 @@ from typing import TypeVar
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.templatetags.static import static
 from django.urls import reverse
@@ -233,6 +233,20 @@ def task_output(request: HttpRequest, dag_id: str, run_id: str, task_id: str, to
     if text is None:
         raise Http404("no such attempt output")
     response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@login_required
+@require_GET
+def task_output_file(request: HttpRequest, dag_id: str, run_id: str, task_id: str, token: int, stream: str) -> FileResponse:
+    """One attempt's stream as the output store keeps it (up to its cap), streamed from the file
+    as plain text: never rendered as HTML, whatever bytes the task wrote."""
+    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
+    reader = taskinstance.output_file(ti, token, stream)
+    if reader is None:
+        raise Http404("the output store does not have this output")
+    response = FileResponse(reader, content_type="text/plain; charset=utf-8", filename=f"{ti.pk}-{token}.{stream}.txt")
     response["X-Content-Type-Options"] = "nosniff"
     return response
 

@@ -20,6 +20,7 @@ from django.db import InterfaceError, OperationalError
 from orchestrator.engine import claimgate, reporting, taskstate
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
+from orchestrator.outputstore import output_store
 from orchestrator.sanitise import clean_fields, clean_text
 from orchestrator.templating import render
 from orchestrator.worker import failpoints
@@ -73,6 +74,7 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
         passthrough=tuple(settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH),
         keep_changes=shared.spool.keep_changes,
         task_state_max_bytes=int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
+        output_store=output_store(),
     )
     supervised = supervisor.run()
     if supervised.superseded:

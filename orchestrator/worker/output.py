@@ -1,9 +1,16 @@
 """Bounded capture of a task's output: the first and last bytes of a stream, never all of it.
 
 A task that prints a gigabyte must cost the worker at most head + tail bytes of memory and
-the database at most that much text per stream.
+the database at most that much text per stream. The whole output (up to its own cap) goes to
+the output store as it comes (`StoredOutput`), when one is configured.
 """
 from __future__ import annotations
+
+import logging
+
+from orchestrator.outputstore import AttemptKey, OutputStore, OutputWriter
+
+log = logging.getLogger(__name__)
 
 
 class BoundedCapture:
@@ -57,3 +64,41 @@ class BoundedCapture:
 def _text(data: bytes) -> str:
     # PostgreSQL text cannot hold NUL; a cut may split a UTF-8 sequence: replace both.
     return data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+
+
+class StoredOutput:
+    """An attempt's output on its way to the output store, which must never fail the task: the
+    first error is logged as a warning, what was written is discarded (a file missing part of
+    the output would mislead), and the rest of the output goes to the database only."""
+
+    def __init__(self, store: OutputStore, attempt: AttemptKey, label: str) -> None:
+        self.label = label
+        self.writer: OutputWriter | None = None
+        if store.enabled:
+            try:
+                self.writer = store.open_writer(attempt)
+            except OSError as exc:
+                self._give_up("open", exc)
+
+    def feed(self, stream: str, data: bytes) -> None:
+        if self.writer is None:
+            return
+        try:
+            self.writer.write(stream, data)
+        except OSError as exc:
+            self._give_up("write", exc)
+
+    def close(self) -> None:
+        if self.writer is None:
+            return
+        try:
+            self.writer.close()
+        except OSError as exc:
+            self._give_up("finish", exc)
+        self.writer = None
+
+    def _give_up(self, verb: str, exc: OSError) -> None:
+        log.warning("%s: could not %s its output in the output store (%s); the database keeps its head and tail", self.label, verb, exc)
+        if self.writer is not None:
+            self.writer.discard()
+        self.writer = None

@@ -22,6 +22,7 @@ from orchestrator import taskstate
 from orchestrator.engine import reporting
 from orchestrator.engine import taskstate as stored_state
 from orchestrator.engine.reporting import WorkerInfo
+from orchestrator.outputstore import NoStore, OutputStore
 from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, stop_context
@@ -29,7 +30,7 @@ from orchestrator.worker.environment import task_environment
 from orchestrator.worker.heartbeat import AttemptLease, Heartbeats
 from orchestrator.worker.launcher import Launcher, TaskHandle
 from orchestrator.worker.oom import oom_kill_count
-from orchestrator.worker.output import BoundedCapture
+from orchestrator.worker.output import BoundedCapture, StoredOutput
 from orchestrator.worker.shutdown import SHUTDOWN, ShutdownRequest
 from retries.context import ExecutionContext
 from retries.states import Reason
@@ -103,6 +104,7 @@ class _Streams:
     stdout: BoundedCapture
     stderr: BoundedCapture
     messages: LineReader
+    stored: StoredOutput  # the whole output (up to its cap), in the output store
     open_fds: set[int] = field(default_factory=set)
 
 
@@ -126,6 +128,7 @@ class Supervisor:
         passthrough: tuple[str, ...] = (),
         keep_changes: Callable[[int, int, list[dict[str, Any]]], Any] | None = None,
         task_state_max_bytes: int = taskstate.DEFAULT_MAX_BYTES,
+        output_store: OutputStore | None = None,
     ) -> None:
         self.plan = plan
         self.worker = worker
@@ -138,6 +141,7 @@ class Supervisor:
         # Writes task state changes the database could not take to the worker's disk (durably).
         self.keep_changes = keep_changes
         self.task_state_max_bytes = task_state_max_bytes
+        self.output_store = output_store or NoStore()
         self.unstored_changes: list[dict[str, Any]] = []
         self.lease: AttemptLease | None = None
         self.proc: TaskHandle | None = None
@@ -272,6 +276,7 @@ class Supervisor:
             stdout=BoundedCapture(self.limits.head_bytes, self.limits.tail_bytes),
             stderr=BoundedCapture(self.limits.head_bytes, self.limits.tail_bytes),
             messages=LineReader(message_read),
+            stored=StoredOutput(self.output_store, (self.plan.task_instance_id, self.plan.token), self._label()),
         )
         for fd in (stdout_read, stderr_read, message_read):
             os.set_blocking(fd, False)
@@ -362,6 +367,7 @@ class Supervisor:
         self.proc.release()  # its group was SIGKILLed: the fork server may reap it now
         for fd in list(self.streams.open_fds):
             self._close_stream(fd)
+        self.streams.stored.close()
         if self.pid_fd is not None:
             self.selector.unregister(self.pid_fd)
             os.close(self.pid_fd)
@@ -391,6 +397,7 @@ class Supervisor:
                 if self.streams.messages.eof:
                     self._close_stream(fd)
                 continue
+            stream = "stdout" if fd == self.stdout_fd else "stderr"
             capture = self.streams.stdout if fd == self.stdout_fd else self.streams.stderr
             try:
                 chunk = os.read(fd, 65536)
@@ -400,6 +407,7 @@ class Supervisor:
                 chunk = b""
             if chunk:
                 capture.feed(chunk)
+                self.streams.stored.feed(stream, chunk)
             else:
                 self._close_stream(fd)
 

@@ -67,6 +67,7 @@ VARIANTS = {
     "keda": ((), KEDA_ON),
     "hooks-off": ((), HOOKS_OFF),
     "inline-dags": ((), {"dags.files.etl\\.yaml": "dag_id: etl"}),
+    "output-volume": ((), {"outputVolume.claimName": "task-output-claim"}),
 }
 
 
@@ -248,6 +249,27 @@ def test_every_process_gets_the_settings_and_https_on(rendered, variant):
             assert env["SECURE_SSL_REDIRECT"]["value"] == "true"
             assert env["DEBUG"]["value"] == "false"
             assert env["ORCHESTRATOR_SPOOL_DIR"]["value"].startswith("/app/var/")
+
+
+def test_the_output_volume_is_mounted_where_output_is_written_served_and_deleted(rendered):
+    """outputVolume.claimName: workers and the scheduler (its clean-up deletes files) mount the
+    claim read-write, the web container read-only, and all of them are told where; without it,
+    no pod mounts it and the output store is off."""
+    mounted = {}
+    for owner, spec in pod_specs(rendered["output-volume"]):
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+        for container in spec["containers"]:
+            mount = next((m for m in container.get("volumeMounts", []) if m["name"] == "task-output"), None)
+            if mount is None:
+                continue
+            assert claims["task-output"] == "task-output-claim"
+            assert env_of(container)["ORCHESTRATOR_TASK_OUTPUT_DIR"]["value"] == mount["mountPath"]
+            mounted[owner["metadata"]["labels"]["app.kubernetes.io/component"].split("-")[0]] = mount.get("readOnly", False)
+    assert mounted == {"web": True, "worker": False, "scheduler": False}
+    for _, spec in pod_specs(rendered["default"]):
+        assert not any("persistentVolumeClaim" in v for v in spec["volumes"])
+        for container in spec["containers"]:
+            assert env_of(container).get("ORCHESTRATOR_TASK_OUTPUT_DIR", {"value": ""})["value"] == ""
 
 
 def test_django_deploy_check_passes_with_the_web_container_environment(rendered):

@@ -123,3 +123,29 @@ def test_the_scheduler_cleans_when_retention_is_set(settings):
     settings.ORCHESTRATOR_RETENTION_DAYS = 7
     schedule_once()
     assert DagRun.objects.count() == 0
+
+
+def test_it_deletes_the_stored_output_of_the_attempts_it_deletes(settings, tmp_path):
+    """The output store's files of deleted attempts go too; those of the runs kept stay."""
+    from orchestrator.outputstore import FileStore
+
+    settings.ORCHESTRATOR_TASK_OUTPUT_DIR = str(tmp_path / "output")
+    store = FileStore(settings.ORCHESTRATOR_TASK_OUTPUT_DIR, 1 << 20)
+    dag = _dag()
+    old = _finished_run(dag, fail=False, ended_days_ago=40)
+    recent = _finished_run(dag, fail=False, ended_days_ago=1)
+    keys = {}
+    for run in (old, recent):
+        attempt = TaskAttempt.objects.get(task_instance__dag_run=run)
+        keys[run.pk] = (attempt.task_instance_id, attempt.attempt_token)
+        writer = store.open_writer(keys[run.pk])
+        writer.write("stdout", b"out of " + run.run_id.encode())
+        writer.write("stderr", b"err")
+        writer.close()
+    assert store.size(keys[old.pk], "stdout") and store.size(keys[old.pk], "stderr") == 3
+
+    call_command("db_clean", "--older-than", "30", stdout=StringIO())
+
+    assert store.size(keys[old.pk], "stdout") is None and store.size(keys[old.pk], "stderr") is None
+    assert store.read(keys[recent.pk], "stdout", 0, 100) == b"out of " + recent.run_id.encode()
+    assert not store.path(keys[old.pk], "stdout").exists()

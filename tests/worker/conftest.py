@@ -40,6 +40,7 @@ def worker(spawn, queue_name, scheduler_settings) -> Callable[..., subprocess.Po
         proc = spawn("run_worker", queue_name, env=merged)
         lines: list[str] = []
         logs.append((proc.pid, lines))
+        proc.log_lines = lines  # type: ignore[attr-defined]  # what it logged so far
         # Drain its output so a chatty worker never blocks on a full pipe.
         threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
         return proc

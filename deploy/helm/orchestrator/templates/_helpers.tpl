@@ -95,6 +95,9 @@ to override or add settings for one Deployment. */}}
 - name: ORCHESTRATOR_SPOOL_DIR
   value: /app/var/spool
 {{- $config := merge (default dict .extra) $root.Values.config }}
+{{- if $root.Values.outputVolume.claimName }}
+{{- $_ := set $config "ORCHESTRATOR_TASK_OUTPUT_DIR" $root.Values.outputVolume.mountPath }}
+{{- end }}
 {{- range $name := keys $config | sortAlpha }}
 - name: {{ $name }}
   value: {{ include "orchestrator.envValue" (index $config $name) | quote }}
@@ -151,6 +154,23 @@ spool of undelivered reports lives there; it survives a container restart, not t
   mountPath: /tmp
 - name: var
   mountPath: /app/var
+{{- end -}}
+
+{{/* The output store's volume (outputVolume.claimName), in the pods that write, serve or delete
+its files: workers, web, scheduler. Nothing without a claim. */}}
+{{- define "orchestrator.outputVolumes" -}}
+{{- if .Values.outputVolume.claimName }}
+- name: task-output
+  persistentVolumeClaim:
+    claimName: {{ .Values.outputVolume.claimName | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "orchestrator.outputMounts" -}}
+{{- if .Values.outputVolume.claimName }}
+- name: task-output
+  mountPath: {{ .Values.outputVolume.mountPath | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* With migrations.waitForMigrations, a pod starts only once the database has every
