@@ -7,6 +7,8 @@ worker's slot keeps taking work."""
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +17,8 @@ import pytest
 from django.db import connection
 
 from orchestrator import metrics
+from orchestrator.engine import reporting
+from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.models import TaskAttempt, TaskInstance
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
@@ -187,3 +191,34 @@ def test_a_handshake_refused_with_its_failure_too_is_set_aside_and_the_task_runs
     assert (retried.state, a.try_number) == ("success", 1)
     nothing_left_active()
     assert proc.poll() is None
+
+
+def test_a_spooled_report_the_database_refuses_is_set_aside_and_the_ones_behind_it_delivered(worker, make_dag, refuse, tmp_path):
+    """An ended worker's spool, adopted by a real worker: the oldest report's attempt refuses every
+    write (its success, then its bare failure), so it is set aside (with why, counted) and its
+    lease let go; the report behind it is delivered."""
+    dag = make_dag([{"task_id": "a", "bash_command": "true"}, {"task_id": "b", "bash_command": "true"}])
+    run = trigger(dag)
+    holder = WorkerInfo(hostname="gone", worker_name="gone.1", pid=1)
+    for task_id in ("a", "b"):
+        ti = settle(run, task_id, ("queued",))
+        assert reporting.claim(ti.pk, ti.attempt_token, holder) and reporting.mark_running(ti.pk, ti.attempt_token)
+    a, b = instance(run, "a"), instance(run, "b")
+    refuse(f"OLD.task_instance_id = {a.pk} AND OLD.attempt_token = {a.attempt_token}")
+    ended = tmp_path / "spool" / "gone.1"
+    ended.mkdir(parents=True)
+    for ti, age in ((a, 2), (b, 1)):  # oldest first: the refused one is in front
+        path = ended / f"ti-{ti.pk}-{ti.attempt_token}.json"
+        report = {"task_instance_id": ti.pk, "token": ti.attempt_token, "success": True, "result": ti.task_id,
+                  "ended_at": "2026-01-01T00:00:00+00:00", "output": {"stdout": "", "stderr": "", "output_truncated": False}}  # fmt: skip
+        path.write_text(json.dumps(report))
+        os.utime(path, (time.time() - age, time.time() - age))
+    counted = set_aside_count()
+    worker(ORCHESTRATOR_SPOOL_DIR=str(tmp_path / "spool"))
+    wait_until(lambda: TaskInstance.objects.get(pk=b.pk).state == "success", timeout=30, message="b's report delivered")
+    assert TaskInstance.objects.get(pk=b.pk).result == "b"
+    aside = tmp_path / "spool" / "set-aside" / f"ti-{a.pk}-{a.attempt_token}.json"
+    wait_until(aside.exists, timeout=10, message="a's report set aside")
+    assert REFUSAL in Path(f"{aside}.reason").read_text()
+    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
+    assert TaskInstance.objects.get(pk=a.pk).state == "running"  # nothing of it recorded: the scheduler's to find lost
