@@ -192,3 +192,16 @@ def hostile_everywhere() -> dict[str, Any]:
     sys.stdout.flush()
     sys.stderr.flush()
     return {"k\x00ey": "va\x00lue", "deep": [{"pair": "half \ud800"}], "fine": "caf\u00e9"}
+
+
+def set_refused_then_ok(context: dict[str, Any]) -> str:
+    """Sets a key the database refuses (the test's trigger), then one it takes."""
+    state = context["task_state"]
+    try:
+        state.set("refused", 1)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        message = "stored"
+    state.set("ok", 2)
+    return message

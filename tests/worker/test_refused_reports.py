@@ -19,7 +19,7 @@ from django.db import connection
 from orchestrator import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
-from orchestrator.models import TaskAttempt, TaskInstance
+from orchestrator.models import TaskAttempt, TaskInstance, TaskStateEntry
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
 
@@ -31,11 +31,12 @@ REFUSAL = "refused by the test"
 
 @pytest.fixture
 def refuse() -> Iterator[Callable[[str], Callable[[], None]]]:
-    """`refuse(when)`: the database refuses every UPDATE of an attempt row for which `when`
-    (SQL over OLD and NEW, the same in both databases) holds; returns what removes it again."""
+    """`refuse(when)`: the database refuses every UPDATE of an attempt row (or `event` of a row
+    of `table`) for which `when` (SQL over OLD and NEW, the same in both databases) holds;
+    returns what removes it again."""
     removers: list[Callable[[], None]] = []
 
-    def install(when: str) -> Callable[[], None]:
+    def install(when: str, table: str = "orchestrator_taskattempt", event: str = "UPDATE") -> Callable[[], None]:
         name = f"refuse_{uuid.uuid4().hex[:10]}"
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
@@ -44,18 +45,18 @@ def refuse() -> Iterator[Callable[[str], Callable[[], None]]]:
                     f"$$ BEGIN RAISE EXCEPTION '{REFUSAL}' USING ERRCODE = '22000'; END $$"
                 )
                 cursor.execute(
-                    f"CREATE TRIGGER {name} BEFORE UPDATE ON orchestrator_taskattempt FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {name}()"
+                    f"CREATE TRIGGER {name} BEFORE {event} ON {table} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {name}()"
                 )
             else:
                 cursor.execute(
-                    f"CREATE TRIGGER {name} BEFORE UPDATE ON orchestrator_taskattempt FOR EACH ROW WHEN {when} "
+                    f"CREATE TRIGGER {name} BEFORE {event} ON {table} FOR EACH ROW WHEN {when} "
                     f"BEGIN SELECT RAISE(ABORT, '{REFUSAL}'); END"
                 )
 
         def remove() -> None:
             with connection.cursor() as cursor:
                 if connection.vendor == "postgresql":
-                    cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON orchestrator_taskattempt")
+                    cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
                     cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
                 else:
                     cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
@@ -121,7 +122,7 @@ def test_a_success_refused_and_its_failure_too_is_set_aside_and_the_task_runs_ag
     first = settle(run, "a", ("running",), timeout=30)
     # No scheduler pass meanwhile: its finding the attempt lost would be refused just the same.
     aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(aside.exists, timeout=30, message="the refused report set aside")
+    wait_until(Path(f"{aside}.reason").exists, timeout=30, message="the refused report set aside")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
     assert json.loads(aside.read_text())["context"]["metadata"]["exception_type"] == "UnstorableOutcome"
     wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
@@ -177,7 +178,7 @@ def test_a_handshake_refused_with_its_failure_too_is_set_aside_and_the_task_runs
     proc = worker(ORCHESTRATOR_SPOOL_DIR=str(spool))
     first = settle(run, "a", ("queued",), timeout=30)
     aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(aside.exists, timeout=30, message="the refused handshake's report set aside")
+    wait_until(Path(f"{aside}.reason").exists, timeout=30, message="the refused handshake's report set aside")
     kept = json.loads(aside.read_text())["context"]
     assert (kept["reason"], kept["metadata"]["pre_execution_reason"]) == ("pre_execution_failure", "start_error")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
@@ -218,7 +219,56 @@ def test_a_spooled_report_the_database_refuses_is_set_aside_and_the_ones_behind_
     wait_until(lambda: TaskInstance.objects.get(pk=b.pk).state == "success", timeout=30, message="b's report delivered")
     assert TaskInstance.objects.get(pk=b.pk).result == "b"
     aside = tmp_path / "spool" / "set-aside" / f"ti-{a.pk}-{a.attempt_token}.json"
-    wait_until(aside.exists, timeout=10, message="a's report set aside")
+    wait_until(Path(f"{aside}.reason").exists, timeout=10, message="a's report set aside")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
     wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
     assert TaskInstance.objects.get(pk=a.pk).state == "running"  # nothing of it recorded: the scheduler's to find lost
+
+
+def test_a_claim_the_database_refuses_fails_the_job_and_the_scheduler_retries_it_at_once(worker, make_dag, refuse):
+    """The claim refused (not for want of a connection): nothing started, the RQ job failed; the
+    next scheduler pass finds it (pre_execution_failure, platform budget) and the retry runs."""
+    dag = make_dag([{"task_id": "a", "python_callable": T + "succeed"}], retries=0)
+    run = trigger(dag)
+    refuse(f"OLD.task_instance_id = {instance(run, 'a').pk} AND OLD.infrastructure_try_number = 0 AND NEW.worker_name <> ''")
+    proc = worker(ORCHESTRATOR_WORKER_CONCURRENCY="1")
+    a = settle(run, "a", ("success",), timeout=40)
+    refused, retried = a.attempts.order_by("attempt_token")
+    assert (refused.kind, refused.context["reason"], refused.context["source"]) == ("platform", "pre_execution_failure", "scheduler")
+    assert refused.context["metadata"]["job_status"] == "failed" and refused.worker_name == ""
+    assert (retried.state, a.try_number) == ("success", 1)
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_heartbeat_the_database_refuses_is_an_outage_bounded_by_its_tolerance(worker, make_dag, refuse):
+    """The running task's heartbeat refused (not for want of a connection): the lease is kept in
+    Redis as through an outage, for ORCHESTRATOR_DB_OUTAGE_TOLERANCE (1 s here), then no longer;
+    the task is killed before the scheduler presumes it lost (worker_lost, platform), and the
+    retry succeeds at try 1. Nothing is held for ever."""
+    dag = make_dag([{"task_id": "a", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 60}}], retries=0)
+    run = trigger(dag)
+    # Only a heartbeat moves a running task and leaves it running with the same pid.
+    refuse(f"OLD.id = {instance(run, 'a').pk} AND OLD.state = 'running' AND NEW.state = 'running' AND NEW.pid = OLD.pid", table="orchestrator_taskinstance")
+    proc = worker(ORCHESTRATOR_DB_OUTAGE_TOLERANCE="1")
+    started = time.monotonic()
+    a = settle(run, "a", ("success",), timeout=60)
+    lost, retried = a.attempts.order_by("attempt_token")
+    assert (lost.kind, lost.context["reason"]) == ("platform", "worker_lost")
+    assert (retried.state, a.try_number) == ("success", 1)
+    assert time.monotonic() - started < 40  # the 60 s task did not run to its end
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_task_state_change_the_database_refuses_is_a_value_error_in_the_task(worker, make_dag, refuse):
+    """The task hears it as for any value it may not store (ValueError), nothing changed, and
+    its next change is stored; the attempt goes on to its end."""
+    dag = make_dag([{"task_id": "a", "python_callable": T + "set_refused_then_ok"}], retries=0)
+    run = trigger(dag)
+    refuse("NEW.key = 'refused'", table="orchestrator_taskstateentry", event="INSERT")
+    worker()
+    a = settle(run, "a", ("success",), timeout=40)
+    assert a.result.startswith("the database refused it:") and REFUSAL in a.result, a.result
+    assert dict(TaskStateEntry.objects.filter(task_instance=a).values_list("key", "value")) == {"ok": 2}
+    nothing_left_active()
