@@ -20,7 +20,7 @@ from django.db import InterfaceError, OperationalError
 from orchestrator.engine import claimgate, reporting, taskstate
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
-from orchestrator.sanitise import clean_fields, clean_text
+from orchestrator.sanitise import clean_fields, error_text
 from orchestrator.templating import render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
@@ -69,7 +69,7 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
         except Exception as exc:
             # Refused for another reason: it would be the next time too. Nothing started.
             log.exception("task instance %s attempt %s: could not read its task state", ti.pk, token)
-            outcome = Outcome(started=False, start_error=f"could not read its task state: {type(exc).__name__}: {exc}"[:500], metadata=_metadata(worker))
+            outcome = Outcome(started=False, start_error=f"could not read its task state: {error_text(exc)}", metadata=_metadata(worker))
             return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
     supervisor = Supervisor(
         plan_for(ti, state),
@@ -268,7 +268,7 @@ def refused_record(record: dict[str, Any], error: BaseException) -> dict[str, An
 
     A success becomes an application failure (what it produced could not be stored: it will not
     be storable the next time either); a failure keeps its classification and loses its text."""
-    why = clean_text(f"{type(error).__name__}: {error}"[:500])[0]
+    why = error_text(error)
     kept = {"report_refused": why, "output_dropped": True}
     if record["success"]:
         context = ExecutionContext.of(

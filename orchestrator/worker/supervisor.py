@@ -22,7 +22,7 @@ from orchestrator import taskstate
 from orchestrator.engine import reporting
 from orchestrator.engine import taskstate as stored_state
 from orchestrator.engine.reporting import WorkerInfo
-from orchestrator.sanitise import clean_text
+from orchestrator.sanitise import error_text
 from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, handshake_refused_context, stop_context
@@ -258,7 +258,7 @@ class Supervisor:
         data, a constraint, a trigger): asking again would get the same answer. The task is
         never told "go", and the attempt is reported as one that could not be started."""
         log.exception("the database refused to record that %s is running; it will not run", self._label())
-        self.handshake_refused = clean_text(f"{type(exc).__name__}: {exc}"[:500])[0]
+        self.handshake_refused = error_text(exc)
         return self.handshake_refused
 
     def _spawn(self, direct: bool = False) -> None:
@@ -474,7 +474,7 @@ class Supervisor:
             # ValueError, as for any value it may not store, and nothing changed.
             self.unstored_changes.pop()
             log.exception("%s: the database refused a task state change", self._label())
-            return {"status": taskstate.INVALID, "error": clean_text(f"the database refused it: {type(exc).__name__}: {exc}"[:500])[0]}
+            return {"status": taskstate.INVALID, "error": f"the database refused it: {error_text(exc)}"}
         if not stored:
             self.unstored_changes.clear()
             log.warning("%s: a task state change was refused: the attempt was superseded", self._label())
