@@ -47,6 +47,12 @@ def clean_text(text: str) -> tuple[str, bool]:
     return cleaned, replaced > 0
 
 
+def error_text(error: BaseException, limit: int = 500) -> str:
+    """`Type: message` of an error, clipped and made storable: what a record says about why the
+    database (or anything else) refused it, whatever the message quotes."""
+    return clean_text(f"{type(error).__name__}: {error}"[:limit])[0]
+
+
 def clean(value: Any) -> tuple[Any, bool]:
     """A copy of a JSON-like value that either database can store; whether anything changed.
 

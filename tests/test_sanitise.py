@@ -71,3 +71,10 @@ def test_first_unstorable_names_the_path():
 
     assert first_unstorable({"a": [1, {"b": "x\x00"}]}, "conf") == "conf.a[1].b"
     assert first_unstorable({"ok": "fine"}) is None
+
+
+def test_error_text_names_the_error_clipped_and_storable():
+    from orchestrator.sanitise import error_text
+
+    assert error_text(ValueError("bad \x00 value")) == f"ValueError: bad {REPLACEMENT} value"
+    assert error_text(ValueError("x" * 1000), limit=20) == "ValueError: " + "x" * 8

@@ -120,6 +120,9 @@ class Outcome:
     started: bool = True
     start_error: str | None = None
     handshake: bool = False
+    # The database refused to record the handshake (not for want of a connection): why. The task
+    # was never told "go"; if it was started, the supervisor stopped it.
+    handshake_refused: str | None = None
     returncode: int | None = None  # Popen convention: negative = killed by that signal
     fork_server_died: bool = False  # the task process died with the worker's fork server
     final: dict[str, Any] | None = None  # the task process's last message (success/failure/bash_exit/...)
@@ -153,6 +156,9 @@ def classify(outcome: Outcome) -> Verdict:
         if outcome.returncode < 0:
             base["signal"] = signal_name(-outcome.returncode)
     expected = (TaskState.RUNNING,) if outcome.handshake else (TaskState.QUEUED,)
+
+    if outcome.handshake_refused is not None:
+        return _handshake_refused(outcome.handshake_refused, base)
 
     if not outcome.started:
         # A command whose "running" was recorded before its start is still reported as never
@@ -196,6 +202,20 @@ def stop_context(stop: Stop, **metadata: Any) -> ExecutionContext:
         return ExecutionContext.of(Reason.DB_CONNECTION_ERROR, Source.WORKER, during="handshake", **metadata)
     # No handshake in time: the process started but never reported running.
     return _pre_execution(PreExecutionReason.KILLED, metadata, startup_timeout=stop.timeout)
+
+
+def handshake_refused_context(why: str, metadata: dict[str, Any]) -> ExecutionContext:
+    """A task whose "running" the database refused could not be started: a pre-execution
+    failure of kind `start_error`, retried on the platform budget as the retry rules say (then
+    charged to the user as `startup_error`, so a handshake refused every time ends)."""
+    return _pre_execution(PreExecutionReason.START_ERROR, metadata, during="handshake", handshake_refused=why)
+
+
+def _handshake_refused(why: str, base: dict[str, Any]) -> Verdict:
+    # Reported from `queued`, or from `running` should the refusal have come after the commit.
+    context = handshake_refused_context(why, base)
+    error = f"the database refused to record the running handshake: {why}"
+    return Verdict(False, context=context, error=error, expected=(TaskState.QUEUED, TaskState.RUNNING))
 
 
 def _stopped(outcome: Outcome, base: dict[str, Any], expected: tuple[TaskState, ...]) -> Verdict:

@@ -134,7 +134,9 @@ class Heartbeats:
             self._in_flight = None
             return False
         except Exception:
-            log.exception("the heartbeat statement failed")
+            # Refused for another reason (a constraint, a trigger): kept as through an outage,
+            # for the outage tolerance at most. Its traceback once, not every interval.
+            log.error("the heartbeat statement failed", exc_info=self.database_lost_at is None)
             self._in_flight = None
             return False
         finally:

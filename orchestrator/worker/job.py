@@ -21,7 +21,7 @@ from orchestrator.engine import claimgate, reporting, taskstate
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.outputstore import output_store
-from orchestrator.sanitise import clean_fields, clean_text
+from orchestrator.sanitise import clean_fields, error_text
 from orchestrator.templating import render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
@@ -63,7 +63,15 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     state = None
     if ti.python_callable:
         load = lambda: shared.db.call(taskstate.start, ti.pk, ti.dag_id, ti.run_id, ti.task_id)  # noqa: E731
-        state = _with_db_retries(load, patience=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE))
+        try:
+            state = _with_db_retries(load, patience=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE))
+        except (OperationalError, InterfaceError):
+            raise  # past the outage tolerance: the scheduler finds the claim gone stale
+        except Exception as exc:
+            # Refused for another reason: it would be the next time too. Nothing started.
+            log.exception("task instance %s attempt %s: could not read its task state", ti.pk, token)
+            outcome = Outcome(started=False, start_error=f"could not read its task state: {error_text(exc)}", metadata=_metadata(worker))
+            return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
     supervisor = Supervisor(
         plan_for(ti, state),
         worker,
@@ -76,7 +84,13 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
         task_state_max_bytes=int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
         output_store=output_store(),
     )
-    supervised = supervisor.run()
+    try:
+        supervised = supervisor.run()
+    except Exception:
+        # Nobody watches this attempt any more: let its lease go, so that the scheduler ends
+        # it (lost) instead of it being kept alive for ever by this worker's heartbeat.
+        shared.heartbeats.forget_attempt(ti.pk, token)
+        raise
     if supervised.superseded:
         shared.spool.keep_changes(ti.pk, token, [])  # fenced out anyway
         shared.heartbeats.forget_attempt(ti.pk, token)
@@ -193,9 +207,11 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
     except Exception as exc:
         # Not even the bare failure could be recorded: set it aside (seen on the workers page)
         # and let the lease go, so the scheduler ends the attempt instead of it running forever.
-        shared.spool.set_aside(record, f"{type(exc).__name__}: {exc}")
-        shared.spool.keep_changes(task_instance_id, token, [])  # the set-aside report carries them
-        shared.heartbeats.forget_attempt(task_instance_id, token)
+        try:
+            shared.spool.set_aside(record, f"{type(exc).__name__}: {exc}")
+            shared.spool.keep_changes(task_instance_id, token, [])  # the set-aside report carries them
+        finally:
+            shared.heartbeats.forget_attempt(task_instance_id, token)
         log.exception("task instance %s attempt %s: its outcome cannot be recorded; set aside", task_instance_id, token)
         return "set aside"
     shared.spool.keep_changes(task_instance_id, token, [])
@@ -254,7 +270,7 @@ def refused_record(record: dict[str, Any], error: BaseException) -> dict[str, An
 
     A success becomes an application failure (what it produced could not be stored: it will not
     be storable the next time either); a failure keeps its classification and loses its text."""
-    why = clean_text(f"{type(error).__name__}: {error}"[:500])[0]
+    why = error_text(error)
     kept = {"report_refused": why, "output_dropped": True}
     if record["success"]:
         context = ExecutionContext.of(

@@ -23,9 +23,10 @@ from orchestrator.engine import reporting
 from orchestrator.engine import taskstate as stored_state
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.outputstore import NoStore, OutputStore
+from orchestrator.sanitise import error_text
 from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
-from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, stop_context
+from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, handshake_refused_context, stop_context
 from orchestrator.worker.environment import task_environment
 from orchestrator.worker.heartbeat import AttemptLease, Heartbeats
 from orchestrator.worker.launcher import Launcher, TaskHandle
@@ -155,6 +156,7 @@ class Supervisor:
         self.handshake_failing_since: float | None = None  # the database could not record it
         self.handshake_retry_at: float | None = None
         self.handshake_ambiguous = False  # a handshake failed: its commit may have happened anyway
+        self.handshake_refused: str | None = None  # the database answered, and refused it: why
         self.stopping: _Stopping | None = None
         self.final: dict[str, Any] | None = None
         self.final_at: float | None = None
@@ -173,6 +175,10 @@ class Supervisor:
         recorded_running = False
         if direct:
             running = self._handshake_before_start()
+            if self.handshake_refused is not None:
+                # Nothing started: it is reported as a task that could not be started.
+                outcome = Outcome(is_bash=True, started=False, handshake_refused=self.handshake_refused, metadata=metadata)
+                return Supervised(superseded=False, outcome=outcome)
             if running is None:
                 direct = False  # the database did not answer: the usual handshake waits for it
             elif not running:
@@ -207,6 +213,7 @@ class Supervisor:
         outcome = Outcome(
             is_bash=self.plan.is_bash,
             handshake=self.handshake_at is not None,
+            handshake_refused=self.handshake_refused,
             returncode=self.proc.returncode,
             fork_server_died=self.proc.server_died,
             final=self.final,
@@ -238,13 +245,25 @@ class Supervisor:
 
     def _handshake_before_start(self) -> bool | None:
         """Record "running" before a command starts directly: True to start it, False when the
-        attempt is no longer current, None when the database did not answer."""
+        attempt is no longer current, None when the database did not answer or refused it
+        (`handshake_refused` then says why)."""
         try:
             return bool(self.db(reporting.mark_running, self.plan.task_instance_id, self.plan.token, pid=None))
         except (OperationalError, InterfaceError):
             self.handshake_ambiguous = True  # it may have committed all the same
             log.warning("could not record that %s is running; starting it the usual way", self._label())
             return None
+        except Exception as exc:
+            self._refuse_handshake(exc)
+            return None
+
+    def _refuse_handshake(self, exc: Exception) -> str:
+        """The database answered the handshake with an error that is no lost connection (bad
+        data, a constraint, a trigger): asking again would get the same answer. The task is
+        never told "go", and the attempt is reported as one that could not be started."""
+        log.exception("the database refused to record that %s is running; it will not run", self._label())
+        self.handshake_refused = error_text(exc)
+        return self.handshake_refused
 
     def _spawn(self, direct: bool = False) -> None:
         stdout_read, stdout_write = os.pipe()
@@ -291,8 +310,8 @@ class Supervisor:
         self.handshake_at = time.monotonic()  # recorded before the start
         try:
             self.db(reporting.record_pid, self.plan.task_instance_id, self.plan.token, self.proc.pid)
-        except (OperationalError, InterfaceError):
-            log.warning("could not record the pid of %s", self._label())
+        except Exception:  # only for operators' eyes: the started command must not go unwatched
+            log.warning("could not record the pid of %s", self._label(), exc_info=True)
 
     def _supervise(self) -> None:
         assert self.proc is not None
@@ -458,6 +477,12 @@ class Supervisor:
                 return {"status": taskstate.STALE}
             log.warning("%s: the database is away; its task state change waits on the worker's disk", self._label())
             return {"status": taskstate.KEPT}
+        except Exception as exc:
+            # Refused for what it is (not for want of a connection): the task hears it as a
+            # ValueError, as for any value it may not store, and nothing changed.
+            self.unstored_changes.pop()
+            log.exception("%s: the database refused a task state change", self._label())
+            return {"status": taskstate.INVALID, "error": f"the database refused it: {error_text(exc)}"}
         if not stored:
             self.unstored_changes.clear()
             log.warning("%s: a task state change was refused: the attempt was superseded", self._label())
@@ -486,6 +511,10 @@ class Supervisor:
             log.exception("could not record that %s is running", self._label())
             self._begin_stop(Reason.DB_CONNECTION_ERROR, timeout=None)
             return
+        except Exception as exc:
+            context = handshake_refused_context(self._refuse_handshake(exc), {"worker_name": self.worker.worker_name})
+            self._begin_stop(Reason.PRE_EXECUTION_FAILURE, timeout=None, context=context)
+            return
         self.handshake_retry_at = None
         if not won and self.handshake_ambiguous:
             won = self._earlier_handshake_committed()
@@ -502,7 +531,8 @@ class Supervisor:
         `running` says so, and the task goes on instead of being killed as superseded."""
         try:
             return bool(self.db(reporting.heartbeat, self.plan.task_instance_id, self.plan.token))
-        except (OperationalError, InterfaceError):
+        except Exception:  # unknown: never let a task run that may not be this attempt's
+            log.warning("could not check whether %s's handshake committed", self._label(), exc_info=True)
             return False
 
     def _enforce(self, now: float) -> None:
@@ -530,7 +560,8 @@ class Supervisor:
         sequence (on_kill hears why); anything else (a newer attempt) means kill at once."""
         try:
             context = self.db(reporting.operator_stop, self.plan.task_instance_id, self.plan.token)
-        except (OperationalError, InterfaceError):
+        except Exception:  # either way the attempt is no longer current: kill it
+            log.warning("could not read why %s is no longer current", self._label(), exc_info=True)
             context = None
         if context is None:
             self.superseded = True

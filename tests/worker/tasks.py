@@ -182,3 +182,26 @@ def print_invalid_utf8() -> str:
     sys.stdout.buffer.write(b"valid, then \xff\xfe\xfd not UTF-8, then NUL \x00 end\n")
     sys.stdout.flush()
     return "printed"
+
+
+def hostile_everywhere() -> dict[str, Any]:
+    """NUL and invalid UTF-8 on both streams, and a result with NUL in a key and a value and a
+    lone surrogate deep inside."""
+    sys.stdout.buffer.write(b"out\x00put \xff\n")
+    sys.stderr.buffer.write(b"err\xc3(or \x00\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return {"k\x00ey": "va\x00lue", "deep": [{"pair": "half \ud800"}], "fine": "caf\u00e9"}
+
+
+def set_refused_then_ok(context: dict[str, Any]) -> str:
+    """Sets a key the database refuses (the test's trigger), then one it takes."""
+    state = context["task_state"]
+    try:
+        state.set("refused", 1)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        message = "stored"
+    state.set("ok", 2)
+    return message

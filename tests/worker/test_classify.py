@@ -187,6 +187,28 @@ def test_it_names_a_task_process_that_could_not_start():
     assert verdict.expected == (TaskState.QUEUED,)
 
 
+@pytest.mark.parametrize(
+    "seen",
+    [
+        # A Python task stopped before "go", its process killed by the stop.
+        {"handshake": False, "returncode": -15, "stop": Stop(Reason.PRE_EXECUTION_FAILURE)},
+        # A command started directly: nothing was started at all.
+        {"handshake": False, "started": False, "is_bash": True},
+    ],
+)
+def test_a_handshake_the_database_refused_is_a_start_error_from_queued_or_running(seen):
+    """Not a lost connection: the task never ran, the platform's failure (start_error, on the
+    platform budget while the pre-execution retries last), reported whichever of `queued` or
+    `running` the task is in."""
+    verdict = classify(outcome(**seen, handshake_refused="DataError: refused"))
+    assert (verdict.context.category.value, verdict.context.reason) == ("infrastructure", Reason.PRE_EXECUTION_FAILURE)
+    assert verdict.context.metadata["pre_execution_reason"] == "start_error"
+    assert verdict.context.metadata["handshake_refused"] == "DataError: refused"
+    assert verdict.context.metadata["during"] == "handshake"
+    assert verdict.expected == (TaskState.QUEUED, TaskState.RUNNING)
+    assert "refused" in verdict.error
+
+
 @pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -1])
 def test_retry_after_refuses_a_delay_that_is_not_a_finite_number_of_seconds(seconds):
     """NaN would reach the failure's metadata, which neither database stores as JSON."""

@@ -1,0 +1,274 @@
+"""Reports the database refuses for a reason other than a lost connection, through a real worker:
+a trigger installed by the test on the attempts table refuses one attempt's write (PostgreSQL:
+`RAISE EXCEPTION ... USING ERRCODE = '22000'`, a DataError; SQLite: `RAISE(ABORT)`, an
+IntegrityError). Whatever it refuses, the attempt ends as a classified failure, or its report is
+set aside and its lease let go; nothing is left `running` or `queued`, the run moves on, and the
+worker's slot keeps taking work."""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from orchestrator import metrics
+from orchestrator.engine import reporting
+from orchestrator.engine.reporting import WorkerInfo
+from orchestrator.models import TaskAttempt, TaskInstance, TaskStateEntry
+from tests.conftest import wait_until
+from tests.worker.conftest import instance, settle, trigger
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+T = "tests.worker.tasks."
+REFUSAL = "refused by the test"
+
+
+@pytest.fixture
+def refuse() -> Iterator[Callable[[str], Callable[[], None]]]:
+    """`refuse(when)`: the database refuses every UPDATE of an attempt row (or `event` of a row
+    of `table`) for which `when` (SQL over OLD and NEW, the same in both databases) holds;
+    returns what removes it again."""
+    removers: list[Callable[[], None]] = []
+
+    def install(when: str, table: str = "orchestrator_taskattempt", event: str = "UPDATE") -> Callable[[], None]:
+        name = f"refuse_{uuid.uuid4().hex[:10]}"
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
+                    f"$$ BEGIN RAISE EXCEPTION '{REFUSAL}' USING ERRCODE = '22000'; END $$"
+                )
+                cursor.execute(
+                    f"CREATE TRIGGER {name} BEFORE {event} ON {table} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {name}()"
+                )
+            else:
+                cursor.execute(
+                    f"CREATE TRIGGER {name} BEFORE {event} ON {table} FOR EACH ROW WHEN {when} "
+                    f"BEGIN SELECT RAISE(ABORT, '{REFUSAL}'); END"
+                )
+
+        def remove() -> None:
+            with connection.cursor() as cursor:
+                if connection.vendor == "postgresql":
+                    cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+                    cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
+                else:
+                    cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+        removers.append(remove)
+        return remove
+
+    yield install
+    for remove in removers:  # a trigger outlives the test's flush of the tables
+        remove()
+
+
+def nothing_left_active() -> None:
+    assert not TaskInstance.objects.filter(state__in=["queued", "running"]).exists()
+    assert not TaskAttempt.objects.filter(state__in=["queued", "running"]).exists()
+
+
+def set_aside_count() -> int:
+    return sum(n for _, n in metrics.read(metrics.SPOOL_SET_ASIDE))
+
+
+def test_a_success_the_database_refuses_ends_as_the_classified_failure_and_the_run_moves_on(worker, make_dag, refuse):
+    """The success is refused: the same attempt ends as application/task_exception
+    (UnstorableOutcome, `report_refused` saying why), charged to the user; its lease goes with
+    it, the downstream task runs, and the worker's one slot takes the next task."""
+    dag = make_dag(
+        [
+            {"task_id": "a", "python_callable": T + "succeed"},
+            {"task_id": "after", "bash_command": "echo after", "upstream": ["a"], "trigger_rule": "all_done"},
+        ],
+        retries=0,
+    )
+    run = trigger(dag)
+    refuse(f"OLD.task_instance_id = {instance(run, 'a').pk} AND NEW.state = 'success'")
+    proc = worker(ORCHESTRATOR_WORKER_CONCURRENCY="1")
+    a = settle(run, "a", ("failed",), timeout=40)
+    attempt = a.attempts.get()
+    assert (attempt.state, attempt.kind) == ("failed", "user")
+    context = attempt.context
+    assert (context["category"], context["reason"], context["source"]) == ("application", "task_exception", "worker")
+    assert context["metadata"]["exception_type"] == "UnstorableOutcome"
+    assert REFUSAL in context["metadata"]["report_refused"] and context["metadata"]["output_dropped"] is True
+    assert a.heartbeat_at is None and a.result is None
+    # The run moves on: its downstream task runs in the same (only) slot.
+    after = settle(run, "after", ("success",), timeout=30)
+    assert after.attempts.get().result == "after"
+    run.refresh_from_db()
+    assert run.state == "failed"
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_success_refused_and_its_failure_too_is_set_aside_and_the_task_runs_again(worker, make_dag, refuse, tmp_path):
+    """Every write of the attempt refused: the report is set aside (with why, counted), the lease
+    let go; once the database takes writes again the scheduler finds the attempt lost and the
+    retry (on the platform budget) succeeds at try 1."""
+    dag = make_dag([{"task_id": "a", "python_callable": T + "succeed"}], retries=0)
+    run = trigger(dag)
+    pk = instance(run, "a").pk
+    allow = refuse(f"OLD.task_instance_id = {pk} AND OLD.infrastructure_try_number = 0 AND NEW.state IN ('success', 'failed')")
+    spool, counted = tmp_path / "spool", set_aside_count()
+    proc = worker(ORCHESTRATOR_SPOOL_DIR=str(spool))
+    first = settle(run, "a", ("running",), timeout=30)
+    # No scheduler pass meanwhile: its finding the attempt lost would be refused just the same.
+    aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
+    wait_until(Path(f"{aside}.reason").exists, timeout=30, message="the refused report set aside")
+    assert REFUSAL in Path(f"{aside}.reason").read_text()
+    assert json.loads(aside.read_text())["context"]["metadata"]["exception_type"] == "UnstorableOutcome"
+    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
+    allow()
+    a = settle(run, "a", ("success",), timeout=40)
+    lost, retried = a.attempts.order_by("attempt_token")
+    assert (lost.kind, lost.context["reason"]) == ("platform", "worker_lost")
+    assert (retried.state, a.try_number) == ("success", 1)
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_handshake_the_database_refuses_is_a_start_error_and_the_slot_carries_on(worker, make_dag, refuse):
+    """"running" refused for a Python task (stopped before "go") and for a bash command started
+    directly (never started): infrastructure/pre_execution_failure (start_error) on the platform
+    budget, then application/startup_error on the user's; neither is left `queued`, and the
+    worker's one slot runs the next task."""
+    dag = make_dag(
+        [
+            {"task_id": "py", "python_callable": T + "succeed"},
+            {"task_id": "sh", "bash_command": "echo never"},
+            {"task_id": "after", "bash_command": "echo after", "upstream": ["py", "sh"], "trigger_rule": "all_done"},
+        ],
+        retries=0,
+    )
+    run = trigger(dag)
+    refused = [instance(run, "py").pk, instance(run, "sh").pk]
+    refuse(f"OLD.task_instance_id IN ({', '.join(map(str, refused))}) AND NEW.state = 'running'")
+    proc = worker(ORCHESTRATOR_WORKER_CONCURRENCY="1")
+    for task_id in ("py", "sh"):
+        ti = settle(run, task_id, ("failed",), timeout=40)
+        platform, user = ti.attempts.order_by("attempt_token")
+        assert (platform.kind, platform.context["category"], platform.context["reason"]) == ("platform", "infrastructure", "pre_execution_failure"), task_id
+        metadata = platform.context["metadata"]
+        assert metadata["pre_execution_reason"] == "start_error" and REFUSAL in metadata["handshake_refused"], metadata
+        assert platform.start_date is None and not platform.stdout
+        assert (user.kind, user.context["category"], user.context["reason"]) == ("user", "application", "startup_error"), task_id
+        assert ti.try_number == 1
+    assert settle(run, "after", ("success",), timeout=30).attempts.get().result == "after"
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_handshake_refused_with_its_failure_too_is_set_aside_and_the_task_runs_again(worker, make_dag, refuse, tmp_path):
+    """Every write of the claimed attempt refused (its "running" and its failure): the report is
+    set aside, the lease let go, the task process never told "go"; once the database takes
+    writes again the scheduler finds the claim gone stale and the retry succeeds at try 1."""
+    dag = make_dag([{"task_id": "a", "python_callable": T + "succeed"}], retries=0)
+    run = trigger(dag)
+    pk = instance(run, "a").pk
+    allow = refuse(f"OLD.task_instance_id = {pk} AND OLD.infrastructure_try_number = 0 AND OLD.worker_name <> ''")
+    spool, counted = tmp_path / "spool", set_aside_count()
+    proc = worker(ORCHESTRATOR_SPOOL_DIR=str(spool))
+    first = settle(run, "a", ("queued",), timeout=30)
+    aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
+    wait_until(Path(f"{aside}.reason").exists, timeout=30, message="the refused handshake's report set aside")
+    kept = json.loads(aside.read_text())["context"]
+    assert (kept["reason"], kept["metadata"]["pre_execution_reason"]) == ("pre_execution_failure", "start_error")
+    assert REFUSAL in Path(f"{aside}.reason").read_text()
+    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
+    assert instance(run, "a").state == "queued"  # nothing of it was recorded
+    allow()
+    a = settle(run, "a", ("success",), timeout=40)
+    lost, retried = a.attempts.order_by("attempt_token")
+    assert (lost.kind, lost.context["reason"], lost.context["source"]) == ("platform", "pre_execution_failure", "scheduler")
+    assert lost.start_date is None
+    assert (retried.state, a.try_number) == ("success", 1)
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_spooled_report_the_database_refuses_is_set_aside_and_the_ones_behind_it_delivered(worker, make_dag, refuse, tmp_path):
+    """An ended worker's spool, adopted by a real worker: the oldest report's attempt refuses every
+    write (its success, then its bare failure), so it is set aside (with why, counted) and its
+    lease let go; the report behind it is delivered."""
+    dag = make_dag([{"task_id": "a", "bash_command": "true"}, {"task_id": "b", "bash_command": "true"}])
+    run = trigger(dag)
+    holder = WorkerInfo(hostname="gone", worker_name="gone.1", pid=1)
+    for task_id in ("a", "b"):
+        ti = settle(run, task_id, ("queued",))
+        assert reporting.claim(ti.pk, ti.attempt_token, holder) and reporting.mark_running(ti.pk, ti.attempt_token)
+    a, b = instance(run, "a"), instance(run, "b")
+    refuse(f"OLD.task_instance_id = {a.pk} AND OLD.attempt_token = {a.attempt_token}")
+    ended = tmp_path / "spool" / "gone.1"
+    ended.mkdir(parents=True)
+    for ti, age in ((a, 2), (b, 1)):  # oldest first: the refused one is in front
+        path = ended / f"ti-{ti.pk}-{ti.attempt_token}.json"
+        report = {"task_instance_id": ti.pk, "token": ti.attempt_token, "success": True, "result": ti.task_id,
+                  "ended_at": "2026-01-01T00:00:00+00:00", "output": {"stdout": "", "stderr": "", "output_truncated": False}}  # fmt: skip
+        path.write_text(json.dumps(report))
+        os.utime(path, (time.time() - age, time.time() - age))
+    counted = set_aside_count()
+    worker(ORCHESTRATOR_SPOOL_DIR=str(tmp_path / "spool"))
+    wait_until(lambda: TaskInstance.objects.get(pk=b.pk).state == "success", timeout=30, message="b's report delivered")
+    assert TaskInstance.objects.get(pk=b.pk).result == "b"
+    aside = tmp_path / "spool" / "set-aside" / f"ti-{a.pk}-{a.attempt_token}.json"
+    wait_until(Path(f"{aside}.reason").exists, timeout=10, message="a's report set aside")
+    assert REFUSAL in Path(f"{aside}.reason").read_text()
+    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
+    assert TaskInstance.objects.get(pk=a.pk).state == "running"  # nothing of it recorded: the scheduler's to find lost
+
+
+def test_a_claim_the_database_refuses_fails_the_job_and_the_scheduler_retries_it_at_once(worker, make_dag, refuse):
+    """The claim refused (not for want of a connection): nothing started, the RQ job failed; the
+    next scheduler pass finds it (pre_execution_failure, platform budget) and the retry runs."""
+    dag = make_dag([{"task_id": "a", "python_callable": T + "succeed"}], retries=0)
+    run = trigger(dag)
+    refuse(f"OLD.task_instance_id = {instance(run, 'a').pk} AND OLD.infrastructure_try_number = 0 AND NEW.worker_name <> ''")
+    proc = worker(ORCHESTRATOR_WORKER_CONCURRENCY="1")
+    a = settle(run, "a", ("success",), timeout=40)
+    refused, retried = a.attempts.order_by("attempt_token")
+    assert (refused.kind, refused.context["reason"], refused.context["source"]) == ("platform", "pre_execution_failure", "scheduler")
+    assert refused.context["metadata"]["job_status"] == "failed" and refused.worker_name == ""
+    assert (retried.state, a.try_number) == ("success", 1)
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_heartbeat_the_database_refuses_is_an_outage_bounded_by_its_tolerance(worker, make_dag, refuse):
+    """The running task's heartbeat refused (not for want of a connection): the lease is kept in
+    Redis as through an outage, for ORCHESTRATOR_DB_OUTAGE_TOLERANCE (1 s here), then no longer;
+    the task is killed before the scheduler presumes it lost (worker_lost, platform), and the
+    retry succeeds at try 1. Nothing is held for ever."""
+    dag = make_dag([{"task_id": "a", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 60}}], retries=0)
+    run = trigger(dag)
+    # Only a heartbeat moves a running task and leaves it running with the same pid.
+    refuse(f"OLD.id = {instance(run, 'a').pk} AND OLD.state = 'running' AND NEW.state = 'running' AND NEW.pid = OLD.pid", table="orchestrator_taskinstance")
+    proc = worker(ORCHESTRATOR_DB_OUTAGE_TOLERANCE="1")
+    started = time.monotonic()
+    a = settle(run, "a", ("success",), timeout=60)
+    lost, retried = a.attempts.order_by("attempt_token")
+    assert (lost.kind, lost.context["reason"]) == ("platform", "worker_lost")
+    assert (retried.state, a.try_number) == ("success", 1)
+    assert time.monotonic() - started < 40  # the 60 s task did not run to its end
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_task_state_change_the_database_refuses_is_a_value_error_in_the_task(worker, make_dag, refuse):
+    """The task hears it as for any value it may not store (ValueError), nothing changed, and
+    its next change is stored; the attempt goes on to its end."""
+    dag = make_dag([{"task_id": "a", "python_callable": T + "set_refused_then_ok"}], retries=0)
+    run = trigger(dag)
+    refuse("NEW.key = 'refused'", table="orchestrator_taskstateentry", event="INSERT")
+    worker()
+    a = settle(run, "a", ("success",), timeout=40)
+    assert a.result.startswith("the database refused it:") and REFUSAL in a.result, a.result
+    assert dict(TaskStateEntry.objects.filter(task_instance=a).values_list("key", "value")) == {"ok": 2}
+    nothing_left_active()
