@@ -117,12 +117,16 @@ class Spool:
     def set_aside(self, record: dict[str, Any], reason: str) -> Path:
         """Keep a report no database will take, with why, out of the way of the others."""
         name = f"ti-{record.get('task_instance_id')}-{record.get('token')}.json"
-        path = _write_durably(self.aside / name, json.dumps(record, default=str))
+        path = self.aside / name
+        # The reason lands first: whoever sees the report set aside can read why.
+        _write_durably(_reason_file(path), reason + "\n")
+        _write_durably(path, json.dumps(record, default=str))
         return self._noted(path, reason, record)
 
     def set_aside_file(self, path: Path, reason: str) -> Path:
         self.aside.mkdir(parents=True, exist_ok=True)
         target = self.aside / path.name
+        _write_durably(_reason_file(target), reason + "\n")
         os.replace(path, target)
         try:
             record = json.loads(target.read_text())
@@ -131,7 +135,6 @@ class Spool:
         return self._noted(target, reason, record if isinstance(record, dict) else {})
 
     def _noted(self, path: Path, reason: str, record: dict[str, Any]) -> Path:
-        _write_durably(path.with_name(path.name + ".reason"), reason + "\n")
         note_set_aside(
             {
                 "file": str(path),
@@ -196,6 +199,10 @@ def set_aside_entries() -> list[dict[str, Any]]:
         except ValueError:
             continue
     return entries
+
+
+def _reason_file(report: Path) -> Path:
+    return report.with_name(report.name + ".reason")
 
 
 def _write_durably(path: Path, text: str) -> Path:
