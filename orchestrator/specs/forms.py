@@ -7,7 +7,7 @@ the field it names.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django import forms
 from django.core.exceptions import ObjectDoesNotExist, ValidationError
@@ -71,10 +71,13 @@ def json_mapping(value: object) -> dict[str, Any]:
     return {} if value is None else value  # type: ignore[return-value]
 
 
-class KeptFormsMixin:
+RowForm = TypeVar("RowForm", bound=forms.ModelForm)
+
+
+class KeptFormsMixin(Generic[RowForm]):
     """For inline formsets: the forms that will be saved, in display order."""
 
-    def kept_forms(self) -> list[forms.ModelForm]:
+    def kept_forms(self) -> list[RowForm]:
         kept = []
         for form in self.forms:  # type: ignore[attr-defined]
             if not hasattr(form, "cleaned_data") or self._should_delete_form(form):  # type: ignore[attr-defined]
@@ -104,7 +107,8 @@ class DagForm(forms.ModelForm):
         return json_mapping(self.cleaned_data.get("default_args"))
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         raw = {key: cleaned[key] for key in DAG_FORM_FIELDS if key in cleaned}
         raw["schedule"] = raw.get("schedule") or None
         _, problems = validate_dag(raw)
@@ -141,7 +145,7 @@ class TaskForm(forms.ModelForm):
 
     class Meta:
         model = Task
-        fields = TASK_KEYS + TYPED_ARGS + ("args",)
+        fields: tuple[str, ...] = TASK_KEYS + TYPED_ARGS + ("args",)
         widgets = {"bash_command": forms.TextInput(attrs={"size": 40})}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -173,7 +177,8 @@ class TaskForm(forms.ModelForm):
         return value
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         # Fold the typed fields into `args`, the JSON column that holds the task's overrides.
         args = cleaned.get("args")
         if isinstance(args, dict):
@@ -209,7 +214,7 @@ class TaskForm(forms.ModelForm):
         add_problems(self, problems, prefix, aliases)
 
 
-class TaskInlineFormSet(KeptFormsMixin, BaseInlineFormSet):
+class TaskInlineFormSet(KeptFormsMixin[TaskForm], BaseInlineFormSet):
     """The tasks of one DAG: checked together for duplicate ids, unknown upstreams and cycles."""
 
     def clean(self) -> None:
@@ -292,9 +297,9 @@ class DeadlineForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["reference"].choices = [("", "---------")] + [
-            (ref.value, ref.label) for ref in Reference if ref in self.references
-        ]
+        reference = self.fields["reference"]
+        assert isinstance(reference, forms.ChoiceField)  # a model field with choices makes one
+        reference.choices = [("", "---------")] + [(ref.value, ref.label) for ref in Reference if ref in self.references]
         self.initial["days"] = ", ".join(self.instance.days or [])
         self.initial["skip_dates"] = ", ".join(self.instance.skip_dates or [])
 
@@ -320,7 +325,7 @@ class TaskDeadlineForm(DeadlineForm):
     references = TASK_REFERENCES
 
 
-class DeadlineInlineFormSet(KeptFormsMixin, BaseInlineFormSet):
+class DeadlineInlineFormSet(KeptFormsMixin[DeadlineForm], BaseInlineFormSet):
     """Deadline definitions of a DAG (`task_level` False) or of one task."""
 
     task_level = False
