@@ -66,9 +66,9 @@ def add_problems(
             form.add_error(None, str(Problem(rest, problem.message)))
 
 
-def json_mapping(value: object) -> dict[str, Any]:
-    """An empty JSON input means `{}`; anything else is kept for the validator to judge."""
-    return {} if value is None else value  # type: ignore[return-value]
+def json_mapping(value: Any) -> Any:
+    """An empty JSON input means `{}`; anything else (a list, a string) is kept for the validator to judge."""
+    return {} if value is None else value
 
 
 RowForm = TypeVar("RowForm", bound=forms.ModelForm)
@@ -79,6 +79,7 @@ class KeptFormsMixin(Generic[RowForm]):
 
     def kept_forms(self) -> list[RowForm]:
         kept = []
+        # `forms` and `_should_delete_form` are the inline formset's this class is mixed into.
         for form in self.forms:  # type: ignore[attr-defined]
             if not hasattr(form, "cleaned_data") or self._should_delete_form(form):  # type: ignore[attr-defined]
                 continue
@@ -103,7 +104,7 @@ class DagForm(forms.ModelForm):
             "default_args": "JSON defaults for every task, e.g. {\"retries\": 3, \"execution_timeout\": 30}.",
         }
 
-    def clean_default_args(self) -> dict[str, Any]:
+    def clean_default_args(self) -> Any:
         return json_mapping(self.cleaned_data.get("default_args"))
 
     def clean(self) -> dict[str, Any]:
@@ -160,7 +161,7 @@ class TaskForm(forms.ModelForm):
     def clean_upstream(self) -> list[str]:
         return split_list(self.cleaned_data.get("upstream"))
 
-    def clean_op_kwargs(self) -> dict[str, Any]:
+    def clean_op_kwargs(self) -> Any:
         return json_mapping(self.cleaned_data.get("op_kwargs"))
 
     def clean_execution_timeout(self) -> float | int | None:
@@ -309,7 +310,7 @@ class DeadlineForm(forms.ModelForm):
     def clean_skip_dates(self) -> list[str]:
         return split_list(self.cleaned_data.get("skip_dates"))
 
-    def clean_callback_kwargs(self) -> dict[str, Any]:
+    def clean_callback_kwargs(self) -> Any:
         return json_mapping(self.cleaned_data.get("callback_kwargs"))
 
     def raw_spec(self) -> dict[str, Any]:
