@@ -181,15 +181,15 @@ def load_callable(path: str) -> Callable[..., Any]:
         raise CallbackError(f"cannot import callback {path!r}: {exc}") from None
     if not callable(function):
         raise CallbackError(f"callback {path!r} is not callable")
-    return function  # type: ignore[return-value]
+    return function
 
 
 def call_user(function: Callable[..., Any], kwargs: Mapping[str, Any], context: dict[str, Any]) -> None:
     """Like a task's python_callable: `context=` is passed when the callable takes it (or **kwargs)."""
     try:
-        params = inspect.signature(function).parameters.values()
+        params = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
-        params = ()
+        params = []
     takes_context = any(p.name == "context" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     if takes_context:
         function(**kwargs, context=context)

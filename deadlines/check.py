@@ -81,8 +81,8 @@ def settle_due(now: datetime, limit: int) -> int:
 
 def _finished_at(deadline: Deadline) -> datetime | None:
     """When the run (or task) the deadline watches finished, or None while it is unfinished."""
-    if deadline.task_instance_id is not None:
-        ti = deadline.task_instance
+    ti = deadline.task_instance
+    if ti is not None:
         if ti.state in FINISHED_TASK_STATES:
             return ti.end_date or deadline.need_by
         return None

@@ -43,7 +43,8 @@ class DeadlineDefinition(models.Model):
         ordering = ["dag", "task", "position", "id"]
 
     def __str__(self) -> str:
-        scope = f"{self.dag.dag_id}.{self.task.task_id}" if self.task_id else self.dag.dag_id
+        # A null foreign key reads as None without a query.
+        scope = f"{self.dag.dag_id}.{self.task.task_id}" if self.task is not None else self.dag.dag_id
         return f"{scope}: {self.reference} + {self.interval:g}s"
 
 

@@ -114,7 +114,10 @@ def safe_addresses(host: str, port: int) -> list[IPAddress]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise NotifierError(f"webhook {host} could not be resolved: {exc.strerror}") from None
-    addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos))
+    # An IP address is a string; the (int, bytes) form of a Python built without IPv6 is never
+    # connected to either, since only the addresses checked here are.
+    resolved = [info[4][0] for info in infos]
+    addresses = list(dict.fromkeys(ipaddress.ip_address(ip.split("%")[0]) for ip in resolved if isinstance(ip, str)))
     listed = _allowed_entries()
     for address in addresses:
         if is_internal(address) and str(address) not in listed:

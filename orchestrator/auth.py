@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -21,7 +21,7 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_token(user: AbstractBaseUser) -> str:
+def create_token(user: User) -> str:
     """Store a new token for `user` and return its key; the key cannot be recovered later."""
     key = secrets.token_urlsafe(32)
     ApiToken.objects.create(user=user, key_hash=hash_key(key))

@@ -20,6 +20,7 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import cast
 
 import redis
 from rq.utils import utcparse
@@ -55,7 +56,7 @@ def judge(beats: list[tuple[str, float]], *, what: str, hostname: str, max_age: 
 
 
 def scheduler_beats(client: redis.Redis, hostname: str) -> list[tuple[str, float]]:
-    raw = client.get(SCHEDULER_KEY.format(hostname=hostname))
+    raw = cast("bytes | None", client.get(SCHEDULER_KEY.format(hostname=hostname)))  # redis-py types a reply as maybe-awaitable, for its async client too
     if raw is None:
         return []
     pid, _, at = raw.decode().partition(" ")
@@ -64,10 +65,11 @@ def scheduler_beats(client: redis.Redis, hostname: str) -> list[tuple[str, float
 
 def worker_beats(client: redis.Redis, hostname: str) -> list[tuple[str, float]]:
     """The RQ workers registered from this host, with their last heartbeat."""
-    keys = sorted(k.decode() for k in client.smembers(REDIS_WORKER_KEYS))
+    members = cast("set[bytes]", client.smembers(REDIS_WORKER_KEYS))  # redis-py types a reply as maybe-awaitable, for its async client too
+    keys = sorted(k.decode() for k in members)
     pipe = client.pipeline(transaction=False)
     for key in keys:
-        pipe.hmget(key, "hostname", "last_heartbeat")
+        pipe.hmget(key, ["hostname", "last_heartbeat"])
     beats = []
     for key, (host, last) in zip(keys, pipe.execute()):
         if host is not None and last is not None and host.decode() == hostname:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import cast
 
 from django.db.models import Count, Sum
 from django.utils import timezone
@@ -58,7 +59,7 @@ def increment(name: str, amount: int = 1, **labels: str) -> None:
 def read(name: str) -> list[tuple[dict[str, str], int]]:
     """Every labelled value of a counter."""
     label_names = METRICS[name][1]
-    raw = get_redis().hgetall(_key(name))
+    raw = cast("dict[bytes, bytes]", get_redis().hgetall(_key(name)))  # redis-py types a reply as maybe-awaitable, for its async client too
     return [(dict(zip(label_names, json.loads(field))), int(value)) for field, value in raw.items()]
 
 

@@ -61,8 +61,8 @@ def deadline_history(runs: Sequence[DagRun]) -> Chart:
     relative to the latest miss. One query for all the runs.
     """
     by_run: dict[int, Deadline] = {}
-    for deadline in Deadline.objects.filter(dag_run__in=[r.pk for r in runs], scope="dag").order_by("need_by", "id"):
-        by_run.setdefault(deadline.dag_run_id, deadline)
+    for row in Deadline.objects.filter(dag_run__in=[r.pk for r in runs], scope="dag").order_by("need_by", "id"):
+        by_run.setdefault(row.dag_run_id, row)
     values: list[tuple[float, str, str, str]] = []
     for run in runs:
         deadline = by_run.get(run.pk)

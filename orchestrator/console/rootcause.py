@@ -90,7 +90,7 @@ def charged_to(kind: str) -> str:
 
 
 def is_action(context: dict[str, Any] | None) -> bool:
-    return bool(context) and context.get("category") == Category.USER_ACTION
+    return context is not None and context.get("category") == Category.USER_ACTION
 
 
 def operator_action(task_context: dict[str, Any] | None) -> OperatorAction | None:

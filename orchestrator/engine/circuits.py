@@ -184,9 +184,12 @@ def _judge_probe(circuit: Circuit, now: datetime) -> None:
     A probe that never reached the downstream (a platform failure, an operator's clear) is
     no verdict: the probe is given up and another task goes.
     """
-    attempt = TaskAttempt.objects.filter(
-        task_instance_id=circuit.probe_task_instance_id, attempt_token=circuit.probe_token
-    ).first()
+    token = circuit.probe_token  # set with probe_task_instance_id
+    attempt = (
+        None
+        if token is None
+        else TaskAttempt.objects.filter(task_instance_id=circuit.probe_task_instance_id, attempt_token=token).first()
+    )
     if attempt is None:  # the probe is claimed and dispatched in one transaction: the task is gone
         _give_up_probe(circuit)
         return

@@ -102,16 +102,17 @@ def _run_limit(ti: TaskInstance) -> int | None:
 
 def _go(ti: TaskInstance, verdict: Gate, now: datetime) -> bool:
     """Dispatch one task; a half-open circuit's task goes only if it wins the probe."""
-    if verdict is not Gate.PROBE:
+    circuit = ti.circuit
+    if verdict is not Gate.PROBE or not circuit:  # only a task behind a circuit is ever a probe
         return dispatch(ti, now)
     try:
         with transaction.atomic():
-            if not circuits.claim_probe(ti.circuit, ti.pk, ti.attempt_token + 1):
+            if not circuits.claim_probe(circuit, ti.pk, ti.attempt_token + 1):
                 raise _Lost
             if not dispatch(ti, now):
                 raise _Lost
     except _Lost:
-        set_waiting(ti, Hold(WaitKind.CIRCUIT, ti.circuit), now)
+        set_waiting(ti, Hold(WaitKind.CIRCUIT, circuit), now)
         return False
     log.info("task instance %s is the probe of circuit %s", ti.pk, ti.circuit)
     return True
@@ -190,9 +191,11 @@ def _key32(key: str) -> int:
 def _usage(pools: set[str], dag_ids: set[str]) -> Usage:
     """Slots and tasks held now by queued and running tasks (read after the locks are taken)."""
     active = TaskInstance.objects.filter(state__in=SLOT_HOLDING_STATES)
-    pool_used = dict(
-        active.filter(pool__in=pools).values_list("pool").annotate(n=Sum("pool_slots")).values_list("pool", "n")
-    )
+    pool_used = {
+        pool: n  # pool__in leaves out the tasks without a pool
+        for pool, n in active.filter(pool__in=pools).values_list("pool").annotate(n=Sum("pool_slots")).values_list("pool", "n")
+        if pool is not None
+    }
     by_dag = active.filter(dag_run__dag__dag_id__in=dag_ids)
     dag_active = dict(by_dag.values_list("dag_run__dag__dag_id").annotate(n=Count("id")).values_list("dag_run__dag__dag_id", "n"))
     task_active = {

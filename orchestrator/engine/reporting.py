@@ -6,6 +6,7 @@ that is no longer current changes nothing and returns False/None.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from contextlib import nullcontext
@@ -355,7 +356,7 @@ class _Ended:
 
     @classmethod
     def read(cls, task_instance_id: int) -> _Ended:
-        ti, dag = TaskInstance._meta.get_field, Dag._meta.get_field
+        ti, dag = functools.partial(sql.column_field, TaskInstance), functools.partial(sql.column_field, Dag)
         finished = [str(state) for state in FINISHED_TASK_STATES]
         ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, unfinished_others),) = sql.fetch(
             f"""
@@ -429,7 +430,7 @@ def report_failure(
         moved = _move_attempt(
             ti.pk,
             token,
-            frozenset({previous_state}),
+            frozenset({TaskState(previous_state)}),
             dict(
                 state=decision.next_state,
                 next_retry_at=decision.next_retry_at,
@@ -456,7 +457,9 @@ def report_failure(
         if not moved:
             return None
         count_failure(task_instance_id, token)
-        ti = load(ti.pk)
+        reloaded = load(ti.pk)
+        assert reloaded is not None  # the update above holds its row until the commit
+        ti = reloaded
         if decision.next_state is TaskState.FAILED:
             lifecycle.task_finished(ti, now)
         retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= now

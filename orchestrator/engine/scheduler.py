@@ -10,6 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import cast
 
 import redis
 from django.conf import settings
@@ -81,19 +82,22 @@ def _create_due_runs(now: datetime, report: PassReport) -> None:
 
 def create_due_run(dag: Dag, now: datetime) -> DagRun | None:
     """Create the DAG's next scheduled run if its time has come."""
+    schedule = dag.schedule
+    if not schedule:
+        return None  # manual only
     if dag.next_run_logical_date is None:
-        first = schedules.first_run_date(dag.schedule, dag.timezone, dag.start_date, dag.catchup, now)
+        first = schedules.first_run_date(schedule, dag.timezone, dag.start_date, dag.catchup, now)
         Dag.objects.filter(pk=dag.pk, next_run_logical_date__isnull=True).update(next_run_logical_date=first)
         dag.refresh_from_db(fields=["next_run_logical_date"])
     due = dag.next_run_logical_date
     if due is None or due > now:
         return None
     if not dag.catchup:
-        due = schedules.latest_due(dag.schedule, dag.timezone, due, now)
+        due = schedules.latest_due(schedule, dag.timezone, due, now)
     active = DagRun.objects.filter(dag=dag, state__in=[RunState.QUEUED, RunState.RUNNING], backfill__isnull=True).count()
     if active >= dag.max_active_runs:
         return None
-    following = schedules.next_after(dag.schedule, dag.timezone, due)
+    following = schedules.next_after(schedule, dag.timezone, due)
     # Only the scheduler that moves the bookmark creates the run.
     with transaction.atomic():
         moved = Dag.objects.filter(pk=dag.pk, next_run_logical_date=dag.next_run_logical_date).update(
@@ -240,7 +244,7 @@ class _Reconnection:
             client.set(cls.PRESUME_FROM_KEY, hold_until.isoformat(), ex=max(1, int(timeout * 2) + 1))
             client.delete(cls.OUTAGE_KEY)
             return False
-        raw = client.get(cls.PRESUME_FROM_KEY)
+        raw = cast("bytes | str | None", client.get(cls.PRESUME_FROM_KEY))  # redis-py types a reply as maybe-awaitable, for its async client too
         if raw is None:
             return True
         return db_time >= datetime.fromisoformat(raw.decode() if isinstance(raw, bytes) else raw)
@@ -283,7 +287,7 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
             pid=ti.pid,
             last_heartbeat=ti.heartbeat_at.isoformat() if ti.heartbeat_at else None,
         )
-        if report_failure(ti.pk, ti.attempt_token, context, expected=(TaskState.RUNNING,), now=now):
+        if report_failure(ti.pk, ti.attempt_token, context, expected=frozenset({TaskState.RUNNING}), now=now):
             report.lost.append(f"{ti.pk}:worker_lost")
     # Queued, taken by a worker that stopped heartbeating before the task reported running.
     for ti in stale_claimed:
@@ -294,7 +298,7 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
             worker_name=ti.worker_name,
             hostname=ti.hostname,
         )
-        if report_failure(ti.pk, ti.attempt_token, context, expected=(TaskState.QUEUED,), now=now):
+        if report_failure(ti.pk, ti.attempt_token, context, expected=frozenset({TaskState.QUEUED}), now=now):
             report.lost.append(f"{ti.pk}:pre_execution_failure")
     _find_lost_jobs(now, db_time, report)
 
@@ -308,7 +312,7 @@ def _failed_in_rq(waiting: list[tuple[int, int, datetime | None, str]]) -> set[s
     connection_ = get_redis()
     for queue, job_ids in by_queue.items():
         key = FailedJobRegistry(queue, connection=connection_).key
-        scores = connection_.zmscore(key, job_ids)
+        scores = cast("list[float | None]", connection_.zmscore(key, job_ids))  # redis-py types a reply as maybe-awaitable, for its async client too
         failed.update(job_id for job_id, score in zip(job_ids, scores) if score is not None)
     return failed
 
@@ -378,7 +382,7 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
                 pre_execution_reason=PreExecutionReason.WORKER_DIED.value,
                 job_status=status,
             )
-        if report_failure(pk, token, context, expected=(TaskState.QUEUED,), now=now):
+        if report_failure(pk, token, context, expected=frozenset({TaskState.QUEUED}), now=now):
             report.lost.append(f"{pk}:{context.reason}")
     _Absent.forget_all_but(absent_now)
 
@@ -420,7 +424,7 @@ def _job_details(job_ids: list[str]) -> list[tuple[str | None, datetime | None]]
         return []
     pipe = get_redis().pipeline(transaction=False)
     for job_id in job_ids:
-        pipe.hmget(f"rq:job:{job_id}", "status", "last_heartbeat")
+        pipe.hmget(f"rq:job:{job_id}", ["status", "last_heartbeat"])
     details = []
     for status, heartbeat in pipe.execute():
         status = status.decode() if isinstance(status, bytes) else status

@@ -32,11 +32,20 @@ def now_sql() -> str:
     return _now_sql(connection.vendor)
 
 
+def column_field(model: type[models.Model], name: str) -> models.Field:
+    """The field of `model` named `name`, which must be one of its table's columns (not a
+    reverse relation)."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field):
+        raise LookupError(f"{model.__name__}.{name} is not a column")
+    return field
+
+
 def assignments(model: type[models.Model], changes: dict[str, Any]) -> tuple[str, list[Any]]:
     """`col = %s, ...` and its parameters for an UPDATE of `model`; `Now()` is the database's clock."""
     parts, params = [], []
     for name, value in changes.items():
-        field = model._meta.get_field(name)
+        field = column_field(model, name)
         column = connection.ops.quote_name(field.column)
         if isinstance(value, Now):
             parts.append(f"{column} = {now_sql()}")
@@ -70,10 +79,13 @@ def fetch(sql: str, params: Sequence[Any], fields: Iterable[models.Field | None]
 def _converters(field: models.Field | None) -> list:
     if field is None:
         return []
-    return connection.ops.get_db_converters(field.cached_col) + field.get_db_converters(connection)
+    # django-stubs declare get_db_converters on expressions only; Django's Field has it too.
+    return connection.ops.get_db_converters(field.cached_col) + field.get_db_converters(connection)  # type: ignore[attr-defined]
 
 
 def _convert(value: Any, field: models.Field | None, chain: list) -> Any:
+    if field is None:
+        return value  # no converters either
     for converter in chain:
         value = converter(value, field.cached_col, connection)
     return value

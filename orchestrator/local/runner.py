@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -66,11 +66,23 @@ class Child:
     process: subprocess.Popen[str] | None = None
     reader: threading.Thread | None = field(default=None, repr=False)
 
+    def exit_code(self) -> int | None:
+        """The code the process exited with; None while it runs, or before it is started."""
+        return None if self.process is None else self.process.poll()
+
+
+class TextStream(Protocol):
+    """Where the output goes: a text file, or a management command's stdout."""
+
+    def write(self, text: str, /) -> object: ...
+
+    def flush(self) -> None: ...
+
 
 class Output:
     """Every process's lines on one stream, each prefixed with the process's name."""
 
-    def __init__(self, stream: IO[str], width: int = 12) -> None:
+    def __init__(self, stream: TextStream, width: int = 12) -> None:
         self.stream = stream
         self.width = width
         self.lock = threading.Lock()
@@ -109,7 +121,7 @@ class LocalStack:
         concurrency: int | None = None,
         state_dir: Path | None = None,
         dags_dir: Path | None = None,
-        stream: IO[str] | None = None,
+        stream: TextStream | None = None,
     ) -> None:
         base = Path(settings.BASE_DIR)
         self.host = host
@@ -331,14 +343,14 @@ class LocalStack:
             child.reader = self.out.follow(child.name, child.process.stdout)
 
     def _exited(self) -> Child | None:
-        return next((c for c in self.children if c.process is not None and c.process.poll() is not None), None)
+        return next((c for c in self.children if c.exit_code() is not None), None)
 
     def _wait_until_serving(self, timeout: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.stopping.is_set():
             dead = self._exited()
             if dead is not None:
-                self.say(f"{dead.name} exited with code {dead.process.returncode} while starting; stopping")
+                self.say(f"{dead.name} exited with code {dead.exit_code()} while starting; stopping")
                 return False
             if self._web_answers():
                 return True
@@ -384,7 +396,7 @@ class LocalStack:
         while not self.stopping.wait(0.2):
             dead = self._exited()
             if dead is not None:
-                self.say(f"{dead.name} exited with code {dead.process.returncode}; stopping everything")
+                self.say(f"{dead.name} exited with code {dead.exit_code()}; stopping everything")
                 return 1
         return 0
 

@@ -12,7 +12,7 @@ import re
 import reprlib
 from collections.abc import Mapping
 from datetime import date, datetime
-from typing import Any
+from typing import Any, TypeGuard
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -68,11 +68,11 @@ def unknown_keys(raw: Mapping, allowed: tuple[str, ...], prefix: str, problems: 
         problems.add(join(prefix, key), f"unknown key{hint}")
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -28,11 +28,7 @@ def select_dags(dag_ids: list[str]) -> list[Dag]:
     task_deadlines = Prefetch(
         "tasks__deadline_definitions", queryset=DeadlineDefinition.objects.order_by("position", "id")
     )
-    dag_deadlines = Prefetch(
-        "deadline_definitions",
-        queryset=DeadlineDefinition.objects.filter(task__isnull=True).order_by("position", "id"),
-        to_attr="dag_deadlines",
-    )
+    dag_deadlines = Prefetch("deadline_definitions", queryset=DeadlineDefinition.objects.order_by("position", "id"))
     queryset = Dag.objects.prefetch_related(
         Prefetch("tasks", queryset=Task.objects.order_by("position", "id")), task_deadlines, dag_deadlines
     )
@@ -63,7 +59,8 @@ def dag_spec(dag: Dag) -> dict[str, Any]:
         spec["max_active_tasks"] = dag.max_active_tasks
     if dag.default_args:
         spec["default_args"] = {key: dag.default_args[key] for key in DEFAULT_ARG_KEYS if key in dag.default_args}
-    deadlines = [deadline_spec(row) for row in dag.dag_deadlines]
+    # The DAG's own deadlines; a task's are written with the task.
+    deadlines = [deadline_spec(row) for row in dag.deadline_definitions.all() if row.task_id is None]
     if deadlines:
         spec["deadlines"] = deadlines
     spec["tasks"] = [task_spec(task, dag.default_args) for task in dag.tasks.all()]

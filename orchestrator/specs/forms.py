@@ -7,7 +7,7 @@ the field it names.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django import forms
 from django.core.exceptions import ObjectDoesNotExist, ValidationError
@@ -66,16 +66,20 @@ def add_problems(
             form.add_error(None, str(Problem(rest, problem.message)))
 
 
-def json_mapping(value: object) -> dict[str, Any]:
-    """An empty JSON input means `{}`; anything else is kept for the validator to judge."""
-    return {} if value is None else value  # type: ignore[return-value]
+def json_mapping(value: Any) -> Any:
+    """An empty JSON input means `{}`; anything else (a list, a string) is kept for the validator to judge."""
+    return {} if value is None else value
 
 
-class KeptFormsMixin:
+RowForm = TypeVar("RowForm", bound=forms.ModelForm)
+
+
+class KeptFormsMixin(Generic[RowForm]):
     """For inline formsets: the forms that will be saved, in display order."""
 
-    def kept_forms(self) -> list[forms.ModelForm]:
+    def kept_forms(self) -> list[RowForm]:
         kept = []
+        # `forms` and `_should_delete_form` are the inline formset's this class is mixed into.
         for form in self.forms:  # type: ignore[attr-defined]
             if not hasattr(form, "cleaned_data") or self._should_delete_form(form):  # type: ignore[attr-defined]
                 continue
@@ -100,11 +104,12 @@ class DagForm(forms.ModelForm):
             "default_args": "JSON defaults for every task, e.g. {\"retries\": 3, \"execution_timeout\": 30}.",
         }
 
-    def clean_default_args(self) -> dict[str, Any]:
+    def clean_default_args(self) -> Any:
         return json_mapping(self.cleaned_data.get("default_args"))
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         raw = {key: cleaned[key] for key in DAG_FORM_FIELDS if key in cleaned}
         raw["schedule"] = raw.get("schedule") or None
         _, problems = validate_dag(raw)
@@ -141,7 +146,7 @@ class TaskForm(forms.ModelForm):
 
     class Meta:
         model = Task
-        fields = TASK_KEYS + TYPED_ARGS + ("args",)
+        fields: tuple[str, ...] = TASK_KEYS + TYPED_ARGS + ("args",)
         widgets = {"bash_command": forms.TextInput(attrs={"size": 40})}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -156,7 +161,7 @@ class TaskForm(forms.ModelForm):
     def clean_upstream(self) -> list[str]:
         return split_list(self.cleaned_data.get("upstream"))
 
-    def clean_op_kwargs(self) -> dict[str, Any]:
+    def clean_op_kwargs(self) -> Any:
         return json_mapping(self.cleaned_data.get("op_kwargs"))
 
     def clean_execution_timeout(self) -> float | int | None:
@@ -173,7 +178,8 @@ class TaskForm(forms.ModelForm):
         return value
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         # Fold the typed fields into `args`, the JSON column that holds the task's overrides.
         args = cleaned.get("args")
         if isinstance(args, dict):
@@ -209,7 +215,7 @@ class TaskForm(forms.ModelForm):
         add_problems(self, problems, prefix, aliases)
 
 
-class TaskInlineFormSet(KeptFormsMixin, BaseInlineFormSet):
+class TaskInlineFormSet(KeptFormsMixin[TaskForm], BaseInlineFormSet):
     """The tasks of one DAG: checked together for duplicate ids, unknown upstreams and cycles."""
 
     def clean(self) -> None:
@@ -292,9 +298,9 @@ class DeadlineForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["reference"].choices = [("", "---------")] + [
-            (ref.value, ref.label) for ref in Reference if ref in self.references
-        ]
+        reference = self.fields["reference"]
+        assert isinstance(reference, forms.ChoiceField)  # a model field with choices makes one
+        reference.choices = [("", "---------")] + [(ref.value, ref.label) for ref in Reference if ref in self.references]
         self.initial["days"] = ", ".join(self.instance.days or [])
         self.initial["skip_dates"] = ", ".join(self.instance.skip_dates or [])
 
@@ -304,7 +310,7 @@ class DeadlineForm(forms.ModelForm):
     def clean_skip_dates(self) -> list[str]:
         return split_list(self.cleaned_data.get("skip_dates"))
 
-    def clean_callback_kwargs(self) -> dict[str, Any]:
+    def clean_callback_kwargs(self) -> Any:
         return json_mapping(self.cleaned_data.get("callback_kwargs"))
 
     def raw_spec(self) -> dict[str, Any]:
@@ -320,7 +326,7 @@ class TaskDeadlineForm(DeadlineForm):
     references = TASK_REFERENCES
 
 
-class DeadlineInlineFormSet(KeptFormsMixin, BaseInlineFormSet):
+class DeadlineInlineFormSet(KeptFormsMixin[DeadlineForm], BaseInlineFormSet):
     """Deadline definitions of a DAG (`task_level` False) or of one task."""
 
     task_level = False

@@ -66,7 +66,7 @@ class LineReader:
             self._buffer += chunk
 
     def _drain_lines(self, limit: int | None = None) -> list[dict[str, Any]]:
-        messages = []
+        messages: list[dict[str, Any]] = []
         while limit is None or len(messages) < limit:
             end = self._buffer.find(b"\n")
             if end < 0:

@@ -76,7 +76,7 @@ def parse(spec: str) -> list[Failpoint]:
             )
         action = match["action"].split(":")[0]
         argument = float(match["code"]) if match["code"] else float(match["seconds"]) if match["seconds"] else None
-        if action == "exit" and not 0 <= int(argument) <= 255:
+        if action == "exit" and not 0 <= int(match["code"]) <= 255:
             raise FailpointError(f"ORCHESTRATOR_FAILPOINTS: exit code must be 0-255 in {entry!r}")
         limit = int(match["limit"]) if match["limit"] is not None else None
         failpoints.append(Failpoint(match["name"], match["task_id"], action, argument, limit))

@@ -326,6 +326,9 @@ def _spawn_command(request: dict[str, Any], fds: list[int]) -> int:
     """A command started without a Python in between (`posix_spawn`, no copy of this process):
     its own session, stdin from /dev/null, only the stdout and stderr it was sent, its
     environment as sent, default signal handling, and SIGKILL when this server dies."""
+    setpriv = _SETPRIV
+    if setpriv is None:  # the launcher asks only a server that said it can: reported as a spawn failure
+        raise OSError("this fork server cannot start commands directly (no setpriv with --pdeathsig)")
     stdout_fd, stderr_fd = fds
     actions: list[tuple] = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -333,9 +336,9 @@ def _spawn_command(request: dict[str, Any], fds: list[int]) -> int:
         (os.POSIX_SPAWN_DUP2, stderr_fd, 2),
     ]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_fds() if fd > 2]
-    argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *request["argv"]]
+    argv = [setpriv, "--pdeathsig", "KILL", "--", *request["argv"]]
     defaults = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE)
-    return os.posix_spawn(_SETPRIV, argv, request["env"], file_actions=actions, setsid=True, setsigdef=defaults)
+    return os.posix_spawn(setpriv, argv, request["env"], file_actions=actions, setsid=True, setsigdef=defaults)
 
 
 def _open_fds() -> list[int]:

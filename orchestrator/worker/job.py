@@ -177,7 +177,7 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         task_id=claimed.task_id,
         payload=payload,
         is_bash=bool(claimed.bash_command),
-        execution_timeout=float(timeout) if timeout not in (None, "") else None,
+        execution_timeout=float(timeout) if timeout is not None and timeout != "" else None,
         kill_grace=float(args["kill_grace"]),
         command=("bash", "-c", render(claimed.bash_command or "", context, claimed.mapped)) if direct else None,
         command_env=context_environment(context) if direct else {},

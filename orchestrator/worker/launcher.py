@@ -204,8 +204,9 @@ class Launcher:
                     handle = None
                     if op == "spawned":
                         handle = self._handles[message["pid"]] = TaskHandle(message["pid"], self)
-                    done, reply = self._pending.pop(message["id"], (None, None))
-                if done is not None:
+                    waiting = self._pending.pop(message["id"], None)
+                if waiting is not None:
+                    done, reply = waiting
                     reply.update(message, handle=handle)
                     done.set()
                 elif handle is not None:

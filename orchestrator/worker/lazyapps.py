@@ -50,7 +50,7 @@ class _AlreadyImported(importlib.abc.Loader):
     """Hands the import machinery the module `django.setup()` has just imported, so it is not
     executed a second time (its models would be registered twice)."""
 
-    def __init__(self, original_spec: importlib.machinery.ModuleSpec) -> None:
+    def __init__(self, original_spec: importlib.machinery.ModuleSpec | None) -> None:
         self.original_spec = original_spec
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
@@ -102,5 +102,6 @@ def on_demand() -> None:
             load_apps()
         check_models()
 
-    apps.check_apps_ready = check_apps_ready
-    apps.check_models_ready = check_models_ready
+    # Replaced on this one registry on purpose: its own checks run after the apps are loaded.
+    apps.check_apps_ready = check_apps_ready  # type: ignore[method-assign]
+    apps.check_models_ready = check_models_ready  # type: ignore[method-assign]

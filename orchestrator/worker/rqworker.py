@@ -194,7 +194,7 @@ class OrchestratorWorker(SimpleWorker):
     def register_birth(self) -> None:
         super().register_birth()
         # The operator pages and the API show how many attempts this worker runs at once.
-        self.connection.hset(self.key, "concurrency", self.concurrency)
+        self.connection.hset(self.key, "concurrency", str(self.concurrency))
 
     def teardown(self) -> None:
         # Stopping: every slot finishes its attempt (within the shutdown grace) before we go.

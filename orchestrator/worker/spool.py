@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.db import InterfaceError, OperationalError
 
@@ -193,7 +193,9 @@ def set_aside_entries() -> list[dict[str, Any]]:
     from orchestrator.redis_conn import get_redis
 
     entries = []
-    for raw in get_redis().lrange(SET_ASIDE_KEY, 0, SET_ASIDE_SHOWN - 1):
+    # redis-py types a reply as maybe-awaitable, for its async client too.
+    shown = cast("list[bytes]", get_redis().lrange(SET_ASIDE_KEY, 0, SET_ASIDE_SHOWN - 1))
+    for raw in shown:
         try:
             entries.append(json.loads(raw))
         except ValueError:

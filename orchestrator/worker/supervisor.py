@@ -167,7 +167,7 @@ class Supervisor:
     # --- the attempt --------------------------------------------------------------------------
 
     def run(self) -> Supervised:
-        metadata = {"worker_name": self.worker.worker_name, "hostname": self.worker.hostname}
+        metadata: dict[str, Any] = {"worker_name": self.worker.worker_name, "hostname": self.worker.hostname}
         oom_before = oom_kill_count()
         # The lease outlives this call: the job forgets it once the outcome is recorded.
         self.lease = self.heartbeats.watch(self.plan.task_instance_id, self.plan.token)
@@ -314,7 +314,7 @@ class Supervisor:
             log.warning("could not record the pid of %s", self._label(), exc_info=True)
 
     def _supervise(self) -> None:
-        assert self.proc is not None
+        assert self.proc is not None and self.lease is not None  # both set by run() first
         while not self.superseded:
             self._pump(TICK)
             if self.lease.refused and not self.stopped_by_operator:
@@ -352,6 +352,7 @@ class Supervisor:
         """A bash task's process is bash itself: its exit status is its outcome."""
         if not self.plan.is_bash or self.handshake_at is None or self.final is not None:
             return
+        assert self.proc is not None  # called once it exited
         code = self.proc.returncode
         if code is not None and code >= 0:
             self.final = {"type": "success", "result": None} if code == 0 else {"type": "bash_exit", "exit_code": code}

@@ -8,6 +8,7 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from orchestrator.models import Dag
+from orchestrator.specs.exporter import dag_spec
 from tests.specs.conftest import snapshot
 
 pytestmark = pytest.mark.django_db
@@ -55,6 +56,14 @@ def test_it_leaves_out_keys_that_were_not_set(spec_file) -> None:
         "  - task_id: a\n"
         "    bash_command: 'true'\n"
     )
+
+
+def test_a_dag_read_plainly_exports_its_own_deadlines(baseline, spec_file) -> None:
+    """dag_spec needs no prefetching: the DAG's deadlines are its own, its tasks' stay with them."""
+    run("import_dags", str(spec_file(baseline)), DAGS_FOLDER)
+    spec = dag_spec(Dag.objects.get(dag_id="settlement"))
+    assert spec["deadlines"] == baseline["deadlines"]
+    assert spec["tasks"][0]["deadlines"] == baseline["tasks"][0]["deadlines"]
 
 
 def test_it_exports_the_dags_asked_for_in_that_order(spec_file) -> None:
