@@ -19,7 +19,6 @@ urlpatterns = [
     path("django-rq/", include("django_rq.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("api/v1/", include("deadlines.urls")),
     path("api/v1/", include("orchestrator.api.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("", include("orchestrator.web.urls")),

@@ -6,9 +6,10 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 
 from orchestrator import actions, backfills
-from orchestrator.api.declarations import TEXT, Operation, Reply, component, json_object, nullable, request_body
+from orchestrator.api.declarations import Operation, Reply, component, json_object, nullable, request_body
 from orchestrator.api.decorators import endpoint
 from orchestrator.models import Backfill
+from orchestrator.querystring import TEXT
 
 INTEGER = {"type": "integer"}
 TIME = {"type": "string", "format": "date-time"}

@@ -8,14 +8,13 @@ what is served: the view that would drift is the one reading it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.http import QueryDict
 
-from orchestrator.exceptions import BadRequest
+from orchestrator.querystring import TEXT, Param
 
 Schema = Mapping[str, Any]
 REF_PREFIX = "#/components/schemas/"
@@ -26,11 +25,6 @@ PATH_PARAMETERS: dict[str, dict[str, str]] = {
     "run_id": {"description": "The run's id.", "example": "manual__2026-01-01T00:00:00+00:00"},
     "task_id": {"description": "The task's id within its DAG.", "example": "extract"},
 }
-
-# PostgreSQL can neither store nor compare text holding NUL, so no string the API takes may
-# hold one; every string schema says so, and validation refuses it everywhere.
-NO_NUL = "^[^\\u0000]*$"
-TEXT: dict[str, Any] = {"type": "string", "pattern": NO_NUL}
 
 COMPONENTS: dict[str, Schema] = {}
 OPERATIONS: dict[tuple[str, str], Operation] = {}
@@ -53,78 +47,6 @@ def nullable(schema: Schema) -> dict[str, Any]:
     if "enum" in schema:  # enum applies whatever the type: null must be listed too
         widened["enum"] = [*schema["enum"], None]
     return widened
-
-
-def check_text(name: str, value: str) -> None:
-    """PostgreSQL cannot store or compare text holding NUL: refuse it up front, naming the field."""
-    if "\x00" in value:
-        raise BadRequest(f"{name} must not contain the NUL character (\\u0000)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        # JSON's "\\ud800" escape decodes to a lone surrogate, which PostgreSQL refuses.
-        raise BadRequest(f"{name} must be valid Unicode (no lone surrogate such as \\ud800)") from None
-
-
-# --- parameters ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Param:
-    """One query parameter: its schema for the document and the parser that enforces it.
-
-    `convert` turns the stripped, non-empty text into the value (raising BadRequest); an
-    absent or empty parameter is `default`, as an HTML form's empty field is.
-    """
-
-    name: str
-    description: str
-    schema: Schema = field(default_factory=lambda: dict(TEXT))
-    convert: Callable[[str], Any] | None = None
-    default: Any = None
-
-    def read(self, params: QueryDict, default: Any = ...) -> Any:
-        text = params.get(self.name, "").strip()
-        check_text(self.name, text)
-        if not text:
-            return self.default if default is ... else default
-        return self.convert(text) if self.convert else text
-
-
-def read_query(params: QueryDict, declared: Iterable[Param]) -> dict[str, Any]:
-    """Every declared parameter's value; parameters nobody declared are ignored."""
-    return {param.name: param.read(params) for param in declared}
-
-
-def whole_number(text: str, name: str, maximum: int) -> int:
-    """A whole number from 1 to `maximum`; else BadRequest naming the parameter and the value."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= maximum:
-        raise BadRequest(f"invalid {name} '{text}': {name} must be a whole number from 1 to {maximum}")
-    return value
-
-
-def integer(name: str, description: str, *, maximum: int, default: int) -> Param:
-    schema = {"type": "integer", "minimum": 1, "maximum": maximum, "default": default}
-    return Param(name, description, schema, lambda text: whole_number(text, name, maximum), default)
-
-
-def choice(name: str, description: str, values: Iterable[str]) -> Param:
-    allowed = [str(value) for value in values]
-
-    def convert(text: str) -> str:
-        if text not in allowed:
-            raise BadRequest(f"invalid {name} '{text}': expected one of {', '.join(allowed)}")
-        return text
-
-    return Param(name, description, {"type": "string", "enum": allowed}, convert, "")
-
-
-def string(name: str, description: str) -> Param:
-    return Param(name, description, dict(TEXT), None, "")
 
 
 # --- operations ---------------------------------------------------------------------------------

@@ -22,10 +22,11 @@ from django.http.multipartparser import MultiPartParserError
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from orchestrator.api.declarations import Operation, check_text, read_query, register
+from orchestrator.api.declarations import Operation, register
 from orchestrator.api.validation import validate
 from orchestrator.auth import InvalidToken, bearer_key, user_for_key
 from orchestrator.exceptions import ActionError, BadRequest
+from orchestrator.querystring import check_text, read_query
 
 View = Callable[..., HttpResponse]
 

@@ -10,8 +10,9 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 
 from orchestrator.api import schemas
-from orchestrator.api.declarations import COMPONENTS, OPERATIONS, PATH_PARAMETERS, TEXT, Operation, Reply
+from orchestrator.api.declarations import COMPONENTS, OPERATIONS, PATH_PARAMETERS, Operation, Reply
 from orchestrator.api.decorators import endpoint
+from orchestrator.querystring import TEXT
 
 METHOD_ORDER = ("GET", "POST", "PUT", "PATCH", "DELETE")
 SECURITY_SCHEMES = {

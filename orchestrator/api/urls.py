@@ -6,7 +6,7 @@ name the same URL (tests/api/test_openapi.py checks that they do).
 from django.urls import path
 
 from orchestrator.actions import TASK_ACTIONS
-from orchestrator.api import backfills, console, limits, openapi, views
+from orchestrator.api import backfills, deadline_history, openapi, pools_and_circuits, views, workers_and_dead_letters
 
 app_name = "api"
 
@@ -30,13 +30,14 @@ urlpatterns = [
         path(f"backfills/<str:id>/{action}", backfills.BACKFILL_ACTION_VIEWS[action], name=f"backfill_{action}")
         for action in backfills.BACKFILL_ACTIONS
     ],
+    path("dags/<str:dag_id>/deadlines/history", deadline_history.history_view, name="deadline_history"),
     path("failures", views.failures, name="failures"),
-    path("dead_letters", console.dead_letters, name="dead_letters"),
-    path("workers", console.workers, name="workers"),
-    path("pools", limits.pool_list, name="pools"),
-    path("circuits", limits.circuit_list, name="circuits"),
+    path("dead_letters", workers_and_dead_letters.dead_letters, name="dead_letters"),
+    path("workers", workers_and_dead_letters.workers, name="workers"),
+    path("pools", pools_and_circuits.pool_list, name="pools"),
+    path("circuits", pools_and_circuits.circuit_list, name="circuits"),
     *[
-        path(f"circuits/<str:name>/{action}", limits.CIRCUIT_ACTION_VIEWS[action], name=f"circuit_{action}")
-        for action in limits.CIRCUIT_ACTIONS
+        path(f"circuits/<str:name>/{action}", pools_and_circuits.CIRCUIT_ACTION_VIEWS[action], name=f"circuit_{action}")
+        for action in pools_and_circuits.CIRCUIT_ACTIONS
     ],
 ]

@@ -11,8 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.api.declarations import Schema, check_text
+from orchestrator.api.declarations import Schema
 from orchestrator.exceptions import BadRequest
+from orchestrator.querystring import check_text
 
 TYPE_NAMES = {
     "object": "a JSON object",

@@ -11,11 +11,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from orchestrator import actions
 from orchestrator.api import schemas
-from orchestrator.api.declarations import TEXT, Operation, Reply, choice, json_object, request_body
+from orchestrator.api.declarations import Operation, Reply, json_object, request_body
 from orchestrator.api.decorators import api_view, endpoint, json_error, route
-from orchestrator.api.queries import FAILURE_PARAMS, LIMIT, FailureFilter, failed_attempts, failure_document
+from orchestrator.api.queries import FAILURE_PARAMS, FailureFilter, failed_attempts, failure_document
 from orchestrator.documents import dag_document, run_document, run_summary
 from orchestrator.models import Dag, DagRun
+from orchestrator.querystring import LIMIT, TEXT, choice
 from retries.states import RunState
 
 DAGS = "/dags"

@@ -11,10 +11,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 
 from deadlines.history import DEFAULT_LAST, MAX_LAST, history
-from orchestrator.api.declarations import Operation, Reply, choice, component, integer, nullable, string
+from orchestrator.api.declarations import Operation, Reply, component, nullable
 from orchestrator.api.decorators import endpoint
 from orchestrator.exceptions import NotFound
 from orchestrator.models import Dag
+from orchestrator.querystring import choice, integer, string
 
 NUMBER = nullable({"type": "number"})
 SUMMARY = component(

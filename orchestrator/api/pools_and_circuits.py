@@ -8,12 +8,13 @@ from django.db.models import Sum
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
-from orchestrator.api.declarations import TEXT, Operation, Reply, component, nullable, request_body
+from orchestrator.api.declarations import Operation, Reply, component, nullable, request_body
 from orchestrator.api.decorators import endpoint
 from orchestrator.documents import iso
 from orchestrator.engine import circuits
 from orchestrator.exceptions import NotFound
 from orchestrator.models import AuditLog, Circuit, Pool, TaskInstance
+from orchestrator.querystring import TEXT
 from retries.circuits import current_state
 from retries.states import HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, WaitKind
 
