@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
@@ -47,16 +48,24 @@ def too_large() -> JsonResponse:
 
 
 class _CsrfCheck(CsrfViewMiddleware):
-    """Django's own CSRF check, returning the failure reason instead of a response."""
+    """Django's own CSRF check, keeping the failure reason for the JSON error."""
 
-    def _reject(self, request: HttpRequest, reason: str) -> str:  # type: ignore[override]
-        return reason
+    reason = ""
+
+    def _reject(self, request: HttpRequest, reason: str) -> HttpResponse:
+        self.reason = reason
+        return HttpResponseForbidden(reason)
+
+
+def _checked_view(request: HttpRequest) -> HttpResponse:
+    """Stands for the API view in the CSRF check (which only reads its csrf_exempt flag)."""
+    return HttpResponse()
 
 
 def _csrf_failure(request: HttpRequest) -> str | None:
-    check = _CsrfCheck(lambda req: HttpResponse())
+    check = _CsrfCheck(_checked_view)
     check.process_request(request)
-    return check.process_view(request, None, (), {})  # type: ignore[arg-type]
+    return check.reason if check.process_view(request, _checked_view, (), {}) is not None else None
 
 
 def _authenticate(request: HttpRequest) -> JsonResponse | None:
@@ -64,7 +73,7 @@ def _authenticate(request: HttpRequest) -> JsonResponse | None:
     try:
         key = bearer_key(request)
         if key is not None:
-            request.user = user_for_key(key)
+            request.user = cast(User, user_for_key(key))  # any user model; Django types it as its own
             request.auth_via_token = True  # type: ignore[attr-defined]
             return None
     except InvalidToken as exc:
