@@ -48,7 +48,11 @@ class Param:
     default: Any = None
 
     def read(self, params: QueryDict, default: Any = ...) -> Any:
-        text = params.get(self.name, "").strip()
+        return self.parse(params.get(self.name, ""), default)
+
+    def parse(self, raw: str, default: Any = ...) -> Any:
+        """The value of the parameter's text as it arrived (`raw`)."""
+        text = raw.strip()
         check_text(self.name, text)
         if not text:
             return self.default if default is ... else default

@@ -1,6 +1,6 @@
 """Query parameters of the read endpoints, and the failures query the API and the web page share.
 
-Parameters are declared once (api.declarations.Param) and read with those declarations by the
+Parameters are declared once (orchestrator.querystring.Param) and read with those declarations by the
 API and the pages alike. A bad parameter is a BadRequest naming the parameter and the value.
 """
 from __future__ import annotations
