@@ -86,3 +86,20 @@ def test_the_document_promises_no_422_and_only_error_bodies_for_errors(bob_clien
             for status in statuses - {"200", "201"}:
                 schema = operation["responses"][status]["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+
+
+def test_a_bug_in_a_view_reaches_django_and_is_a_json_500(bob, monkeypatch):
+    """ninja does not swallow an unexpected exception into its own answer: Django logs it and
+    the API's 500 handler answers in JSON."""
+    from orchestrator.api import views
+
+    def broken(dag):
+        raise RuntimeError("a bug")
+
+    chain_dag("etl")
+    monkeypatch.setattr(views, "_dag_with_last_run", broken)
+    client = Client(raise_request_exception=False)
+    client.force_login(bob)
+    response = client.get("/api/v1/dags/etl")
+    assert response.status_code == 500
+    assert "internal server error" in _error(response)
