@@ -12,6 +12,7 @@ refused is 400 (not ninja's 422), never ninja's `{"detail": ...}`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -201,7 +202,13 @@ api = Api(
 
 @api.get("/openapi.json", summary="This document", tags=["meta"], url_name="openapi", openapi_extra=schemas.replies({200: ("The OpenAPI 3.1 document of API v1.", {"type": "object"})}))
 def openapi_view(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(api.get_openapi_schema())
+    return JsonResponse(document())
+
+
+@functools.cache
+def document() -> dict[str, Any]:
+    """The OpenAPI document, built once per process (the operations do not change while it runs)."""
+    return dict(api.get_openapi_schema())
 
 
 ROUTERS = (api.default_router, *(m.router for m in (views, backfills, deadline_history, workers_and_dead_letters, pools_and_circuits)))
