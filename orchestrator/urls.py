@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import JsonResponse
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from orchestrator.api import errors
 from orchestrator.api.metrics import metrics_view
@@ -19,9 +19,9 @@ urlpatterns = [
     path("django-rq/", include("django_rq.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("api/v1/", include("deadlines.urls")),
     path("api/v1/", include("orchestrator.api.urls")),
     path("metrics", metrics_view, name="metrics"),
+    re_path(r"^api/", errors.not_found, name="api_not_found"),
     path("", include("orchestrator.web.urls")),
 ]
 

@@ -1,20 +1,25 @@
 """Backfills in the API: POST /dags/DAG_ID/backfills, GET /backfills/ID, POST /backfills/ID/pause|unpause|cancel."""
-from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Literal
 
 from django.http import HttpRequest, JsonResponse
+from ninja import Router
+from ninja.params.functions import Path
+from pydantic import Field, StrictBool, StrictInt
 
 from orchestrator import actions, backfills
-from orchestrator.api.declarations import TEXT, Operation, Reply, component, json_object, nullable, request_body
-from orchestrator.api.decorators import endpoint
+from orchestrator.api.access import Authenticated
+from orchestrator.api.inputs import DagId, JsonBody, JsonObject, RequestBody, Text
+from orchestrator.api.schemas import component, nullable, replies
 from orchestrator.models import Backfill
+
+router = Router()
 
 INTEGER = {"type": "integer"}
 TIME = {"type": "string", "format": "date-time"}
 COUNT = {"type": "integer", "minimum": 0}
 RUN_COUNTS = ("total", "pending", "queued", "running", "success", "failed")
-ID = {"id": {"description": "The backfill's id.", "example": "1"}}
+BackfillId = Annotated[Text, Path(description="The backfill's id.", example="1")]
 
 BACKFILL = component(
     "Backfill",
@@ -62,50 +67,47 @@ PREVIEW = component(
         },
     },
 )
-CREATE_BODY = {
-    **request_body(
-        {
-            "from": {**TEXT, "description": "First date, ISO 8601 (naive: the DAG's timezone).", "example": "2026-01-01"},
-            "to": {**TEXT, "description": "Last date, inclusive.", "example": "2026-01-07"},
-            "reprocess": {"type": "string", "enum": Backfill.Reprocess.values, "default": "none"},
-            "max_active_runs": {"type": "integer", "minimum": 1, "maximum": backfills.MAX_ACTIVE_RUNS_LIMIT, "default": backfills.DEFAULT_MAX_ACTIVE_RUNS},
-            "backwards": {"type": "boolean", "default": False},
-            "conf": json_object("Parameters for every run's tasks.", allow_null=True),
-            "dry_run": {"type": "boolean", "default": False, "description": "Answer what each date would do; create nothing."},
-        }
-    ),
-    "required": ["from", "to"],
-}
 
 
-@endpoint(
-    Operation(
-        "POST",
-        "/dags/{dag_id}/backfills",
-        "Backfill a date range: one run per logical date of the DAG's schedule",
-        {201: Reply.json("The new backfill.", BACKFILL), 200: Reply.json("dry_run: what each date would do.", PREVIEW)},
-        body=CREATE_BODY,
-        permission=actions.TRIGGER_PERMISSION,
-        tag="backfills",
-    )
+class CreateBody(RequestBody):
+    from_: Annotated[Text, Field(alias="from", description="First date, ISO 8601 (naive: the DAG's timezone).", examples=["2026-01-01"])]
+    to: Annotated[Text, Field(description="Last date, inclusive.", examples=["2026-01-07"])]
+    reprocess: Literal[tuple(Backfill.Reprocess.values)] = "none"  # type: ignore[valid-type]
+    max_active_runs: Annotated[StrictInt, Field(ge=1, le=backfills.MAX_ACTIVE_RUNS_LIMIT)] = backfills.DEFAULT_MAX_ACTIVE_RUNS
+    backwards: StrictBool = False
+    conf: Annotated[JsonObject, Field(description="Parameters for every run's tasks.")] = None
+    dry_run: Annotated[StrictBool, Field(description="Answer what each date would do; create nothing.")] = False
+
+
+class NoFields(RequestBody):
+    """An action's body: nothing to say (an empty object, or no body)."""
+
+
+@router.post(
+    "/dags/{dag_id}/backfills",
+    summary="Backfill a date range: one run per logical date of the DAG's schedule",
+    tags=["backfills"],
+    url_name="backfill_create",
+    auth=Authenticated(actions.TRIGGER_PERMISSION),
+    openapi_extra=replies({201: ("The new backfill.", BACKFILL), 200: ("dry_run: what each date would do.", PREVIEW)}),
 )
-def create_backfill(request: HttpRequest, dag_id: str, body: dict[str, Any]) -> JsonResponse:
+def create_backfill(request: HttpRequest, dag_id: DagId, body: JsonBody[CreateBody]) -> JsonResponse:
     checked = backfills.check(
         actions.find_dag(dag_id),
-        start=body.get("from"),
-        end=body.get("to"),
-        reprocess=body.get("reprocess", "none"),
-        max_active_runs=body.get("max_active_runs", backfills.DEFAULT_MAX_ACTIVE_RUNS),
-        backwards=body.get("backwards", False),
-        conf=body.get("conf"),
+        start=body.from_,
+        end=body.to,
+        reprocess=body.reprocess,
+        max_active_runs=body.max_active_runs,
+        backwards=body.backwards,
+        conf=body.conf,
     )
-    if body.get("dry_run"):
+    if body.dry_run:
         return JsonResponse(backfills.preview_document(backfills.preview(checked)))
     return JsonResponse(backfills.document(backfills.create(checked, request.user)), status=201)
 
 
-@endpoint(Operation("GET", "/backfills/{id}", "One backfill with its runs by state", {200: Reply.json("The backfill.", BACKFILL)}, path_parameters=ID, tag="backfills"))
-def backfill_detail(request: HttpRequest, id: str) -> JsonResponse:
+@router.get("/backfills/{id}", summary="One backfill with its runs by state", tags=["backfills"], url_name="backfill_detail", openapi_extra=replies({200: ("The backfill.", BACKFILL)}))
+def backfill_detail(request: HttpRequest, id: BackfillId) -> JsonResponse:
     return JsonResponse(backfills.document(backfills.find(id)))
 
 
@@ -116,24 +118,23 @@ BACKFILL_ACTIONS = {
 }
 
 
-def _action_view(action: str) -> Any:
-    @endpoint(
-        Operation(
-            "POST",
-            f"/backfills/{{id}}/{action}",
-            BACKFILL_ACTIONS[action],
-            {200: Reply.json("The backfill after the action.", BACKFILL)},
-            body=request_body({}),
-            permission=actions.TRIGGER_PERMISSION,
-            errors={409: "The backfill has ended (or is running, for unpause)."},
-            path_parameters=ID,
-            tag="backfills",
-        )
-    )
-    def view(request: HttpRequest, id: str, body: dict[str, Any]) -> JsonResponse:
+def _add_action(action: str) -> None:
+    def view(request: HttpRequest, id: BackfillId, body: JsonBody[NoFields]) -> JsonResponse:
         return JsonResponse(backfills.document(backfills.act(backfills.find(id), action, request.user)))
 
-    return view
+    view.__name__ = f"backfill_{action}"
+    router.post(
+        f"/backfills/{{id}}/{action}",
+        summary=BACKFILL_ACTIONS[action],
+        tags=["backfills"],
+        url_name=f"backfill_{action}",
+        auth=Authenticated(actions.TRIGGER_PERMISSION),
+        openapi_extra=replies(
+            {200: ("The backfill after the action.", BACKFILL)},
+            errors={409: "The backfill has ended (or is running, for unpause)."},
+        ),
+    )(view)
 
 
-BACKFILL_ACTION_VIEWS = {action: _action_view(action) for action in BACKFILL_ACTIONS}
+for _action in BACKFILL_ACTIONS:
+    _add_action(_action)

@@ -9,7 +9,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.views import defaults
 
-from orchestrator.api.decorators import json_error, too_large
+from orchestrator.api.access import api_view, json_error, too_large
 
 
 def is_api(request: HttpRequest) -> bool:
@@ -33,6 +33,12 @@ def permission_denied(request: HttpRequest, exception: Exception) -> HttpRespons
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if not is_api(request):
         return defaults.page_not_found(request, exception)
+    return json_error(404, f"no API endpoint at {request.path}")
+
+
+@api_view(["GET", "POST", "PUT", "PATCH", "DELETE"])
+def not_found(request: HttpRequest) -> HttpResponse:
+    """Any other path under /api/: 401 for anonymous clients like the rest, else 404."""
     return json_error(404, f"no API endpoint at {request.path}")
 
 

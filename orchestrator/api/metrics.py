@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from orchestrator import metrics
-from orchestrator.api.decorators import api_view, json_error
+from orchestrator.api.access import api_view, json_error
 
 log = logging.getLogger(__name__)
 

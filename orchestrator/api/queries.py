@@ -1,6 +1,6 @@
 """Query parameters of the read endpoints, and the failures query the API and the web page share.
 
-Parameters are declared once (api.declarations.Param) and read with those declarations by the
+Parameters are declared once (orchestrator.querystring.Param) and read with those declarations by the
 API and the pages alike. A bad parameter is a BadRequest naming the parameter and the value.
 """
 from __future__ import annotations
@@ -16,14 +16,11 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from orchestrator.api.declarations import Param, choice, integer, read_query, string
 from orchestrator.documents import iso
 from orchestrator.exceptions import BadRequest
 from orchestrator.models import TaskAttempt
+from orchestrator.querystring import DEFAULT_LIMIT, LIMIT, Param, choice, read_query, string
 from retries.states import Category, Reason
-
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
 
 
 @dataclass(frozen=True)
@@ -40,13 +37,6 @@ class FailureFilter:
         if self.since is not None:
             params["since"] = self.since.isoformat()
         return {k: v for k, v in params.items() if v}
-
-
-LIMIT = integer("limit", "How many rows at most.", maximum=MAX_LIMIT, default=DEFAULT_LIMIT)
-
-
-def parse_limit(params: QueryDict, default: int = DEFAULT_LIMIT) -> int:
-    return LIMIT.read(params, default)
 
 
 def parse_since(raw: str) -> datetime:

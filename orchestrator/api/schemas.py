@@ -1,16 +1,61 @@
 """JSON schemas of the documents the API answers with (orchestrator.documents, api.queries).
 
-Enumerations come from retries.states, so a new state is documented the moment it exists.
-Objects list the fields every answer has; clients should ignore fields they do not know.
+The views answer with the documents orchestrator.documents builds (a JsonResponse, never
+re-serialised), so these schemas describe them for the OpenAPI document only: each view names
+its answers with `replies()`. Enumerations come from retries.states, so a new state is
+documented the moment it exists. Objects list the fields every answer has; clients should
+ignore fields they do not know.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from deadlines.models import Deadline, Reference
-from orchestrator.api.declarations import Schema, component, nullable
 from orchestrator.models import DagRun, TaskAttempt
 from retries.states import AttemptKind, Category, Reason, RunState, Source, TaskState, TriggerRule
+
+Schema = Mapping[str, Any]
+REF_PREFIX = "#/components/schemas/"
+COMPONENTS: dict[str, Schema] = {}
+
+
+def component(name: str, schema: Schema) -> dict[str, str]:
+    """Name a schema once (it becomes components/schemas/NAME) and return a reference to it."""
+    if COMPONENTS.setdefault(name, schema) != schema:
+        raise ImproperlyConfigured(f"two different API schemas are named {name!r}")
+    return {"$ref": REF_PREFIX + name}
+
+
+def nullable(schema: Schema) -> dict[str, Any]:
+    """`schema` or null (OpenAPI 3.1: a list of types)."""
+    kind = schema.get("type")
+    if kind is None:
+        return {"anyOf": [dict(schema), {"type": "null"}]}
+    kinds = [kind] if isinstance(kind, str) else list(kind)
+    widened: dict[str, Any] = {**schema, "type": [*kinds, "null"]}
+    if "enum" in schema:  # enum applies whatever the type: null must be listed too
+        widened["enum"] = [*schema["enum"], None]
+    return widened
+
+
+def replies(answers: Mapping[int, tuple[str, Schema]], errors: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """An operation's `openapi_extra`: its answers {status: (description, schema)} and the errors
+    only it gives {status: meaning} (e.g. 409).
+
+    A schema is the JSON body's, or {media type: schema} when there are several. The errors every
+    operation of its kind gives (401, 400, 403, 404, 413) are added by app.Document.
+    """
+    responses: dict[str, Any] = {}
+    for status, (description, schema) in answers.items():
+        by_media = schema if schema and all("/" in key for key in schema) else {"application/json": schema}
+        responses[str(status)] = {"description": description, "content": {m: {"schema": dict(s)} for m, s in by_media.items()}}
+    for status, meaning in (errors or {}).items():
+        responses[str(status)] = {"description": meaning, "content": {"application/json": {"schema": ERROR}}}
+    return {"responses": responses}
+
 
 STRING = {"type": "string"}
 INTEGER = {"type": "integer"}

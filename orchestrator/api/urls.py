@@ -1,42 +1,64 @@
-"""JSON API v1 (session or bearer token).
+"""JSON API v1 (session or bearer token): the routes of the ninja application in api.app.
 
-Every view here is declared with `endpoint(Operation(...))`; a route and its Operation's path
-name the same URL (tests/api/test_openapi.py checks that they do).
+Each route is ninja's view for its path, wrapped so that a method the path does not serve is
+answered like every other error: after authentication (401 first), as JSON 405 with Allow.
+The wrapper names the operations it serves (`operations`: method and path), which
+tests/api/test_openapi.py checks against the document.
 """
-from django.urls import path
+from __future__ import annotations
 
-from orchestrator.actions import TASK_ACTIONS
-from orchestrator.api import backfills, console, limits, openapi, views
+import re
+from typing import Any, NamedTuple
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern
+from django.views.decorators.csrf import csrf_exempt
+
+from orchestrator.api.access import authenticate, error_response, method_not_allowed
+from orchestrator.api.app import ROUTERS, api
 
 app_name = "api"
 
-# run_id holds ':' and '+' (e.g. manual__2026-01-01T00:00:00+00:00); <str:...> takes any path
-# segment and Django decodes %2B without turning a '+' into a space.
-RUN = "dags/<str:dag_id>/runs/<str:run_id>"
 
+class Served(NamedTuple):
+    """One operation of a route: its method and its OpenAPI path (/dags/{dag_id})."""
+
+    method: str
+    path: str
+
+
+def _served() -> dict[str, tuple[Served, ...]]:
+    """Each route (as Django writes it: dags/<dag_id>) with the operations declared on it."""
+    by_route: dict[str, tuple[Served, ...]] = {}
+    for router in ROUTERS:
+        for path, path_view in router.path_operations.items():
+            route = re.sub(r"\{(\w+)\}", r"<\1>", path).lstrip("/")
+            by_route[route] = tuple(Served(method, op.path) for op in path_view.operations for method in op.methods)
+    return by_route
+
+
+def _route(pattern: URLPattern, operations: tuple[Served, ...]) -> URLPattern:
+    served = pattern.callback
+    allowed = [op.method for op in operations]
+
+    @csrf_exempt  # CSRF is checked when authenticating, for session users only
+    def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method in allowed:
+            return served(request, *args, **kwargs)
+        try:
+            authenticate(request)
+        except Exception as exc:
+            response = error_response(exc)
+            if response is None:
+                raise
+            return response
+        return method_not_allowed(request, allowed)
+
+    view.operations = operations  # type: ignore[attr-defined]
+    return URLPattern(pattern.pattern, view, pattern.default_args, pattern.name)
+
+
+# ninja's root ("", a page linking its docs) is not part of the API.
 urlpatterns = [
-    path("openapi.json", openapi.openapi_view, name="openapi"),
-    path("dags", views.dag_list, name="dag_list"),
-    path("dags/<str:dag_id>", views.dag_detail, name="dag_detail"),
-    path("dags/<str:dag_id>/runs", views.dag_runs, name="dag_runs"),
-    path(RUN, views.run_detail, name="run_detail"),
-    *[
-        path(f"{RUN}/tasks/<str:task_id>/{action}", views.TASK_ACTION_VIEWS[action], {"action": action}, name=f"task_{action}")
-        for action in TASK_ACTIONS
-    ],
-    path("dags/<str:dag_id>/backfills", backfills.create_backfill, name="backfill_create"),
-    path("backfills/<str:id>", backfills.backfill_detail, name="backfill_detail"),
-    *[
-        path(f"backfills/<str:id>/{action}", backfills.BACKFILL_ACTION_VIEWS[action], name=f"backfill_{action}")
-        for action in backfills.BACKFILL_ACTIONS
-    ],
-    path("failures", views.failures, name="failures"),
-    path("dead_letters", console.dead_letters, name="dead_letters"),
-    path("workers", console.workers, name="workers"),
-    path("pools", limits.pool_list, name="pools"),
-    path("circuits", limits.circuit_list, name="circuits"),
-    *[
-        path(f"circuits/<str:name>/{action}", limits.CIRCUIT_ACTION_VIEWS[action], name=f"circuit_{action}")
-        for action in limits.CIRCUIT_ACTIONS
-    ],
+    _route(p, _served()[str(p.pattern)]) for p in api.urls[0] if isinstance(p, URLPattern) and p.name != "api-root"
 ]

@@ -20,11 +20,11 @@ from django.db.models.functions import Right, TruncDay, TruncHour, TruncMinute
 from django.http import QueryDict
 from django.utils import timezone
 
-from orchestrator.api.declarations import choice, read_query, string
 from orchestrator.console.charts import StackedChart, failures_over_time
 from orchestrator.console.rootcause import spent_label
 from orchestrator.console.text import error_summary
 from orchestrator.models import FailureCount, TaskAttempt
+from orchestrator.querystring import choice, read_query, string
 from retries.states import Category, Reason, TaskState
 
 # window name -> (length, bucket function, bucket label format)

@@ -1,8 +1,7 @@
 """Operator pages (login required)."""
-from django.urls import path, re_path
+from django.urls import path
 
 from orchestrator.actions import TASK_ACTIONS
-from orchestrator.api import views as api_views
 from orchestrator.web import backfills, views
 
 app_name = "web"
@@ -37,5 +36,4 @@ urlpatterns = [
     path("favicon.ico", views.favicon, name="favicon"),
     path("audit/", views.audit_log, name="audit_log"),
     # Any other /api/ path answers like the API does (401 JSON when anonymous), not with a page.
-    re_path(r"^api/", api_views.not_found, name="api_not_found"),
 ]

@@ -16,12 +16,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
-from orchestrator.api.queries import parse_limit
 from orchestrator.console import charts, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
 from orchestrator.console import workers as worker_pages
 from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
 from orchestrator.models import AuditLog, DagRun
+from orchestrator.querystring import parse_limit
 from orchestrator.specs.budget import dag_verdicts
 from orchestrator.web import backfills as backfill_pages
 from orchestrator.web import presenters

@@ -3,18 +3,16 @@
 With `HX-Request` (htmx) or `?format=html` it answers with the `deadlines/_history.html`
 partial instead, so a page can load the same record in place.
 """
-from __future__ import annotations
-
-from typing import Any
-
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
+from ninja import Query, Router
 
 from deadlines.history import DEFAULT_LAST, MAX_LAST, history
-from orchestrator.api.declarations import Operation, Reply, choice, component, integer, nullable, string
-from orchestrator.api.decorators import endpoint
+from orchestrator.api.inputs import DagId, given, query_model
+from orchestrator.api.schemas import component, nullable, replies
 from orchestrator.exceptions import NotFound
 from orchestrator.models import Dag
+from orchestrator.querystring import choice, integer, string
 
 NUMBER = nullable({"type": "number"})
 SUMMARY = component(
@@ -57,30 +55,37 @@ HISTORY = component(
 )
 
 
-@endpoint(
-    Operation(
-        "GET",
-        "/dags/{dag_id}/deadlines/history",
-        "How often the DAG (or one task) met its deadlines over its last runs",
+HistoryQuery = query_model(
+    "DeadlineHistoryQuery",
+    (
+        string("task_id", "One task's deadlines instead of the DAG's."),
+        integer("last", "How many of the newest runs to cover.", maximum=MAX_LAST, default=DEFAULT_LAST),
+        choice("format", "html for the page's partial.", ["json", "html"]),
+    ),
+)
+router = Router()
+
+
+@router.get(
+    "/dags/{dag_id}/deadlines/history",
+    summary="How often the DAG (or one task) met its deadlines over its last runs",
+    tags=["deadlines"],
+    url_name="deadline_history",
+    openapi_extra=replies(
         {
-            200: Reply(
+            200: (
                 "The record; HTML (the page's partial) with ?format=html or an HX-Request header.",
                 {"application/json": HISTORY, "text/html": {"type": "string"}},
             )
-        },
-        query=(
-            string("task_id", "One task's deadlines instead of the DAG's."),
-            integer("last", "How many of the newest runs to cover.", maximum=MAX_LAST, default=DEFAULT_LAST),
-            choice("format", "html for the page's partial.", ["json", "html"]),
-        ),
-        tag="deadlines",
-    )
+        }
+    ),
 )
-def history_view(request: HttpRequest, dag_id: str, query: dict[str, Any]) -> HttpResponse:
+def history_view(request: HttpRequest, dag_id: DagId, query: Query[HistoryQuery]) -> HttpResponse:  # type: ignore[valid-type]
     dag = Dag.objects.filter(dag_id=dag_id).first()
     if dag is None:
         raise NotFound(f"no DAG {dag_id!r}")
-    record = history(dag, task_id=query["task_id"] or None, last=query["last"])
-    if request.headers.get("HX-Request") or query["format"] == "html":
+    values = given(query)
+    record = history(dag, task_id=values["task_id"] or None, last=values["last"])
+    if request.headers.get("HX-Request") or values["format"] == "html":
         return TemplateResponse(request, "deadlines/_history.html", {"history": record})
     return JsonResponse(record)

@@ -1,15 +1,17 @@
 """Pools and circuits in the API: GET /pools, GET /circuits, POST /circuits/NAME/open|close|probe."""
-from __future__ import annotations
-
-from typing import Any
+from typing import Annotated, Any
 
 from django.db import transaction
 from django.db.models import Sum
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
+from ninja import Router
+from ninja.params.functions import Path
+from pydantic import Field
 
-from orchestrator.api.declarations import TEXT, Operation, Reply, component, nullable, request_body
-from orchestrator.api.decorators import endpoint
+from orchestrator.api.access import Authenticated
+from orchestrator.api.inputs import JsonBody, RequestBody, Text
+from orchestrator.api.schemas import component, nullable, replies
 from orchestrator.documents import iso
 from orchestrator.engine import circuits
 from orchestrator.exceptions import NotFound
@@ -51,8 +53,14 @@ CIRCUIT = component(
         },
     },
 )
-NAME = {"name": {"description": "The circuit's name (a task's `circuit:`).", "example": "payments-api"}}
-NOTE_BODY = request_body({"note": {**TEXT, "description": "Why: kept in the audit log."}})
+CircuitName = Annotated[Text, Path(description="The circuit's name (a task's `circuit:`).", example="payments-api")]
+
+
+class NoteBody(RequestBody):
+    note: Annotated[Text, Field(description="Why: kept in the audit log.")] = ""
+
+
+router = Router()
 
 
 def _held(kind: WaitKind, name: str) -> int:
@@ -87,27 +95,23 @@ def circuit_document(circuit: Circuit) -> dict[str, Any]:
     }
 
 
-@endpoint(
-    Operation(
-        "GET",
-        "/pools",
-        "The pools, with the slots in use and the tasks waiting",
-        {200: Reply.json("The pools by name.", {"type": "object", "required": ["pools"], "properties": {"pools": {"type": "array", "items": POOL}}})},
-        tag="limits",
-    )
+@router.get(
+    "/pools",
+    summary="The pools, with the slots in use and the tasks waiting",
+    tags=["limits"],
+    url_name="pools",
+    openapi_extra=replies({200: ("The pools by name.", {"type": "object", "required": ["pools"], "properties": {"pools": {"type": "array", "items": POOL}}})}),
 )
 def pool_list(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"pools": [pool_document(pool) for pool in Pool.objects.order_by("name")]})
 
 
-@endpoint(
-    Operation(
-        "GET",
-        "/circuits",
-        "The circuit breakers, with their state and the attempts in their window",
-        {200: Reply.json("The circuits by name.", {"type": "object", "required": ["circuits"], "properties": {"circuits": {"type": "array", "items": CIRCUIT}}})},
-        tag="limits",
-    )
+@router.get(
+    "/circuits",
+    summary="The circuit breakers, with their state and the attempts in their window",
+    tags=["limits"],
+    url_name="circuits",
+    openapi_extra=replies({200: ("The circuits by name.", {"type": "object", "required": ["circuits"], "properties": {"circuits": {"type": "array", "items": CIRCUIT}}})}),
 )
 def circuit_list(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"circuits": [circuit_document(c) for c in Circuit.objects.order_by("name")]})
@@ -143,27 +147,24 @@ def operate(circuit: Circuit, action: str, user: Any, note: str = "") -> AuditLo
         )
 
 
-def _circuit_action_view(action: str) -> Any:
-    @endpoint(
-        Operation(
-            "POST",
-            f"/circuits/{{name}}/{action}",
-            CIRCUIT_ACTIONS[action],
-            {200: Reply.json("The circuit after the action.", CIRCUIT)},
-            body=NOTE_BODY,
-            permission=CHANGE_CIRCUIT,
-            path_parameters=NAME,
-            tag="limits",
-        )
-    )
-    def view(request: HttpRequest, name: str, body: dict[str, Any]) -> JsonResponse:
+def _add_circuit_action(action: str) -> None:
+    def view(request: HttpRequest, name: CircuitName, body: JsonBody[NoteBody]) -> JsonResponse:
         circuit = Circuit.objects.filter(name=name).first()
         if circuit is None:
             raise NotFound(f"no circuit named '{name}'")
-        operate(circuit, action, request.user, body.get("note", ""))
+        operate(circuit, action, request.user, body.note)
         return JsonResponse(circuit_document(circuit))
 
-    return view
+    view.__name__ = f"circuit_{action}"
+    router.post(
+        f"/circuits/{{name}}/{action}",
+        summary=CIRCUIT_ACTIONS[action],
+        tags=["limits"],
+        url_name=f"circuit_{action}",
+        auth=Authenticated(CHANGE_CIRCUIT),
+        openapi_extra=replies({200: ("The circuit after the action.", CIRCUIT)}),
+    )(view)
 
 
-CIRCUIT_ACTION_VIEWS = {action: _circuit_action_view(action) for action in CIRCUIT_ACTIONS}
+for _action in CIRCUIT_ACTIONS:
+    _add_circuit_action(_action)

@@ -6,15 +6,17 @@ declarations and the shape of the answer live here.
 from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
+from ninja import Router
 
-from orchestrator.api.declarations import Operation, Reply, component, nullable
-from orchestrator.api.decorators import endpoint
+from orchestrator.api.schemas import component, nullable, replies
 from orchestrator.console import deadletters
 from orchestrator.console import workers as worker_data
 
 STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 MAYBE_TIME = nullable({"type": "string", "format": "date-time"})
+
+router = Router()
 
 
 def _obj(properties: dict) -> dict:
@@ -58,27 +60,23 @@ WORKER = component(
 )
 
 
-@endpoint(
-    Operation(
-        "GET",
-        "/dead_letters",
-        "Dead-lettered task instances grouped by failure fingerprint, most recently seen first",
-        {200: Reply.json("The groups.", _obj({"dead_letters": {"type": "array", "items": DEAD_LETTER_GROUP}}))},
-        tag="console",
-    )
+@router.get(
+    "/dead_letters",
+    summary="Dead-lettered task instances grouped by failure fingerprint, most recently seen first",
+    tags=["console"],
+    url_name="dead_letters",
+    openapi_extra=replies({200: ("The groups.", _obj({"dead_letters": {"type": "array", "items": DEAD_LETTER_GROUP}}))}),
 )
 def dead_letters(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"dead_letters": [deadletters.document(g) for g in deadletters.groups()]})
 
 
-@endpoint(
-    Operation(
-        "GET",
-        "/workers",
-        "Every live worker with its queues, concurrency, last heartbeat and running attempts",
-        {200: Reply.json("The workers by name.", _obj({"workers": {"type": "array", "items": WORKER}}))},
-        tag="console",
-    )
+@router.get(
+    "/workers",
+    summary="Every live worker with its queues, concurrency, last heartbeat and running attempts",
+    tags=["console"],
+    url_name="workers",
+    openapi_extra=replies({200: ("The workers by name.", _obj({"workers": {"type": "array", "items": WORKER}}))}),
 )
 def workers(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"workers": [worker_data.document(w) for w in worker_data.workers()]})

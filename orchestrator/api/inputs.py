@@ -1,0 +1,143 @@
+"""What the API's operations take, as pydantic types django-ninja validates and documents.
+
+- Path parameters are `Text`: a string without NUL (PostgreSQL can neither store nor compare it).
+- Query parameters are `querystring.Param`s, the declarations the console's pages read too:
+  `query_model` turns them into the model an operation takes, so a parameter is parsed, and
+  refused with the same message, whichever interface reads it.
+- A JSON body is a `RequestBody`: no field but the declared ones (a typo is an error), no
+  coercion ("5" is not a number, 1 is not true), no NUL in any string or key at any depth.
+  `JsonBody` reads it: an empty body is `{}`, and NaN, a form or a non-object are refused.
+
+A value a declaration refuses is a 400 `{"error": "..."}` naming the field and the value
+(`app.ValidationErrors` words pydantic's errors; the checks here raise BadRequest themselves).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from django.http import HttpRequest
+from ninja import Schema
+from ninja.params.functions import Path
+from ninja.params.models import Body, BodyModel
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictStr, ValidationInfo, WithJsonSchema, create_model
+
+from orchestrator.api.access import json_body
+from orchestrator.exceptions import BadRequest
+from orchestrator.querystring import NO_NUL, Param, check_text
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character (\\u0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogate such as \\ud800)") from None
+    return value
+
+
+Text = Annotated[StrictStr, AfterValidator(_no_nul), WithJsonSchema({"type": "string", "pattern": NO_NUL})]
+
+
+# Path parameters, each with an example the document's tests (Schemathesis) can call.
+DagId = Annotated[Text, Path(description="The DAG's id.", example="etl")]
+RunId = Annotated[Text, Path(description="The run's id.", example="manual__2026-01-01T00:00:00+00:00")]
+TaskId = Annotated[Text, Path(description="The task's id within its DAG.", example="extract")]
+
+
+def check_no_nul(value: Any, where: str) -> None:
+    """No NUL in any string or key of a free-form JSON value (a 400 naming where it is)."""
+    if isinstance(value, str):
+        check_text(where, value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(f"{where} key {key!r}", key)
+            check_no_nul(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_no_nul(item, f"{where}[{index}]")
+
+
+def _object_or_null(value: Any, info: ValidationInfo) -> Any:
+    name = info.field_name or "value"
+    if value is not None and not isinstance(value, dict):
+        raise BadRequest(f"{name} must be a JSON object, got {type(value).__name__}")
+    check_no_nul(value, name)
+    return value
+
+
+# A free-form JSON object or null (e.g. a run's conf), NUL-free throughout. The schema is not
+# recursive on purpose: JSON Schema can say "no NUL at any depth" only by recursion, which test
+# generators handle badly; the rule is stated here and enforced by `_object_or_null`.
+JsonObject = Annotated[
+    dict[str, Any] | None,
+    BeforeValidator(_object_or_null),
+    WithJsonSchema(
+        {
+            "type": ["object", "null"],
+            "propertyNames": {"type": "string", "pattern": NO_NUL},
+            "additionalProperties": {"description": "Any JSON value. No string or key in it, at any depth, may hold NUL (\\u0000): that is a 400."},
+        }
+    ),
+]
+
+
+class RequestBody(Schema):
+    """A JSON request body: these optional fields and no others, each of exactly its type."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class JsonBodyModel(BodyModel):
+    @classmethod
+    def get_request_data(cls, request: HttpRequest, api: Any, path_params: dict[str, Any]) -> dict[str, Any] | None:
+        data = json_body(request)
+        name = getattr(cls, "__read_from_single_attr__", None)
+        return {name: data} if name else data
+
+
+class JsonBodyParam(Body):  # type: ignore[misc]
+    """The JSON body as `access.json_body` reads it, whatever ninja's parser would do."""
+
+    _model = JsonBodyModel
+
+    @classmethod
+    def _param_source(cls) -> str:
+        return "body"
+
+
+Model = TypeVar("Model", bound=RequestBody)
+if TYPE_CHECKING:
+    JsonBody = Annotated[Model, JsonBodyParam(None)]
+else:
+
+    class JsonBody:
+        """`body: JsonBody[TriggerBody]`: the operation's JSON body; an absent body is `{}`."""
+
+        def __class_getitem__(cls, model: type[RequestBody]) -> Any:
+            return Annotated[model, JsonBodyParam(None)]
+
+
+def query_model(name: str, params: Iterable[Param]) -> type[Schema]:
+    """The query parameters `params` as one model (an operation takes it as `Query[...]`)."""
+    fields: dict[str, Any] = {}
+    for param in params:
+        schema = {**param.schema, "description": param.description}
+        kind = Annotated[Any, BeforeValidator(param.parse), WithJsonSchema(schema)]
+        # The document shows the parameter's own schema: pydantic would add the absent value.
+        fields[param.name] = (kind, Field(param.default, json_schema_extra=_as_declared(schema)))
+    return create_model(name, __base__=Schema, **fields)
+
+
+def given(query: Any) -> dict[str, Any]:
+    """The values of a `query_model` model (its fields are made at run time: no attributes to type)."""
+    return dict(query.model_dump())
+
+
+def _as_declared(declared: dict[str, Any]) -> Any:
+    def keep(schema: dict[str, Any]) -> None:
+        for key in set(schema) - set(declared):
+            del schema[key]
+
+    return keep
