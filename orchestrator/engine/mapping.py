@@ -24,7 +24,7 @@ from django.db import transaction
 
 from deadlines import lifecycle
 from orchestrator import metrics
-from orchestrator.engine import sql
+from orchestrator import sql
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
 from orchestrator.models import Task, TaskInstance

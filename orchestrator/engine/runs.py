@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from deadlines import lifecycle
-from orchestrator.engine import sql
+from orchestrator import sql
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limitconfig import limit_args
