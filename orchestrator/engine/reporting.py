@@ -16,8 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from deadlines import lifecycle
-from orchestrator import listeners, metrics
-from orchestrator import sql
+from orchestrator import listeners, metrics, sql
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
