@@ -15,10 +15,10 @@ from django.db import connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import sql
+from orchestrator.engine.admission import dispatch_ready
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.graph import DagGraph, dag_graph
-from orchestrator.engine.limitconfig import limit_args
-from orchestrator.engine.limits import dispatch_ready
+from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.mapping import expand_ready, is_unexpanded
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.taskconfig import effective_args

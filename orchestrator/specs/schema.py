@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from orchestrator.engine.limitconfig import LIMIT_KEYS
+from orchestrator.engine.limit_args import LIMIT_KEYS
 from orchestrator.engine.taskconfig import (
     ARG_KEYS,  # also the order the exporter writes them in
 )
