@@ -185,7 +185,7 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
     from orchestrator.engine.reporting import WorkerInfo
     from orchestrator.engine.runs import create_manual_run
     from orchestrator.worker.heartbeat import Heartbeats
-    from orchestrator.worker.job import limits, plan_for
+    from orchestrator.worker.job import plan_for, supervisor_settings
     from orchestrator.worker.supervisor import Supervisor
 
     dag = make_dag([{"task_id": "t", "python_callable": "tests.worker.tasks.succeed"}])
@@ -206,7 +206,7 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
     launcher = Launcher()
     heartbeats = Heartbeats(interval=0.2, timeout=30)
     try:
-        supervised = Supervisor(plan_for(claimed), worker_info, limits(), launcher=launcher, heartbeats=heartbeats, db=db).run()
+        supervised = Supervisor(plan_for(claimed), worker_info, supervisor_settings(), launcher=launcher, heartbeats=heartbeats, db=db).run()
     finally:
         launcher.close()
     assert lost_answers == [True]

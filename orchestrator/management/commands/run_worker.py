@@ -7,7 +7,8 @@ from django.core.management.base import BaseCommand, CommandError
 from orchestrator import redis_conn
 from orchestrator.worker import failpoints
 from orchestrator.worker.procs import become_subreaper, become_undumpable
-from orchestrator.worker.rqworker import OrchestratorWorker, default_worker_name
+from orchestrator.worker.rqworker import OrchestratorWorker
+from orchestrator.worker.runtime import default_worker_name
 
 
 class Command(BaseCommand):
