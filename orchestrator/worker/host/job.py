@@ -24,10 +24,10 @@ from orchestrator.sanitise import clean_fields, clean_text
 from orchestrator.templating import render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
-from orchestrator.worker.runtime import WorkerRuntime, default_worker_name, runtime
-from orchestrator.worker.shutdown import SHUTDOWN
-from orchestrator.worker.supervisor import Plan, Supervised, Supervisor, SupervisorSettings
-from orchestrator.worker.taskprocess import context_environment
+from orchestrator.worker.host.runtime import WorkerRuntime, default_worker_name, runtime
+from orchestrator.worker.host.shutdown import SHUTDOWN
+from orchestrator.worker.host.supervisor import Plan, Supervised, Supervisor, SupervisorSettings
+from orchestrator.worker.task.runner import context_environment
 from retries.context import ExecutionContext
 from retries.states import REPORT_SUCCESS_FROM, Reason, Source, TaskState
 

@@ -22,15 +22,15 @@ from orchestrator import taskstate
 from orchestrator.engine import reporting
 from orchestrator.engine import taskstate as stored_state
 from orchestrator.engine.reporting import WorkerInfo
-from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, stop_context
-from orchestrator.worker.environment import task_environment
-from orchestrator.worker.heartbeat import AttemptLease, Heartbeats
-from orchestrator.worker.launcher import Launcher, TaskHandle
-from orchestrator.worker.oom import oom_kill_count
-from orchestrator.worker.output import BoundedCapture
-from orchestrator.worker.shutdown import SHUTDOWN, ShutdownRequest
+from orchestrator.worker.host import procs
+from orchestrator.worker.host.environment import task_environment
+from orchestrator.worker.host.heartbeat import AttemptLease, Heartbeats
+from orchestrator.worker.host.launcher import Launcher, TaskHandle
+from orchestrator.worker.host.oom import oom_kill_count
+from orchestrator.worker.host.output import BoundedCapture
+from orchestrator.worker.host.shutdown import SHUTDOWN, ShutdownRequest
 from retries.context import ExecutionContext
 from retries.states import Reason
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection
 
-from orchestrator.worker.heartbeat import Heartbeats
-from orchestrator.worker.launcher import Launcher
-from orchestrator.worker.spool import Spool
+from orchestrator.worker.host.heartbeat import Heartbeats
+from orchestrator.worker.host.launcher import Launcher
+from orchestrator.worker.host.spool import Spool
 
 
 def default_worker_name() -> str:

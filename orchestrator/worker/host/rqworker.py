@@ -37,15 +37,15 @@ from rq.queue import Queue
 from rq.timeouts import BaseDeathPenalty
 from rq.worker import SimpleWorker, WorkerStatus
 
-from orchestrator.worker import procs
 from orchestrator.worker.classify import signal_name
-from orchestrator.worker.environment import fork_server_environment
-from orchestrator.worker.heartbeat import Heartbeats
-from orchestrator.worker.job import deliver_spooled
-from orchestrator.worker.launcher import Launcher
-from orchestrator.worker.runtime import DatabasePool, WorkerRuntime, install, runtime
-from orchestrator.worker.shutdown import SHUTDOWN
-from orchestrator.worker.spool import Spool
+from orchestrator.worker.host import procs
+from orchestrator.worker.host.environment import fork_server_environment
+from orchestrator.worker.host.heartbeat import Heartbeats
+from orchestrator.worker.host.job import deliver_spooled
+from orchestrator.worker.host.launcher import Launcher
+from orchestrator.worker.host.runtime import DatabasePool, WorkerRuntime, install, runtime
+from orchestrator.worker.host.shutdown import SHUTDOWN
+from orchestrator.worker.host.spool import Spool
 
 log = logging.getLogger(__name__)
 
