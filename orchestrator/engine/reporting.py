@@ -23,10 +23,10 @@ from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
 from orchestrator.engine.mapping import upstream_results
 from orchestrator.engine.runs import advance_run, advance_run_now, downstream_may_settle
-from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
+from orchestrator.taskconfig import args_for, merge_args, platform_settings, retry_args
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
 from retries.states import (

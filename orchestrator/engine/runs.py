@@ -21,11 +21,11 @@ from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.mapping import expand_ready, is_unexpanded
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
-from orchestrator.engine.taskconfig import effective_args
 from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
+from orchestrator.taskconfig import effective_args
 from retries.states import FAILED_TASK_STATES, FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, RunState, TaskState, TriggerRule
 
 log = logging.getLogger(__name__)

@@ -92,7 +92,7 @@ def _claimed(**overrides):
     from datetime import datetime, timezone
 
     from orchestrator.engine.reporting import Claimed
-    from orchestrator.engine.taskconfig import merge_args
+    from orchestrator.taskconfig import merge_args
 
     values = dict(
         pk=7, task_id="b", attempt_token=1, try_number=1, infrastructure_try_number=0, dag_id="d", run_id="r",
