@@ -51,7 +51,7 @@ def _warm_fork_main(forks: int) -> None:
     import django
 
     django.setup()
-    import orchestrator.worker.taskprocess  # noqa: F401  what the fork server preloads
+    import orchestrator.worker.task.runner  # noqa: F401  what the fork server preloads
 
     def one() -> float:
         began = time.perf_counter()

@@ -286,7 +286,7 @@ def attempt_queries(ctx: Context) -> dict[str, Any]:
     from orchestrator.engine import reporting
     from orchestrator.engine.runs import advance_run, create_manual_run
     from orchestrator.models import TaskInstance
-    from orchestrator.worker.job import plan_for
+    from orchestrator.worker.host.job import plan_for
 
     stop_stack(ctx)
     worker = reporting.WorkerInfo(hostname="bench", worker_name="bench-harness", pid=os.getpid())

@@ -20,7 +20,7 @@ from deadlines.models import (
     Reference,
 )
 from deadlines.resolution import settle_finished
-from orchestrator.engine import sql
+from orchestrator import sql
 from orchestrator.models import DagRun, TaskInstance
 from retries.states import RunState
 

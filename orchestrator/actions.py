@@ -33,10 +33,10 @@ from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.runs import advance_run_now, create_manual_run
-from orchestrator.engine.taskconfig import args_for
 from orchestrator.engine.transitions import transition
 from orchestrator.exceptions import ActionError, Conflict, NotFound
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.taskconfig import args_for
 from retries.context import ExecutionContext
 from retries.policy import cleared_max_tries, reclassified
 from retries.states import (

@@ -1,6 +1,6 @@
 """The output store: each attempt's whole output (up to a cap), kept outside the database.
 
-The database keeps only the head and tail of each stream (worker/output.py), which is what the
+The database keeps only the head and tail of each stream (worker/host/output.py), which is what the
 pages show; the store keeps the raw bytes, up to `ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES` per
 attempt, for the link "full output". Hundreds of gigabytes of logs do not belong in PostgreSQL
 rows: they would bloat its tables, its backups and its replication, and every deletion would be

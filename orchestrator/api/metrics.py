@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from orchestrator import metrics
+from orchestrator.api import gauges
 from orchestrator.api.access import api_view, json_error
 
 log = logging.getLogger(__name__)
@@ -35,14 +36,14 @@ class LimitGaugeCollector:
     """Circuits, pools and held tasks, read from the database at scrape time."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield from metrics.limit_gauges()
+        yield from gauges.limit_gauges()
 
 
 class SystemGaugeCollector:
     """Tasks running, queue depths and live workers, read at scrape time."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield from metrics.system_gauges()
+        yield from gauges.system_gauges()
 
 
 def render() -> bytes:

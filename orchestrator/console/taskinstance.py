@@ -22,9 +22,9 @@ from orchestrator.console import mapped, rootcause
 from orchestrator.console.grid import waiting_text
 from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows, duration, excerpt, seconds_between
 from orchestrator.engine import taskstate
-from orchestrator.engine.taskconfig import args_for
 from orchestrator.models import AuditLog, TaskAttempt, TaskInstance
 from orchestrator.outputstore import OutputStore, output_store
+from orchestrator.taskconfig import args_for
 from retries.policy import cleared_max_tries
 from retries.states import (
     ACTIVE_TASK_STATES,

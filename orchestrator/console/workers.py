@@ -15,7 +15,7 @@ from rq.job import Job
 
 from orchestrator.models import TaskInstance
 from orchestrator.redis_conn import get_redis
-from orchestrator.worker.spool import set_aside_entries
+from orchestrator.worker.host.spool import set_aside_entries
 from retries.states import ACTIVE_TASK_STATES
 
 

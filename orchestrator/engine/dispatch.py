@@ -26,7 +26,7 @@ from retries.states import DISPATCH_FROM, AttemptKind, TaskState
 
 log = logging.getLogger(__name__)
 
-JOB_FUNCTION = "orchestrator.worker.job.run_task_instance"
+JOB_FUNCTION = "orchestrator.worker.host.job.run_task_instance"
 # One statement dispatches many task instances, each fenced by the (attempt token, state) it
 # was read with (`fenced`). A user try adds one to try_number; a platform retry repeats the current try
 # (and keeps counting its pre-execution failures). Portable: PostgreSQL and SQLite (3.35+).

@@ -23,8 +23,7 @@ from django.conf import settings
 from django.db import transaction
 
 from deadlines import lifecycle
-from orchestrator import metrics
-from orchestrator.engine import sql
+from orchestrator import metrics, sql
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
 from orchestrator.models import Task, TaskInstance

@@ -17,18 +17,17 @@ from typing import Any
 from django.db import connection, transaction
 
 from deadlines import lifecycle
-from orchestrator import listeners, metrics
-from orchestrator.engine import sql
+from orchestrator import listeners, metrics, sql
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
 from orchestrator.engine.mapping import upstream_results
 from orchestrator.engine.runs import advance_run, advance_run_now, downstream_may_settle
-from orchestrator.engine.taskconfig import args_for, merge_args, platform_settings, retry_args
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
+from orchestrator.taskconfig import args_for, merge_args, platform_settings, retry_args
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
 from retries.states import (

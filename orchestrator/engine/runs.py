@@ -14,18 +14,18 @@ from typing import Any
 from django.db import connection, transaction
 
 from deadlines import lifecycle
-from orchestrator.engine import sql
+from orchestrator import sql
+from orchestrator.engine.admission import dispatch_ready
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.graph import DagGraph, dag_graph
-from orchestrator.engine.limitconfig import limit_args
-from orchestrator.engine.limits import dispatch_ready
+from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.mapping import expand_ready, is_unexpanded
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
-from orchestrator.engine.taskconfig import effective_args
 from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
+from orchestrator.taskconfig import effective_args
 from retries.states import FAILED_TASK_STATES, FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, RunState, TaskState, TriggerRule
 
 log = logging.getLogger(__name__)

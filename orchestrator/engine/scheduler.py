@@ -25,8 +25,7 @@ from django.db.models import Exists, OuterRef, Q
 from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 
-from orchestrator import retention
-from orchestrator.engine import backfills, circuits, enqueuing, leases, schedules
+from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules
 from orchestrator.engine.clock import db_now, shared_now
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness, run_outcome

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from orchestrator.engine import sql
+from orchestrator import sql
 from orchestrator.models import TaskInstance
 from retries.states import TaskState
 
@@ -32,7 +32,7 @@ def transition_sql(
 ) -> tuple[str, list[Any]] | None:
     """`transition` as one UPDATE statement and its parameters (None: nothing can match).
 
-    Written SQL (`engine/sql.py`): every attempt runs it several times."""
+    Written SQL (`sql.py`): every attempt runs it several times."""
     states = [str(s) for s in expected]
     if not states:
         return None

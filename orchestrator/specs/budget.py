@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from orchestrator.engine.taskconfig import merge_args
+from orchestrator.taskconfig import merge_args
 from retries.budget import Verdict, check_task, seconds
 
 

@@ -26,10 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from orchestrator.engine.limitconfig import LIMIT_KEYS
-from orchestrator.engine.taskconfig import (
-    ARG_KEYS,  # also the order the exporter writes them in
-)
+from orchestrator.engine.limit_args import LIMIT_KEYS
 from orchestrator.sanitise import unstorable
 from orchestrator.specs.checks import (
     IDENTIFIER,
@@ -48,6 +45,9 @@ from orchestrator.specs.checks import (
 from orchestrator.specs.deadline_schema import DeadlineSpec, validate_deadlines
 from orchestrator.specs.errors import Problem
 from orchestrator.specs.mapping_schema import check_expand, check_templates
+from orchestrator.taskconfig import (
+    ARG_KEYS,  # also the order the exporter writes them in
+)
 from retries.states import TriggerRule
 
 DagSpec = dict[str, Any]

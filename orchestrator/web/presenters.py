@@ -14,8 +14,8 @@ from orchestrator.actions import ACT_PERMISSION, TRIGGER_PERMISSION
 from orchestrator.console import rootcause
 from orchestrator.console.text import Row, attempt_label, context_rows
 from orchestrator.documents import in_task_order
-from orchestrator.engine.taskconfig import args_for, effective_args
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.taskconfig import args_for, effective_args
 from retries.policy import cleared_max_tries
 from retries.states import (
     ACTIVE_TASK_STATES,

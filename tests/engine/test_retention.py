@@ -94,7 +94,7 @@ def test_it_refuses_bad_days(value):
 
 def test_it_works_in_many_small_transactions():
     """Each transaction deletes a bounded batch; a run's row goes only after its task instances."""
-    from orchestrator import retention
+    from orchestrator.engine import retention
 
     dag = DagFactory()
     for i in range(30):

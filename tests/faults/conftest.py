@@ -147,7 +147,7 @@ def settle_runs(runs: list[DagRun], timeout: float = 40.0, *, passes: bool = Tru
 def task_processes(worker_pid: int) -> list[int]:
     """The live task processes of a worker (children of its fork server) and every live member
     of their process groups."""
-    from orchestrator.worker.procs import live_members
+    from orchestrator.worker.host.procs import live_members
 
     found: set[int] = set()
     for server in children_of(worker_pid):

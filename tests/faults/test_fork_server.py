@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from orchestrator.worker.launcher import Launcher, LaunchError
+from orchestrator.worker.host.launcher import Launcher, LaunchError
 from tests.conftest import wait_until
 from tests.faults.conftest import T, children_of, settle_runs, zombies_of
 from tests.faults.invariants import assert_invariants, attempts_of
@@ -184,9 +184,9 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
     from orchestrator.engine import reporting
     from orchestrator.engine.reporting import WorkerInfo
     from orchestrator.engine.runs import create_manual_run
-    from orchestrator.worker.heartbeat import Heartbeats
-    from orchestrator.worker.job import limits, plan_for
-    from orchestrator.worker.supervisor import Supervisor
+    from orchestrator.worker.host.heartbeat import Heartbeats
+    from orchestrator.worker.host.job import plan_for, supervisor_settings
+    from orchestrator.worker.host.supervisor import Supervisor
 
     dag = make_dag([{"task_id": "t", "python_callable": "tests.worker.tasks.succeed"}])
     run = create_manual_run(dag)
@@ -206,7 +206,7 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
     launcher = Launcher()
     heartbeats = Heartbeats(interval=0.2, timeout=30)
     try:
-        supervised = Supervisor(plan_for(claimed), worker_info, limits(), launcher=launcher, heartbeats=heartbeats, db=db).run()
+        supervised = Supervisor(plan_for(claimed), worker_info, supervisor_settings(), launcher=launcher, heartbeats=heartbeats, db=db).run()
     finally:
         launcher.close()
     assert lost_answers == [True]

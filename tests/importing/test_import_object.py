@@ -46,7 +46,7 @@ def test_it_keeps_the_cause_of_a_broken_module():
 
 def test_spec_validation_accepts_exactly_what_the_task_process_runs():
     """A class's method validates at import time and resolves to the same object at run time."""
-    from orchestrator.worker.taskprocess import import_callable
+    from orchestrator.worker.task.runner import import_callable
 
     assert check_callable("tests.worker.tasks.Greeter.greet") is None
     assert import_callable("tests.worker.tasks.Greeter.greet") is tasks.Greeter.greet

@@ -11,9 +11,9 @@ from orchestrator.engine import reporting
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import TaskInstance
 from orchestrator.worker.classify import Outcome, Verdict
-from orchestrator.worker.job import deliver_spooled, report_record
-from orchestrator.worker.spool import Spool
-from orchestrator.worker.supervisor import Supervised
+from orchestrator.worker.host.job import deliver_spooled, report_record
+from orchestrator.worker.host.spool import Spool
+from orchestrator.worker.host.supervisor import Supervised
 from retries.context import ExecutionContext
 from retries.states import Reason, Source
 from tests.engine.factories import DagFactory, TaskFactory

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.worker.forkserver import direct_spawner
+from orchestrator.worker.forkserver.server import direct_spawner
 from tests.conftest import wait_until
 from tests.worker.conftest import gone, running_pid, settle, trigger
 
@@ -92,7 +92,7 @@ def _claimed(**overrides):
     from datetime import datetime, timezone
 
     from orchestrator.engine.reporting import Claimed
-    from orchestrator.engine.taskconfig import merge_args
+    from orchestrator.taskconfig import merge_args
 
     values = dict(
         pk=7, task_id="b", attempt_token=1, try_number=1, infrastructure_try_number=0, dag_id="d", run_id="r",
@@ -105,7 +105,7 @@ def _claimed(**overrides):
 def test_a_bash_plan_names_its_command_and_context_unless_a_failpoint_needs_its_process(settings):
     """What the supervisor starts directly: the rendered command, and the context variables a
     forked task process would have set itself."""
-    from orchestrator.worker.job import plan_for
+    from orchestrator.worker.host.job import plan_for
 
     settings.ORCHESTRATOR_FAILPOINTS = ""
     plan = plan_for(_claimed())

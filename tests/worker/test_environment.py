@@ -1,7 +1,7 @@
 """What a task's environment and its fork server's hold: pure rules."""
 from __future__ import annotations
 
-from orchestrator.worker.environment import fork_server_environment, task_environment, without_password
+from orchestrator.worker.host.environment import fork_server_environment, task_environment, without_password
 
 WORKER = {
     "PATH": "/usr/bin",

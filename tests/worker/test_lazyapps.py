@@ -18,9 +18,9 @@ PRELUDE = """
 import os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
 from django.apps import apps
-from orchestrator.worker import lazyapps
+from orchestrator.worker.forkserver import lazyapps
 lazyapps.on_demand()
-import orchestrator.worker.taskprocess, orchestrator.worker.failpoints  # what the fork server preloads
+import orchestrator.worker.task.runner, orchestrator.worker.failpoints  # what the fork server preloads
 assert not apps.ready, "the task runner alone must not load the apps"
 """
 

@@ -1,7 +1,7 @@
 """BoundedCapture: the head and tail of a stream, in bounded memory."""
 from __future__ import annotations
 
-from orchestrator.worker.output import BoundedCapture
+from orchestrator.worker.host.output import BoundedCapture
 
 
 def test_it_keeps_everything_that_fits():

@@ -13,7 +13,7 @@ from orchestrator import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.models import TaskInstance
-from orchestrator.worker.spool import Spool, set_aside_entries
+from orchestrator.worker.host.spool import Spool, set_aside_entries
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
 

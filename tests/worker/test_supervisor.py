@@ -11,7 +11,7 @@ from django.db import connection
 
 from orchestrator.engine import reporting
 from orchestrator.engine.scheduler import schedule_once
-from orchestrator.worker.procs import live_members
+from orchestrator.worker.host.procs import live_members
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.conftest import wait_until

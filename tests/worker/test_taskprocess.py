@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from orchestrator.templating import render
-from orchestrator.worker.taskprocess import (
+from orchestrator.worker.task.runner import (
     PythonTask,
     accepts_context,
     import_callable,

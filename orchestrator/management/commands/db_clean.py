@@ -1,13 +1,13 @@
 """python manage.py db_clean --older-than DAYS [--dry-run] [--keep-failed-days DAYS]
 
 Deletes finished runs that ended more than DAYS ago, with their task instances, attempts,
-output and deadlines, in small transactions, printing progress (see orchestrator.retention).
+output and deadlines, in small transactions, printing progress (see orchestrator.engine.retention).
 """
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator import retention
+from orchestrator.engine import retention
 from orchestrator.engine.clock import shared_now
 
 

@@ -6,8 +6,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from orchestrator import redis_conn
 from orchestrator.worker import failpoints
-from orchestrator.worker.procs import become_subreaper, become_undumpable
-from orchestrator.worker.rqworker import OrchestratorWorker, default_worker_name
+from orchestrator.worker.host.procs import become_subreaper, become_undumpable
+from orchestrator.worker.host.rqworker import OrchestratorWorker
+from orchestrator.worker.host.runtime import default_worker_name
 
 
 class Command(BaseCommand):

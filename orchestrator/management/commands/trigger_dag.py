@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db.models import Count
 
 from orchestrator import actions
-from orchestrator.engine.waiting import wait_outcome
+from orchestrator.engine.run_wait import wait_outcome
 from orchestrator.exceptions import ActionError
 from orchestrator.models import Dag, DagRun
 from orchestrator.sanitise import first_unstorable

@@ -55,12 +55,12 @@ def preload(modules: list[str]) -> None:
     platform secrets, yet its failpoints, Redis and database are the worker's. No connection
     is ever opened here.
     """
-    from orchestrator.worker import lazyapps
+    from orchestrator.worker.forkserver import lazyapps
 
     lazyapps.on_demand()
     import orchestrator.redis_conn  # noqa: F401  the failpoints' counts (and redis itself)
     import orchestrator.worker.failpoints  # noqa: F401  every task process fires them
-    import orchestrator.worker.taskprocess  # noqa: F401  the runner itself
+    import orchestrator.worker.task.runner  # noqa: F401  the runner itself
     import retries.context  # noqa: F401  what a stopped task's on_kill hears
 
     for name in modules:
@@ -262,7 +262,7 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
-        from orchestrator.worker.taskprocess import run_forked, set_parent_death_signal
+        from orchestrator.worker.task.runner import run_forked, set_parent_death_signal
 
         set_parent_death_signal(server_pid)
         stdout_fd, stderr_fd, control_fd, message_fd = fds
@@ -291,7 +291,7 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
 
         traceback.print_exc()
     finally:
-        from orchestrator.worker.taskprocess import exit_now
+        from orchestrator.worker.task.runner import exit_now
 
         exit_now(code)
 
@@ -362,6 +362,3 @@ def main(argv: list[str]) -> None:
     sock.send(json.dumps({"op": "ready", "pid": os.getpid(), "direct": _SETPRIV is not None}).encode())
     ForkServer(sock).serve()
 
-
-if __name__ == "__main__":
-    main(sys.argv)

@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Model, Q, QuerySet
 
 from deadlines.models import Deadline
-from orchestrator.engine import sql
+from orchestrator import sql
 from orchestrator.engine.failure_counts import uncount_task_instances
 from orchestrator.models import BackfillDate, DagRun, TaskAttempt, TaskInstance
 from orchestrator.outputstore import OutputStore, output_store

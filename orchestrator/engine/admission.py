@@ -22,7 +22,7 @@ from django.db.models import Count, Q, Sum
 
 from orchestrator.engine import circuits, storms
 from orchestrator.engine.dispatch import dispatch, dispatch_many
-from orchestrator.engine.limitconfig import limit_args
+from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.transitions import transition
 from orchestrator.models import Dag, DagRun, Pool, TaskInstance
 from retries.admission import Candidate, Hold, Usage, admit

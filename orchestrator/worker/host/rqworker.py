@@ -4,7 +4,7 @@ The main thread is RQ's own loop; it takes a job only when a slot is free, so qu
 in Redis for other workers. Each job runs in a slot (a thread) that claims the attempt and
 supervises its task process; task processes come from the worker's fork server (`launcher.py`),
 which is also its watchdog. One heartbeat thread beats for every attempt at once, and every
-database call of the slots goes through a pool of two connections (`DatabasePool`), so the
+database call of the slots goes through a pool of two connections (`runtime.DatabasePool`), so the
 number of connections does not grow with the concurrency. RQ's registries (started, finished,
 failed), `rq info` and django-rq keep telling the truth with N jobs in flight: each job has its
 own RQ execution.
@@ -21,19 +21,15 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
+from django.db import close_old_connections, connection, connections
 from rq.exceptions import StopRequested
 from rq.executions import Execution
 from rq.job import Job
@@ -41,13 +37,15 @@ from rq.queue import Queue
 from rq.timeouts import BaseDeathPenalty
 from rq.worker import SimpleWorker, WorkerStatus
 
-from orchestrator.worker import procs
 from orchestrator.worker.classify import signal_name
-from orchestrator.worker.environment import fork_server_environment
-from orchestrator.worker.heartbeat import Heartbeats
-from orchestrator.worker.launcher import Launcher
-from orchestrator.worker.shutdown import SHUTDOWN
-from orchestrator.worker.spool import Spool
+from orchestrator.worker.host import procs
+from orchestrator.worker.host.environment import fork_server_environment
+from orchestrator.worker.host.heartbeat import Heartbeats
+from orchestrator.worker.host.job import deliver_spooled
+from orchestrator.worker.host.launcher import Launcher
+from orchestrator.worker.host.runtime import DatabasePool, WorkerRuntime, install, runtime
+from orchestrator.worker.host.shutdown import SHUTDOWN
+from orchestrator.worker.host.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +63,6 @@ GIL_SWITCH_INTERVAL = 0.001
 DEQUEUE_TIMEOUT = 5
 
 
-def default_worker_name() -> str:
-    return f"{socket.gethostname()}.{os.getpid()}"
-
-
 class NoDeathPenalty(BaseDeathPenalty):
     """The supervisor enforces execution_timeout; RQ's SIGALRM would only work in one thread."""
 
@@ -77,58 +71,6 @@ class NoDeathPenalty(BaseDeathPenalty):
 
     def cancel_death_penalty(self) -> None:
         pass
-
-
-class DatabasePool:
-    """Runs database calls on a fixed number of threads, each with its own connection."""
-
-    def __init__(self, size: int) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="db")
-        self.unreachable = False  # the last call failed to reach the database
-
-    def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._executor.submit(self._run, function, args, kwargs).result()
-
-    def _run(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        try:
-            result = function(*args, **kwargs)
-        except (OperationalError, InterfaceError):
-            connection.close()  # a broken connection is not kept for the next call
-            self.unreachable = True
-            raise
-        self.unreachable = False
-        return result
-
-    def reachable(self) -> bool:
-        """Try the database now (one cheap query) and say whether it answered."""
-        try:
-            self.call(connection.ensure_connection)
-            self.call(lambda: connection.cursor().execute("SELECT 1"))
-        except (OperationalError, InterfaceError):
-            return False
-        return True
-
-    def close(self) -> None:
-        self._executor.submit(connection.close)  # best effort; the threads end with the process
-        self._executor.shutdown(wait=True)
-
-
-@dataclass(frozen=True)
-class WorkerRuntime:
-    """What every slot of the worker shares."""
-
-    name: str
-    launcher: Launcher
-    heartbeats: Heartbeats
-    db: DatabasePool
-    spool: Spool
-
-
-_runtime: WorkerRuntime | None = None
-
-
-def runtime() -> WorkerRuntime | None:
-    return _runtime
 
 
 class OrchestratorWorker(SimpleWorker):
@@ -146,7 +88,6 @@ class OrchestratorWorker(SimpleWorker):
     # --- start and stop ---------------------------------------------------------------------------
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
-        global _runtime
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         # The fork server holds nothing a task may not read: no password, no secret key.
         launcher = Launcher(fork_server_environment(os.environ, settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH))
@@ -161,30 +102,29 @@ class OrchestratorWorker(SimpleWorker):
         )
         db = DatabasePool(DATABASE_CONNECTIONS)
         spool = Spool(Path(settings.ORCHESTRATOR_SPOOL_DIR), self.name)
-        _runtime = WorkerRuntime(self.name, launcher, heartbeats, db, spool)
+        shared = WorkerRuntime(self.name, launcher, heartbeats, db, spool)
+        install(shared)
         launcher.keep_alive(heartbeats.lease_seconds)  # from the first job on, the fork server holds the lease
         heartbeats.start()
         stop_spool = threading.Event()
-        spool_thread = threading.Thread(target=self._deliver_spooled, args=(_runtime, stop_spool), name="spool", daemon=True)
+        spool_thread = threading.Thread(target=self._deliver_spooled, args=(shared, stop_spool), name="spool", daemon=True)
         spool_thread.start()
         keep = lambda: launcher.server_pids()  # noqa: E731  its own children, waited for by their Popen
         threading.Thread(target=procs.reap_orphans_forever, args=(keep, stop_spool), name="reaper", daemon=True).start()
         try:
             return super().work(*args, **kwargs)
         finally:
-            runtime_, _runtime = _runtime, None
+            install(None)
             stop_spool.set()
             spool_thread.join(timeout=5)
             heartbeats.stop()
             launcher.close()
-            runtime_.db.close()
+            shared.db.close()
             spool.close()
 
     @staticmethod
     def _deliver_spooled(shared: WorkerRuntime, stop: threading.Event) -> None:
         """Deliver the reports the database could not take, as soon as it can."""
-        from orchestrator.worker.job import deliver_spooled
-
         while not stop.wait(SPOOL_INTERVAL):
             try:
                 shared.spool.drain(lambda record: deliver_spooled(shared, record))
@@ -245,9 +185,10 @@ class OrchestratorWorker(SimpleWorker):
             while not self._free_slots.acquire(timeout=1.0):
                 self.heartbeat()
             # With the database away a new job could not even be claimed: leave it in Redis.
-            while _runtime is not None and _runtime.db.unreachable and not self._stop_requested:
+            shared = runtime()
+            while shared is not None and shared.db.unreachable and not self._stop_requested:
                 self.heartbeat()
-                if _runtime.db.reachable():
+                if shared.db.reachable():
                     break
                 time.sleep(1.0)
             if self._stop_requested:

@@ -25,10 +25,10 @@ from orchestrator.sanitise import clean_fields, error_text
 from orchestrator.templating import render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
-from orchestrator.worker.rqworker import WorkerRuntime, default_worker_name, runtime
-from orchestrator.worker.shutdown import SHUTDOWN
-from orchestrator.worker.supervisor import Limits, Plan, Supervised, Supervisor
-from orchestrator.worker.taskprocess import context_environment
+from orchestrator.worker.host.runtime import WorkerRuntime, default_worker_name, runtime
+from orchestrator.worker.host.shutdown import SHUTDOWN
+from orchestrator.worker.host.supervisor import Plan, Supervised, Supervisor, SupervisorSettings
+from orchestrator.worker.task.runner import context_environment
 from retries.context import ExecutionContext
 from retries.states import REPORT_SUCCESS_FROM, Reason, Source, TaskState
 
@@ -75,7 +75,7 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     supervisor = Supervisor(
         plan_for(ti, state),
         worker,
-        limits(),
+        supervisor_settings(),
         launcher=shared.launcher,
         heartbeats=shared.heartbeats,
         db=shared.db.call,
@@ -126,8 +126,8 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-def limits() -> Limits:
-    return Limits(
+def supervisor_settings() -> SupervisorSettings:
+    return SupervisorSettings(
         heartbeat_interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
         heartbeat_timeout=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT),
         shutdown_grace=float(settings.ORCHESTRATOR_WORKER_SHUTDOWN_GRACE),

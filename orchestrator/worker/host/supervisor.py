@@ -24,15 +24,15 @@ from orchestrator.engine import taskstate as stored_state
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.outputstore import NoStore, OutputStore
 from orchestrator.sanitise import error_text
-from orchestrator.worker import procs
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, handshake_refused_context, stop_context
-from orchestrator.worker.environment import task_environment
-from orchestrator.worker.heartbeat import AttemptLease, Heartbeats
-from orchestrator.worker.launcher import Launcher, TaskHandle
-from orchestrator.worker.oom import oom_kill_count
-from orchestrator.worker.output import BoundedCapture, StoredOutput
-from orchestrator.worker.shutdown import SHUTDOWN, ShutdownRequest
+from orchestrator.worker.host import procs
+from orchestrator.worker.host.environment import task_environment
+from orchestrator.worker.host.heartbeat import AttemptLease, Heartbeats
+from orchestrator.worker.host.launcher import Launcher, TaskHandle
+from orchestrator.worker.host.oom import oom_kill_count
+from orchestrator.worker.host.output import BoundedCapture, StoredOutput
+from orchestrator.worker.host.shutdown import SHUTDOWN, ShutdownRequest
 from retries.context import ExecutionContext
 from retries.states import Reason
 
@@ -68,7 +68,10 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Limits:
+class SupervisorSettings:
+    """What the supervisor enforces on an attempt: its heartbeat, handshake and shutdown times,
+    and how much of its output it keeps (read from the settings once per attempt)."""
+
     heartbeat_interval: float
     heartbeat_timeout: float
     shutdown_grace: float
@@ -120,7 +123,7 @@ class Supervisor:
         self,
         plan: Plan,
         worker: WorkerInfo,
-        limits: Limits,
+        settings: SupervisorSettings,
         *,
         launcher: Launcher,
         heartbeats: Heartbeats,
@@ -133,7 +136,7 @@ class Supervisor:
     ) -> None:
         self.plan = plan
         self.worker = worker
-        self.limits = limits
+        self.settings = settings
         self.shutdown = shutdown
         self.launcher = launcher
         self.heartbeats = heartbeats
@@ -292,8 +295,8 @@ class Supervisor:
         self.control_fd = control_write
         self.stdout_fd, self.stderr_fd = stdout_read, stderr_read
         self.streams = _Streams(
-            stdout=BoundedCapture(self.limits.head_bytes, self.limits.tail_bytes),
-            stderr=BoundedCapture(self.limits.head_bytes, self.limits.tail_bytes),
+            stdout=BoundedCapture(self.settings.head_bytes, self.settings.tail_bytes),
+            stderr=BoundedCapture(self.settings.head_bytes, self.settings.tail_bytes),
             messages=LineReader(message_read),
             stored=StoredOutput(self.output_store, (self.plan.task_instance_id, self.plan.token), self._label()),
         )
@@ -503,7 +506,7 @@ class Supervisor:
             self.handshake_ambiguous = True  # it may have committed all the same
             now = time.monotonic()
             self.handshake_failing_since = self.handshake_failing_since or now
-            if now - self.handshake_failing_since < self.limits.db_outage_tolerance:
+            if now - self.handshake_failing_since < self.settings.db_outage_tolerance:
                 # The task waits before its user code; the outage charges nothing.
                 log.warning("could not record that %s is running; trying again", self._label())
                 self.handshake_retry_at = now + HANDSHAKE_RETRY_SECONDS
@@ -547,10 +550,10 @@ class Supervisor:
             timeout = self.plan.execution_timeout
             if self.handshake_at is not None and timeout is not None and now - self.handshake_at >= timeout:
                 self._begin_stop(Reason.EXECUTION_TIMEOUT, timeout=timeout)
-            elif self.shutdown.grace_over(self.limits.shutdown_grace, now):
+            elif self.shutdown.grace_over(self.settings.shutdown_grace, now):
                 self._begin_stop(Reason.WORKER_TERMINATION, timeout=None)
-            elif self.handshake_at is None and now - self.spawned_at >= self.limits.startup_timeout:
-                self._begin_stop(Reason.PRE_EXECUTION_FAILURE, timeout=self.limits.startup_timeout)
+            elif self.handshake_at is None and now - self.spawned_at >= self.settings.startup_timeout:
+                self._begin_stop(Reason.PRE_EXECUTION_FAILURE, timeout=self.settings.startup_timeout)
         elif not stopping.sigkill_sent and now - stopping.started_at >= self.plan.kill_grace:
             log.warning("%s did not stop within %ss of SIGTERM; sending SIGKILL to its group", self._label(), self.plan.kill_grace)
             stopping.sigkill_sent = True
