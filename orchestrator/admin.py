@@ -11,8 +11,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from deadlines.models import DeadlineDefinition
-from orchestrator.actions import record_edit, set_paused
-from orchestrator.engine.runs import create_manual_run
+from orchestrator import actions
 from orchestrator.exceptions import ActionError
 from orchestrator.models import (
     ApiToken,
@@ -152,7 +151,7 @@ class DagAdmin(admin.ModelAdmin):
         if change and SCHEDULE_FIELDS & set(form.changed_data):
             obj.next_run_logical_date = None  # the scheduler recomputes it
         super().save_model(request, obj, form, change)
-        record_edit(request.user, obj.dag_id, "admin_change_dag" if change else "admin_add_dag", {"fields": list(form.changed_data)})
+        actions.record_edit(request.user, obj.dag_id, "admin_change_dag" if change else "admin_add_dag", {"fields": list(form.changed_data)})
 
     def save_formset(self, request: HttpRequest, form: DagForm, formset: BaseInlineFormSet, change: bool) -> None:
         if formset.model is DeadlineDefinition:
@@ -169,15 +168,14 @@ class DagAdmin(admin.ModelAdmin):
     def trigger_run(self, request: HttpRequest, queryset: QuerySet) -> None:
         for dag in queryset:
             try:
-                run = create_manual_run(dag, conf={}, triggered_by=request.user.get_username())
+                run = actions.trigger(dag, request.user, conf={})
             except ActionError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
-            audit(request, "trigger", dag.dag_id, run_id=run.run_id, new_state=run.state)
             self.message_user(request, f"Triggered {dag.dag_id}: {run.run_id}", messages.SUCCESS)
 
     def has_trigger_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("orchestrator.trigger_dagrun")
+        return actions.may_trigger(request.user)
 
     @admin.action(description="Pause the selected DAGs", permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -189,14 +187,8 @@ class DagAdmin(admin.ModelAdmin):
 
     def _set_paused(self, request: HttpRequest, queryset: QuerySet, *, paused: bool) -> None:
         verb = "pause" if paused else "unpause"
-        changed = sum(1 for dag in queryset if set_paused(dag, request.user, paused=paused))
+        changed = sum(1 for dag in queryset if actions.set_paused(dag, request.user, paused=paused))
         self.message_user(request, f"{verb.capitalize()}d {changed} DAG{'s' if changed != 1 else ''}.")
-
-
-def audit(request: HttpRequest, action: str, dag_id: str, **fields: Any) -> None:
-    AuditLog.objects.create(
-        user=request.user, username=request.user.get_username(), action=action, dag_id=dag_id, **fields
-    )
 
 
 class TaskDeadlineInline(admin.StackedInline):
@@ -236,7 +228,7 @@ class TaskAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Task, form: StandaloneTaskForm, change: bool) -> None:
         super().save_model(request, obj, form, change)
         details = {"task_id": obj.task_id, "fields": list(form.changed_data)}
-        record_edit(request.user, obj.dag.dag_id, "admin_change_task" if change else "admin_add_task", details)
+        actions.record_edit(request.user, obj.dag.dag_id, "admin_change_task" if change else "admin_add_task", details)
 
 
 def _audit_task_rows(request: HttpRequest, dag_id: str, formset: BaseInlineFormSet) -> None:
@@ -246,7 +238,7 @@ def _audit_task_rows(request: HttpRequest, dag_id: str, formset: BaseInlineFormS
     changed = [obj.task_id for obj, _fields in formset.changed_objects]
     deleted = [obj.task_id for obj in formset.deleted_objects]
     if added or changed or deleted:
-        record_edit(request.user, dag_id, "admin_change_tasks", {"added": added, "changed": changed, "deleted": deleted})
+        actions.record_edit(request.user, dag_id, "admin_change_tasks", {"added": added, "changed": changed, "deleted": deleted})
 
 
 # --- browsing only -------------------------------------------------------------------------

@@ -3,21 +3,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Sum
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
+from orchestrator import actions
 from orchestrator.api.declarations import TEXT, Operation, Reply, component, nullable, request_body
 from orchestrator.api.decorators import endpoint
 from orchestrator.documents import iso
 from orchestrator.engine import circuits
 from orchestrator.exceptions import NotFound
-from orchestrator.models import AuditLog, Circuit, Pool, TaskInstance
+from orchestrator.models import Circuit, Pool, TaskInstance
 from retries.circuits import current_state
 from retries.states import HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, WaitKind
 
-CHANGE_CIRCUIT = "orchestrator.change_circuit"
+CHANGE_CIRCUIT = actions.CIRCUIT_PERMISSION
 INTEGER = {"type": "integer"}
 TIME = nullable({"type": "string", "format": "date-time"})
 
@@ -120,29 +120,6 @@ CIRCUIT_ACTIONS = {
 }
 
 
-def operate(circuit: Circuit, action: str, user: Any, note: str = "") -> AuditLog:
-    """An operator's open, close or probe; audited with the prior and new state."""
-    now = timezone.now()
-    prior = circuit.state
-    with transaction.atomic():
-        if action == "open":
-            circuits.open_circuit(circuit, now, reason=f"opened by {user.get_username()}")
-        elif action == "close":
-            circuits.close_circuit(circuit, now, reason=f"closed by {user.get_username()}")
-        else:
-            circuits.half_open(circuit)
-        circuit.refresh_from_db()
-        return AuditLog.objects.create(
-            user=user,
-            username=user.get_username(),
-            action=f"circuit_{action}",
-            dag_id="",
-            prior_state=prior,
-            new_state=circuit.state,
-            details={"circuit": circuit.name, "note": note},
-        )
-
-
 def _circuit_action_view(action: str) -> Any:
     @endpoint(
         Operation(
@@ -160,7 +137,7 @@ def _circuit_action_view(action: str) -> Any:
         circuit = Circuit.objects.filter(name=name).first()
         if circuit is None:
             raise NotFound(f"no circuit named '{name}'")
-        operate(circuit, action, request.user, body.get("note", ""))
+        actions.operate_circuit(circuit, action, request.user, note=body.get("note", ""))
         return JsonResponse(circuit_document(circuit))
 
     return view

@@ -15,14 +15,13 @@ from django.views.decorators.http import require_GET, require_POST
 from orchestrator import actions, backfills
 from orchestrator.exceptions import ActionError, NotFound
 from orchestrator.models import Backfill, BackfillDate
-from orchestrator.web import presenters
 
 STOP_POLLING = 286
 FORM_FIELDS = ("from", "to", "reprocess", "max_active_runs", "backwards", "conf")
 
 
 def _require_trigger(request: HttpRequest) -> None:
-    if not presenters.may_trigger(request.user):
+    if not actions.may_trigger(request.user):
         raise PermissionDenied(f"permission '{actions.TRIGGER_PERMISSION}' required")
 
 
@@ -85,7 +84,7 @@ def _page_context(request: HttpRequest, backfill: Backfill) -> dict[str, Any]:
         "done": runs["success"] + runs["failed"],
         "dates": dates,
         "over": backfills.is_over(backfill),
-        "may_act": presenters.may_trigger(request.user),
+        "may_act": actions.may_trigger(request.user),
     }
 
 

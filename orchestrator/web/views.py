@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,14 +18,16 @@ from django.views.decorators.http import require_GET, require_POST
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
 from orchestrator.api.queries import parse_limit
-from orchestrator.console import charts, deadletters, grid, mapped, taskinstance
+from orchestrator.console import charts, dags, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
+from orchestrator.console import run as run_page
 from orchestrator.console import workers as worker_pages
+from orchestrator.console.choices import Operator, action_done
+from orchestrator.console.text import pretty_json
 from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
-from orchestrator.models import AuditLog, DagRun
+from orchestrator.models import AuditLog, Dag, DagRun
 from orchestrator.specs.budget import dag_verdicts
 from orchestrator.web import backfills as backfill_pages
-from orchestrator.web import presenters
 from retries.states import Category, Reason
 
 STOP_POLLING = 286  # htmx stops an `every 2s` poll on this status
@@ -51,24 +54,38 @@ def run_url(run: DagRun) -> str:
     return reverse("web:run_detail", args=[run.dag.dag_id, run.run_id])
 
 
+def operator(request: HttpRequest) -> Operator:
+    """What the requesting user may do, as orchestrator.actions decides it, for the console."""
+    return Operator(
+        may_act=actions.may_act(request.user),
+        allowed=partial(actions.allowed_actions, user=request.user),
+        downstream=actions.downstream_of,
+    )
+
+
+def require(allowed: bool, permission: str) -> None:
+    if not allowed:
+        raise PermissionDenied(f"permission '{permission}' required")
+
+
 @login_required
 @require_GET
 def dag_list(request: HttpRequest) -> HttpResponse:
-    return TemplateResponse(request, "web/dag_list.html", {"rows": presenters.dag_rows()})
+    return TemplateResponse(request, "web/dag_list.html", {"rows": dags.dag_rows()})
 
 
-def _dag_context(request: HttpRequest, dag, **extra) -> dict:
+def _dag_context(request: HttpRequest, dag: Dag, **extra: Any) -> dict[str, Any]:
     dag_grid = grid.build(dag, limit=RECENT_RUNS)
     return {
         "dag": dag,
-        "tasks": presenters.task_rows(dag),
+        "tasks": dags.task_rows(dag),
         "grid": dag_grid,
         "runs": dag_grid.runs[::-1],
         "deadline_chart": charts.deadline_history([r.run for r in dag_grid.runs]),
-        "may_trigger": presenters.may_trigger(request.user),
-        "may_pause": request.user.has_perm("orchestrator.change_dag"),
+        "may_trigger": actions.may_trigger(request.user),
+        "may_pause": actions.may_pause(request.user),
         "dag_deadline_history": dag_deadline_history(dag),
-        "default_args": presenters.pretty_json(dag.default_args),
+        "default_args": pretty_json(dag.default_args),
         "backfills": backfill_pages.recent_backfills(dag),
         "budget": dag_verdicts(dag),
         "form": {},
@@ -92,8 +109,7 @@ def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
 @require_POST
 def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
     """Trigger a run from the form's optional JSON `conf`; then show the new run."""
-    if not presenters.may_trigger(request.user):
-        raise PermissionDenied("permission 'orchestrator.trigger_dagrun' required")
+    require(actions.may_trigger(request.user), actions.TRIGGER_PERMISSION)
     dag = _lookup(actions.find_dag, dag_id)
     raw_conf = request.POST.get("conf", "").strip()
     try:
@@ -112,8 +128,7 @@ def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
 @require_POST
 def dag_pause(request: HttpRequest, dag_id: str) -> HttpResponse:
     """Pause (`paused=1`) or unpause (`paused=0`) the DAG; then show the DAG page."""
-    if not request.user.has_perm("orchestrator.change_dag"):
-        raise PermissionDenied("permission 'orchestrator.change_dag' required")
+    require(actions.may_pause(request.user), actions.PAUSE_PERMISSION)
     dag = _lookup(actions.find_dag, dag_id)
     actions.set_paused(dag, request.user, paused=request.POST.get("paused") == "1")
     return HttpResponseRedirect(reverse("web:dag_detail", args=[dag.dag_id]), status=303)
@@ -130,7 +145,7 @@ def _page_number(request: HttpRequest) -> int:
 def run_detail(request: HttpRequest, dag_id: str, run_id: str) -> HttpResponse:
     """The run page; an htmx poll gets the #run-body partial, and status 286 once the run is over."""
     run = _lookup(actions.find_run, dag_id, run_id)
-    context = presenters.run_context(run, request.user, page=_page_number(request))
+    context = run_page.context(run, operator(request), page=_page_number(request))
     if is_htmx(request):
         status = STOP_POLLING if context["finished"] else 200
         return TemplateResponse(request, "web/run_detail.html#run_body", context, status=status)
@@ -141,8 +156,7 @@ def run_detail(request: HttpRequest, dag_id: str, run_id: str) -> HttpResponse:
 @require_POST
 def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action: str) -> HttpResponse:
     """clear / mark_success / mark_failed / reclassify from the run page's buttons."""
-    if not request.user.has_perm(actions.ACT_PERMISSION):
-        raise PermissionDenied(f"permission '{actions.ACT_PERMISSION}' required")
+    _require_act(request)
     map_index = _map_index(request.POST.get("map_index"))
     instances = _lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
     # A mapped task's page acts on every instance, or on the failed ones ("scope"), once confirmed.
@@ -161,16 +175,16 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     except ActionError as exc:
         error, status = str(exc), exc.status
     label = task_id if map_index is None else f"{task_id}[{map_index}]"
-    notice = "" if error else presenters.action_done(action, label, note)
+    notice = "" if error else action_done(action, label, note)
     if request.POST.get("back") == "task":
         return _after_task_action(request, dag_id, run_id, task_id, error, status, notice, map_index)
     run = _lookup(actions.find_run, dag_id, run_id)
     if is_htmx(request):
         # htmx swaps only 2xx responses: the error (or what was done) is shown inside the partial.
-        context = presenters.run_context(run, request.user, action_error=error, notice=notice)
+        context = run_page.context(run, operator(request), action_error=error, notice=notice)
         return TemplateResponse(request, "web/run_detail.html#run_body", context)
     if error:
-        context = presenters.run_context(run, request.user, action_error=error)
+        context = run_page.context(run, operator(request), action_error=error)
         return TemplateResponse(request, "web/run_detail.html", context, status=status)
     messages.success(request, notice)
     return HttpResponseRedirect(run_url(run), status=303)
@@ -207,9 +221,9 @@ def _task_page(
     instances = _lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
     if map_index is None and mapped.is_mapped(instances):
         return taskinstance.mapped_context(
-            instances, request.user, request.GET.get("state", ""), action_error=action_error, notice=notice
+            instances, operator(request), request.GET.get("state", ""), action_error=action_error, notice=notice
         )
-    return taskinstance.context(instances[0], request.user, action_error=action_error, notice=notice)
+    return taskinstance.context(instances[0], operator(request), action_error=action_error, notice=notice)
 
 
 @login_required
@@ -247,8 +261,7 @@ def fingerprint(request: HttpRequest, fingerprint: str) -> HttpResponse:
 
 
 def _require_act(request: HttpRequest) -> None:
-    if not request.user.has_perm(actions.ACT_PERMISSION):
-        raise PermissionDenied(f"permission '{actions.ACT_PERMISSION}' required")
+    require(actions.may_act(request.user), actions.ACT_PERMISSION)
 
 
 def _bulk_message(request: HttpRequest, verb: str, done: list[str], errors: list[str]) -> None:
@@ -272,7 +285,7 @@ def run_clear_failed(request: HttpRequest, dag_id: str, run_id: str) -> HttpResp
 @login_required
 @require_GET
 def dead_letters(request: HttpRequest) -> HttpResponse:
-    context = {"groups": deadletters.groups(), "may_act": request.user.has_perm(actions.ACT_PERMISSION)}
+    context = {"groups": deadletters.groups(), "may_act": actions.may_act(request.user)}
     return TemplateResponse(request, "web/dead_letters.html", context)
 
 
@@ -340,5 +353,5 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         limit = parse_limit(request.GET, default=AUDIT_ROWS)
     except BadRequest:
         limit = AUDIT_ROWS
-    rows = [(entry, presenters.pretty_json(entry.details)) for entry in entries.order_by("-at", "-id")[:limit]]
+    rows = [(entry, pretty_json(entry.details)) for entry in entries.order_by("-at", "-id")[:limit]]
     return TemplateResponse(request, "web/audit_log.html", {"rows": rows, "filters": filters})
