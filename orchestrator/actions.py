@@ -24,11 +24,11 @@ refuses. Who may act is the permission constants and `may_*()` here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, PermissionsMixin
 from django.db import transaction
 from django.db.models import QuerySet
 
@@ -83,7 +83,7 @@ def may_pause(user: User) -> bool:
 
 
 def _has_perm(user: User, permission: str) -> bool:
-    return user is not None and user.has_perm(permission)
+    return isinstance(user, (PermissionsMixin, AnonymousUser)) and user.has_perm(permission)
 
 
 # --- lookups ------------------------------------------------------------------------------------
@@ -426,7 +426,7 @@ def operate_circuit(circuit: Circuit, action: str, user: User, *, note: str = ""
         return audit(user, f"circuit_{action}", "", "", "", prior, circuit.state, {"circuit": circuit.name, "note": note})
 
 
-TASK_ACTIONS = {
+TASK_ACTIONS: dict[str, Callable[..., AuditLog]] = {
     "clear": clear,
     "mark_success": mark_success,
     "mark_failed": mark_failed,
@@ -614,9 +614,8 @@ def audit(
     """One audit row: the only writer of the audit log. `username` names who acted when no
     logged-in user did (the CLI's OS user, a backfill's creator). Its time is the shared clock's
     (the model's default), which the engine's times are compared with."""
-    account = user if user is not None and getattr(user, "is_authenticated", False) else None
     return AuditLog.objects.create(
-        user=account,
+        user_id=user.pk if user is not None and user.is_authenticated else None,
         username=_username(user) or username[:150],
         action=action,
         dag_id=dag_id,

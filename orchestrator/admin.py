@@ -29,6 +29,7 @@ from orchestrator.specs.forms import (
     DagForm,
     DeadlineForm,
     DeadlineInlineFormSet,
+    KeptFormsMixin,
     StandaloneTaskForm,
     TaskDeadlineForm,
     TaskDeadlineInlineFormSet,
@@ -45,6 +46,8 @@ DEADLINE_FIELDS = tuple(field for field in SPEC_DEADLINE_FIELDS if field != "dat
 
 def save_in_order(formset: BaseInlineFormSet, **extra: Any) -> None:
     """Save an inline formset with `position` = row order; `extra` attributes are set on every row."""
+    if not isinstance(formset, KeptFormsMixin):
+        raise TypeError(f"{type(formset).__name__} does not say which of its forms it keeps")
     formset.save(commit=False)  # fills deleted_objects; nothing written yet
     for obj in formset.deleted_objects:
         obj.delete()  # first, so a new row may reuse a deleted row's task_id
@@ -145,7 +148,7 @@ class DagAdmin(admin.ModelAdmin):
 
     @admin.display(description="tasks", ordering="task_total")
     def task_count(self, dag: Dag) -> int:
-        return dag.task_total
+        return int(getattr(dag, "task_total", 0))  # annotated by get_queryset
 
     def save_model(self, request: HttpRequest, obj: Dag, form: DagForm, change: bool) -> None:
         if change and SCHEDULE_FIELDS & set(form.changed_data):

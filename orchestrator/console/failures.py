@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import F, QuerySet, Value
+from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 from django.db.models.functions import Right, TruncDay, TruncHour, TruncMinute
 from django.http import QueryDict
@@ -51,7 +52,7 @@ PARAMS = (
     string("fingerprint", "Only failures with this fingerprint."),
 )
 # breakdown title -> the column it groups by: an attempt's, and an hourly count's
-BREAKDOWNS = {
+BREAKDOWNS: dict[str, tuple[Combinable, Combinable]] = {
     "Category": (KT("context__category"), F("category")),
     "Reason": (KT("context__reason"), F("reason")),
     "DAG": (F("task_instance__dag_run__dag__dag_id"), F("dag__dag_id")),
@@ -262,7 +263,7 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
     return out
 
 
-def _tipped(attempt: TaskAttempt, ti: Any) -> bool:
+def _tipped(attempt: Any, ti: Any) -> bool:
     """Whether this attempt dead-lettered its task: the task's latest attempt, while the task is
     dead-lettered or was when an operator marked it failed or success (its context's prior state)."""
     if attempt.attempt_token != ti.attempt_token:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Func
 from django.db.models.functions import Left, Length, Right
 from django.urls import reverse
 from django.utils import timezone
@@ -64,7 +65,7 @@ def task_url(dag_id: str, run_id: str, task_id: str) -> str:
 def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "") -> tuple[list[AttemptView], list[rootcause.AttemptFacts], set[int]]:
     """The task's attempts on a timeline, each with its output's excerpts; their facts, and the
     tokens of those that poisoned the task."""
-    windows = {}
+    windows: dict[str, Func] = {}
     for stream in STREAMS:
         windows[f"{stream}_head"] = Left(stream, OUTPUT_WINDOW)
         windows[f"{stream}_tail"] = Right(stream, OUTPUT_WINDOW)

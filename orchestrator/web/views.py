@@ -311,7 +311,7 @@ def dead_letter_action(request: HttpRequest) -> HttpResponse:
 @require_GET
 def failures(request: HttpRequest) -> HttpResponse:
     """Failed attempts over a window, counted by category, reason, DAG, task, host and fingerprint."""
-    context = {
+    context: dict[str, Any] = {
         "windows": list(failure_pages.WINDOWS),
         "categories": [c.value for c in Category],
         "reasons": [r.value for r in Reason],
