@@ -278,19 +278,13 @@ class DagRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     inlines = [TaskInstanceInline]
 
 
+# An attempt's columns, in the task instance's inline and in the attempts' list alike.
+ATTEMPT_COLUMNS = ("attempt_token", "try_number", "infrastructure_try_number", "kind", "state", "start_date", "end_date")
+
+
 class TaskAttemptInline(ReadOnlyMixin, admin.TabularInline):
     model = TaskAttempt
-    fields = (
-        "attempt_token",
-        "try_number",
-        "infrastructure_try_number",
-        "kind",
-        "state",
-        "start_date",
-        "end_date",
-        "context",
-        "fingerprint",
-    )
+    fields = (*ATTEMPT_COLUMNS, "context", "fingerprint")
     readonly_fields = fields
     show_change_link = True
     extra = 0
@@ -316,17 +310,7 @@ class TaskInstanceAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(TaskAttempt)
 class TaskAttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = (
-        "task_instance",
-        "attempt_token",
-        "try_number",
-        "infrastructure_try_number",
-        "kind",
-        "state",
-        "start_date",
-        "end_date",
-        "fingerprint",
-    )
+    list_display = ("task_instance", *ATTEMPT_COLUMNS, "fingerprint")
     list_filter = ("kind", "state")
     search_fields = ("task_instance__task_id", "task_instance__dag_run__run_id", "fingerprint")
     list_select_related = ("task_instance",)

@@ -38,14 +38,6 @@ class Operator:
     downstream: Callable[[TaskInstance], list[TaskInstance]]
 
 
-def nothing_allowed(instances: Sequence[TaskInstance]) -> Mapping[int, Sequence[str]]:
-    return {}
-
-
-# Someone who may only look.
-LOOKER = Operator(may_act=False, allowed=nothing_allowed, downstream=lambda ti: [])
-
-
 @dataclass(frozen=True)
 class ActionChoice:
     """One action offered on a page, with what it will do in words."""

@@ -43,25 +43,6 @@ class TaskInstanceView:
     def tries(self) -> str:
         return attempt_label(self.ti.try_number, self.ti.max_tries)
 
-    def button(self, name: str) -> ActionChoice | None:
-        return next((b for b in self.buttons if b.name == name), None)
-
-    @property
-    def clear(self) -> ActionChoice | None:
-        return self.button("clear")
-
-    @property
-    def mark_success(self) -> ActionChoice | None:
-        return self.button("mark_success")
-
-    @property
-    def mark_failed(self) -> ActionChoice | None:
-        return self.button("mark_failed")
-
-    @property
-    def reclassify(self) -> ActionChoice | None:
-        return self.button("reclassify")
-
 
 def explain(ti: TaskInstance, name: str) -> str:
     """What the action will do, in words (the task page spells out more: downstream tasks by name)."""

@@ -4,6 +4,7 @@ what each operator action would do, spelled out before anyone confirms it.
 Queries: the attempts (output cut to its head and tail in the database), the run's task
 instances (for the downstream tasks an action touches) and one count of the task instances
 that failed with the same fingerprint, and the task state's entries; none grows with the history.
+Which actions the task allows comes from the view (`choices.Operator`), not from here.
 """
 from __future__ import annotations
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.templatetags.static import static
@@ -24,30 +23,15 @@ from orchestrator.console import run as run_page
 from orchestrator.console import workers as worker_pages
 from orchestrator.console.choices import Operator, action_done
 from orchestrator.console.text import pretty_json
-from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
+from orchestrator.exceptions import ActionError, BadRequest, Conflict
 from orchestrator.models import AuditLog, Dag, DagRun
 from orchestrator.specs.budget import dag_verdicts
 from orchestrator.web import backfills as backfill_pages
+from orchestrator.web.pages import STOP_POLLING, is_htmx, lookup, polled, require
 from retries.states import Category, Reason
 
-STOP_POLLING = 286  # htmx stops an `every 2s` poll on this status
 RECENT_RUNS = 25
 AUDIT_ROWS = 200
-
-
-def is_htmx(request: HttpRequest) -> bool:
-    return request.headers.get("HX-Request") == "true"
-
-
-T = TypeVar("T")
-
-
-def _lookup(find: Callable[..., T], *args: str | int | None) -> T:
-    """orchestrator.actions lookups, with NotFound as the 404 page."""
-    try:
-        return find(*args)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
 
 
 def run_url(run: DagRun) -> str:
@@ -61,11 +45,6 @@ def operator(request: HttpRequest) -> Operator:
         allowed=partial(actions.allowed_actions, user=request.user),
         downstream=actions.downstream_of,
     )
-
-
-def require(allowed: bool, permission: str) -> None:
-    if not allowed:
-        raise PermissionDenied(f"permission '{permission}' required")
 
 
 @login_required
@@ -97,7 +76,7 @@ def _dag_context(request: HttpRequest, dag: Dag, **extra: Any) -> dict[str, Any]
 @require_GET
 def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
     """The DAG page; an htmx poll gets the #dag-grid partial, and status 286 once no run is active."""
-    dag = _lookup(actions.find_dag, dag_id)
+    dag = lookup(actions.find_dag, dag_id)
     if is_htmx(request):
         dag_grid = grid.build(dag, limit=RECENT_RUNS)
         status = 200 if dag_grid.active else STOP_POLLING
@@ -110,7 +89,7 @@ def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
 def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
     """Trigger a run from the form's optional JSON `conf`; then show the new run."""
     require(actions.may_trigger(request.user), actions.TRIGGER_PERMISSION)
-    dag = _lookup(actions.find_dag, dag_id)
+    dag = lookup(actions.find_dag, dag_id)
     raw_conf = request.POST.get("conf", "").strip()
     try:
         try:
@@ -129,7 +108,7 @@ def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
 def dag_pause(request: HttpRequest, dag_id: str) -> HttpResponse:
     """Pause (`paused=1`) or unpause (`paused=0`) the DAG; then show the DAG page."""
     require(actions.may_pause(request.user), actions.PAUSE_PERMISSION)
-    dag = _lookup(actions.find_dag, dag_id)
+    dag = lookup(actions.find_dag, dag_id)
     actions.set_paused(dag, request.user, paused=request.POST.get("paused") == "1")
     return HttpResponseRedirect(reverse("web:dag_detail", args=[dag.dag_id]), status=303)
 
@@ -144,12 +123,9 @@ def _page_number(request: HttpRequest) -> int:
 @require_GET
 def run_detail(request: HttpRequest, dag_id: str, run_id: str) -> HttpResponse:
     """The run page; an htmx poll gets the #run-body partial, and status 286 once the run is over."""
-    run = _lookup(actions.find_run, dag_id, run_id)
+    run = lookup(actions.find_run, dag_id, run_id)
     context = run_page.context(run, operator(request), page=_page_number(request))
-    if is_htmx(request):
-        status = STOP_POLLING if context["finished"] else 200
-        return TemplateResponse(request, "web/run_detail.html#run_body", context, status=status)
-    return TemplateResponse(request, "web/run_detail.html", context)
+    return polled(request, "web/run_detail.html", "run_body", context, finished=context["finished"])
 
 
 @login_required
@@ -158,7 +134,7 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     """clear / mark_success / mark_failed / reclassify from the run page's buttons."""
     _require_act(request)
     map_index = _map_index(request.POST.get("map_index"))
-    instances = _lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
+    instances = lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
     # A mapped task's page acts on every instance, or on the failed ones ("scope"), once confirmed.
     instances = mapped.selected(instances, request.POST.get("scope", "all")) if map_index is None else instances
     note = request.POST.get("note", "").strip()
@@ -177,31 +153,25 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     label = task_id if map_index is None else f"{task_id}[{map_index}]"
     notice = "" if error else action_done(action, label, note)
     if request.POST.get("back") == "task":
-        return _after_task_action(request, dag_id, run_id, task_id, error, status, notice, map_index)
-    run = _lookup(actions.find_run, dag_id, run_id)
-    if is_htmx(request):
-        # htmx swaps only 2xx responses: the error (or what was done) is shown inside the partial.
-        context = run_page.context(run, operator(request), action_error=error, notice=notice)
-        return TemplateResponse(request, "web/run_detail.html#run_body", context)
-    if error:
-        context = run_page.context(run, operator(request), action_error=error)
-        return TemplateResponse(request, "web/run_detail.html", context, status=status)
-    messages.success(request, notice)
-    return HttpResponseRedirect(run_url(run), status=303)
+        url = taskinstance.task_url(dag_id, run_id, task_id) + ("" if map_index is None else f"?map_index={map_index}")
+        task_page = partial(_task_page, request, dag_id, run_id, task_id, map_index)
+        return _after_action(request, "web/task_detail.html", "task_body", task_page, url, error, status, notice)
+    run = lookup(actions.find_run, dag_id, run_id)
+    run_context = partial(run_page.context, run, operator(request))
+    return _after_action(request, "web/run_detail.html", "run_body", run_context, run_url(run), error, status, notice)
 
 
-def _after_task_action(
-    request: HttpRequest, dag_id: str, run_id: str, task_id: str, error: str, status: int, notice: str, map_index: int | None
+def _after_action(
+    request: HttpRequest, template: str, body: str, page: Callable[..., dict[str, Any]], url: str, error: str, status: int, notice: str
 ) -> HttpResponse:
+    """The page an action came from: for htmx its `body` partial with the error or what was done
+    (htmx swaps only 2xx responses); else the page with the error, or a redirect to it."""
     if is_htmx(request):
-        context = _task_page(request, dag_id, run_id, task_id, map_index, action_error=error, notice=notice)
-        return TemplateResponse(request, "web/task_detail.html#task_body", context)
+        return TemplateResponse(request, f"{template}#{body}", page(action_error=error, notice=notice))
     if error:
-        context = _task_page(request, dag_id, run_id, task_id, map_index, action_error=error)
-        return TemplateResponse(request, "web/task_detail.html", context, status=status)
+        return TemplateResponse(request, template, page(action_error=error), status=status)
     messages.success(request, notice)
-    url = taskinstance.task_url(dag_id, run_id, task_id)
-    return HttpResponseRedirect(url if map_index is None else f"{url}?map_index={map_index}", status=303)
+    return HttpResponseRedirect(url, status=303)
 
 
 def _map_index(raw: str | None) -> int | None:
@@ -218,7 +188,7 @@ def _task_page(
     request: HttpRequest, dag_id: str, run_id: str, task_id: str, map_index: int | None, *, action_error: str = "", notice: str = ""
 ) -> dict:
     """One task instance's page, or a mapped task's page: its instances and what acts on all."""
-    instances = _lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
+    instances = lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
     if map_index is None and mapped.is_mapped(instances):
         return taskinstance.mapped_context(
             instances, operator(request), request.GET.get("state", ""), action_error=action_error, notice=notice
@@ -232,17 +202,14 @@ def task_detail(request: HttpRequest, dag_id: str, run_id: str, task_id: str) ->
     """One task instance: attempts to scale, contexts, output, and the actions it allows (a
     mapped task: its instances, `?map_index=N` for one, `?state=` to filter)."""
     context = _task_page(request, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
-    if is_htmx(request):
-        status = STOP_POLLING if context["finished"] else 200
-        return TemplateResponse(request, "web/task_detail.html#task_body", context, status=status)
-    return TemplateResponse(request, "web/task_detail.html", context)
+    return polled(request, "web/task_detail.html", "task_body", context, finished=context["finished"])
 
 
 @login_required
 @require_GET
 def task_output(request: HttpRequest, dag_id: str, run_id: str, task_id: str, token: int, stream: str) -> HttpResponse:
     """The whole stored stdout or stderr of one attempt, as plain text (never rendered as HTML)."""
-    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
+    ti = lookup(actions.find_task_instance, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
     text = taskinstance.output_text(ti, token, stream)
     if text is None:
         raise Http404("no such attempt output")
@@ -275,7 +242,7 @@ def _bulk_message(request: HttpRequest, verb: str, done: list[str], errors: list
 def run_clear_failed(request: HttpRequest, dag_id: str, run_id: str) -> HttpResponse:
     """Clear every failed task of the run (their upstream_failed downstream tasks follow)."""
     _require_act(request)
-    run = _lookup(actions.find_run, dag_id, run_id)
+    run = lookup(actions.find_run, dag_id, run_id)
     note = request.POST.get("note", "").strip()
     done, errors = actions.act_on_many("clear", actions.failed_in_run(run), request.user, note=note)
     _bulk_message(request, "Cleared", done, errors)
