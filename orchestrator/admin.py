@@ -342,8 +342,18 @@ class ApiTokenAdmin(admin.ModelAdmin):
 # --- pools and circuits ---------------------------------------------------------------------
 
 
+class AuditedEditAdmin(admin.ModelAdmin):
+    """A pool's or circuit's edit here is audited like every other operator change."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        kind = obj._meta.model_name
+        details = {kind: obj.name, "fields": list(form.changed_data)}
+        actions.record_edit(request.user, "", f"admin_{'change' if change else 'add'}_{kind}", details)
+
+
 @admin.register(Pool)
-class PoolAdmin(admin.ModelAdmin):
+class PoolAdmin(AuditedEditAdmin):
     """Pools made here or with `manage.py set_pool`; tasks name them with `pool:`."""
 
     list_display = ("name", "slots", "description")
@@ -351,7 +361,7 @@ class PoolAdmin(admin.ModelAdmin):
 
 
 @admin.register(Circuit)
-class CircuitAdmin(admin.ModelAdmin):
+class CircuitAdmin(AuditedEditAdmin):
     """The tunables may be changed here; the state moves by the rules or by the API's open/close/probe."""
 
     list_display = ("name", "state", "opened_at", "closed_at")

@@ -94,18 +94,20 @@ BULK = [(name, scope) for name in ACTIONS for scope in ("all", "failed")]
 def test_a_mapped_tasks_bulk_buttons_are_what_the_actions_accept(alice_client):
     """A bulk button is offered when the action accepts at least one instance of its scope:
     a failed instance with no user-charged failure offers no reclassify."""
-    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.engine.runs import advance_run_now, create_manual_run
     from tests.engine.factories import DagFactory, TaskFactory
 
     dag = DagFactory(dag_id="files", default_args={"retries": 0})
     TaskFactory(dag=dag, task_id="load_file", expand={"path": ["a", "b", "c"]})
     run = create_manual_run(dag)
+    advance_run_now(run.pk)  # expands the mapped task
+    assert TaskInstance.objects.filter(dag_run=run, map_index=2).exists()
     for map_index, state in enumerate(["failed", "success", "none"]):
         TaskInstance.objects.filter(dag_run=run, task_id="load_file", map_index=map_index).update(state=state)
     url = f"/dags/files/runs/{quote(run.run_id, safe='')}/tasks/load_file"
     html = alice_client.get(url).content.decode()
     offered = {(name, scope) for name, scope in BULK if f'id="confirm-{name}-{scope}"' in html}
-    assert ("reclassify", "failed") not in offered
+    assert ("reclassify", "failed") not in offered and ("clear", "failed") in offered
     for name, scope in BULK:
         with transaction.atomic():
             response = alice_client.post(f"{url}/{name}", {"back": "task", "scope": scope, "confirmed": "1"})
