@@ -27,7 +27,7 @@ from orchestrator.engine import taskstate
 from orchestrator.engine.taskconfig import args_for
 from orchestrator.models import TaskAttempt, TaskInstance
 from retries.policy import cleared_max_tries
-from retries.states import ACTIVE_TASK_STATES, TaskState
+from retries.states import ACTIVE_TASK_STATES, IN_FLIGHT_TASK_STATES, TaskState
 
 # Bytes of each stream read from the database for the excerpt; the whole text is one link away.
 OUTPUT_WINDOW = 16_000
@@ -209,7 +209,7 @@ def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", not
         "dag": dag,
         "run": run,
         "ti": ti,
-        "finished": ti.state not in ACTIVE_TASK_STATES and ti.state not in (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY),
+        "finished": _settled(ti),
         "attempt_label": attempt_label(ti.try_number, ti.max_tries),
         "waiting": waiting_text(getattr(ti, "waiting_for", None)),
         "attempts": attempts,
@@ -235,6 +235,11 @@ def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", not
     }
 
 
+def _settled(ti: TaskInstance) -> bool:
+    """Whether the task will not move by itself (finished or dead-lettered): its page stops polling."""
+    return ti.state not in IN_FLIGHT_TASK_STATES and ti.state != TaskState.NONE
+
+
 def mapped_context(
     instances: list[TaskInstance],
     operator: Operator,
@@ -255,7 +260,7 @@ def mapped_context(
         "ti": first,
         "label": first.task_id,
         "mapped": overview,
-        "finished": all(ti.state not in ACTIVE_TASK_STATES and ti.state not in (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) for ti in instances),
+        "finished": all(_settled(ti) for ti in instances),
         "action_error": action_error,
         "notice": notice,
         "instance_query": f"?state={state_filter}" if state_filter else "",
