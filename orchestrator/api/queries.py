@@ -1,4 +1,4 @@
-"""Query parameters of the read endpoints, and the failures query the API and the web page share.
+"""Query parameters of the read endpoints, and the API's failures query (its filter is `orchestrator.failure_filter`, the failures page's too).
 
 Parameters are declared once (api.declarations.Param) and read with those declarations by the
 API and the pages alike. A bad parameter is a BadRequest naming the parameter and the value.
