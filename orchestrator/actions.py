@@ -8,34 +8,40 @@ operator may do to a run or task. Each action:
   or scheduler made meanwhile (it fails with `Conflict` instead and changes nothing);
 - sets the task's `last_failure_context` to a `user_action` context (source `api`, metadata
   `user`, `note`, `prior_state`, plus `at`);
-- writes one `AuditLog` row (who, what, the prior and new state, and what else it touched);
+- writes one `AuditLog` row (who, what, the prior and new state, and what else it touched)
+  through `audit()`, the one writer of the audit log;
 - reopens a finished run when the change means the run is no longer finished, then calls
   `advance_run()`, which settles downstream tasks, dispatches ready ones and ends the run.
 
 Tasks that a worker may hold (`queued`, `running`) are acted on only by `mark_failed`, which
 stops them: it wins the task from the worker (state and token fenced), the worker's next
 heartbeat is refused and it kills the task's group. Other actions on them: `Conflict` (409).
+
+Which actions a task allows now, and why not, is `refusal()`: the actions refuse by it and the
+pages offer their buttons by it (`allowed_actions()`), so a page never offers what an action
+refuses. Who may act is the permission constants and `may_*()` here.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, PermissionsMixin
 from django.db import transaction
+from django.db.models import QuerySet
 
 from deadlines import lifecycle
 from orchestrator import metrics
-from orchestrator.engine import failure_counts, taskstate
+from orchestrator.engine import circuits, failure_counts, taskstate
 from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.runs import advance_run_now, create_manual_run
 from orchestrator.engine.transitions import transition
 from orchestrator.exceptions import ActionError, Conflict, NotFound
-from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.models import AuditLog, Circuit, Dag, DagRun, TaskAttempt, TaskInstance
 from orchestrator.taskconfig import args_for
 from retries.context import ExecutionContext
 from retries.policy import cleared_max_tries, reclassified
@@ -55,11 +61,29 @@ from retries.states import (
 
 log = logging.getLogger(__name__)
 
-# Django permissions: triggering runs, and acting on task instances.
+# Django permissions: triggering runs, acting on task instances, pausing DAGs, operating circuits.
 TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
 ACT_PERMISSION = "orchestrator.change_taskinstance"
+PAUSE_PERMISSION = "orchestrator.change_dag"
+CIRCUIT_PERMISSION = "orchestrator.change_circuit"
 
 User = AbstractBaseUser | AnonymousUser | None
+
+
+def may_trigger(user: User) -> bool:
+    return _has_perm(user, TRIGGER_PERMISSION)
+
+
+def may_act(user: User) -> bool:
+    return _has_perm(user, ACT_PERMISSION)
+
+
+def may_pause(user: User) -> bool:
+    return _has_perm(user, PAUSE_PERMISSION)
+
+
+def _has_perm(user: User, permission: str) -> bool:
+    return isinstance(user, (PermissionsMixin, AnonymousUser)) and user.has_perm(permission)
 
 
 # --- lookups ------------------------------------------------------------------------------------
@@ -119,6 +143,58 @@ def act_on_task(
     return entries
 
 
+# --- what an action allows now -------------------------------------------------------------------
+
+# The states each action acts from. Reclassify acts from any state a worker does not hold, and
+# needs a user-charged failed attempt besides.
+ALLOWED_FROM: dict[str, frozenset[str]] = {
+    "clear": CLEAR_FROM,
+    "mark_success": MARK_SUCCESS_FROM,
+    "mark_failed": MARK_FAILED_FROM | ACTIVE_TASK_STATES,  # a queued or running task is stopped
+    "reclassify": frozenset(TaskState) - ACTIVE_TASK_STATES,
+}
+VERBS = {"clear": "clear", "mark_success": "mark success", "mark_failed": "mark failed", "reclassify": "reclassify"}
+
+
+def refusal(action: str, ti: TaskInstance, *, user_failed: bool) -> str:
+    """Why `action` may not be taken on `ti` now, in words; '' when it may.
+
+    The one rule: the actions refuse by it (a `Conflict` with these words) and the pages offer
+    their buttons by it (`allowed_actions`). `user_failed`: whether the task has a
+    user-charged failed attempt, which only reclassify needs.
+    """
+    verb = VERBS[action]
+    if ti.state not in ALLOWED_FROM[action]:
+        if ti.state in ACTIVE_TASK_STATES:
+            return f"cannot {verb} task '{ti.label}' while it is {ti.state}; wait for it to finish"
+        return f"cannot {verb} task '{ti.label}': it is {ti.state}"
+    if action == "reclassify" and not user_failed:
+        return f"task '{ti.label}' has no user-charged failed attempt to reclassify"
+    return ""
+
+
+def allowed_actions(instances: Iterable[TaskInstance], user: User) -> dict[int, list[str]]:
+    """The actions `user` may take on each of `instances` now, by primary key, in TASK_ACTIONS
+    order: none without the permission. One query, whatever the number of instances."""
+    if not may_act(user):
+        return {}
+    instances = list(instances)
+    failed = set(
+        _user_failures().filter(task_instance_id__in=[ti.pk for ti in instances]).values_list("task_instance_id", flat=True)
+    )
+    return {ti.pk: [a for a in TASK_ACTIONS if not refusal(a, ti, user_failed=ti.pk in failed)] for ti in instances}
+
+
+def _refuse_unless_allowed(action: str, ti: TaskInstance, *, user_failed: bool = False) -> None:
+    if why := refusal(action, ti, user_failed=user_failed):
+        raise Conflict(why)
+
+
+def _user_failures() -> QuerySet[TaskAttempt]:
+    """Attempts whose failure was charged to the task's own budget: what reclassify moves."""
+    return TaskAttempt.objects.filter(kind=AttemptKind.USER, state=TaskAttempt.State.FAILED)
+
+
 # --- actions ------------------------------------------------------------------------------------
 
 
@@ -131,7 +207,7 @@ def set_paused(dag: Dag, user: User, *, paused: bool) -> AuditLog | None:
         return None
     dag.paused = paused
     before, after = ("active", "paused") if paused else ("paused", "active")
-    return _audit(user, "pause" if paused else "unpause", dag.dag_id, "", "", before, after, {})
+    return audit(user, "pause" if paused else "unpause", dag.dag_id, "", "", before, after, {})
 
 
 def trigger(dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None, actor: str = "") -> DagRun:
@@ -145,13 +221,13 @@ def trigger(dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None 
     details: dict[str, Any] = {"conf": conf or {}}
     if by != _username(user):  # e.g. "cli": who asked, when no user did
         details["triggered_by"] = by
-    _audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details, username=actor)
+    audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details, username=actor)
     return run
 
 
 def record_edit(user: User, dag_id: str, action: str, details: dict[str, Any]) -> AuditLog:
     """An edit made outside these actions (a DAG or task saved in the admin), for the audit log."""
-    return _audit(user, action, dag_id, "", "", "", "", details)
+    return audit(user, action, dag_id, "", "", "", "", details)
 
 
 def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, keep_task_state: bool = False, note: str = "") -> AuditLog:
@@ -167,7 +243,7 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, kee
     worker holds makes the whole action a Conflict). A finished run is reopened. Every task it
     clears has its task state emptied (and so a new idempotency key) unless `keep_task_state`.
     """
-    _refuse_unless(ti, CLEAR_FROM, "clear")
+    _refuse_unless_allowed("clear", ti)
     now = shared_now()
     context = _user_context(Reason.MANUAL_CLEAR, user, note, ti.state, now)
     to_clear: list[TaskInstance] = []
@@ -188,7 +264,7 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, kee
         if not keep_task_state:
             taskstate.empty([ti.pk, *(other.pk for other in to_clear)])
         _reopen_if_unfinished(ti.dag_run)
-        entry = _audit(
+        entry = audit(
             user, "clear", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.NONE,
             _instance_details(ti, {"note": note, "include_downstream": include_downstream, "keep_task_state": keep_task_state, "downstream": touched}),
         )
@@ -203,14 +279,14 @@ def mark_success(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     skipped. Its downstream tasks that are `upstream_failed` (transitively) go back to `none`
     so that they run, and a failed run is reopened.
     """
-    _refuse_unless(ti, MARK_SUCCESS_FROM, "mark success")
+    _refuse_unless_allowed("mark_success", ti)
     now = shared_now()
     context = _user_context(Reason.MANUAL_MARK_SUCCESS, user, note, ti.state, now)
     with transaction.atomic():
         _finish_one(ti, TaskState.SUCCESS, context, now)
         touched = _reset_upstream_failed(ti)
         _reopen_if_unfinished(ti.dag_run)
-        entry = _audit(
+        entry = audit(
             user, "mark_success", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.SUCCESS,
             _instance_details(ti, {"note": note, "downstream": touched}),
         )
@@ -230,7 +306,7 @@ def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     get `upstream_failed` from the run's next settling (`advance_run`), per their trigger
     rules; a succeeded run is reopened so that it ends `failed`.
     """
-    _refuse_unless(ti, MARK_FAILED_FROM | ACTIVE_TASK_STATES, "mark failed")
+    _refuse_unless_allowed("mark_failed", ti)
     now = shared_now()
     stopping = ti.state in ACTIVE_TASK_STATES
     context = _user_context(Reason.MANUAL_MARK_FAILED, user, note, ti.state, now, **({"stop": True} if stopping else {}))
@@ -242,7 +318,7 @@ def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
             ).update(state=TaskAttempt.State.FAILED, end_date=now, context=context):
                 failure_counts.count(ti.pk, ti.attempt_token)
         _reopen_if_unfinished(ti.dag_run)
-        entry = _audit(
+        entry = audit(
             user, "mark_failed", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.FAILED,
             _instance_details(ti, {"note": note, "stopped": stopping, "worker_name": ti.worker_name if stopping else ""}),
         )
@@ -264,15 +340,10 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     reopened. The task's `last_failure_context` becomes `user_action/manual_reclassify`.
     No user-charged failed attempt, or a task a worker holds: Conflict.
     """
-    if ti.state in ACTIVE_TASK_STATES:
-        raise Conflict(f"cannot reclassify task '{label(ti)}' while it is {ti.state}; wait for it to finish")
-    attempt = (
-        TaskAttempt.objects.filter(task_instance=ti, kind=AttemptKind.USER, state=TaskAttempt.State.FAILED)
-        .order_by("-attempt_token")
-        .first()
-    )
-    if attempt is None:
-        raise Conflict(f"task '{label(ti)}' has no user-charged failed attempt to reclassify")
+    attempt = _user_failures().filter(task_instance=ti).order_by("-attempt_token").first()
+    why = refusal("reclassify", ti, user_failed=attempt is not None)
+    if why or attempt is None:
+        raise Conflict(why)
     now = shared_now()
     attempt_context = ExecutionContext.of(
         Reason.OPERATOR_RECLASSIFIED,
@@ -309,7 +380,7 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
         failure_counts.count(ti.pk, attempt.attempt_token)
         touched = _reset_upstream_failed(ti) if new_state == TaskState.SCHEDULED else []
         _reopen_if_unfinished(ti.dag_run)
-        entry = _audit(
+        entry = audit(
             user, "reclassify", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, new_state,
             _instance_details(ti, {
                 "note": note,
@@ -337,7 +408,25 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     return entry
 
 
-TASK_ACTIONS = {
+def operate_circuit(circuit: Circuit, action: str, user: User, *, note: str = "") -> AuditLog:
+    """An operator's open, close or probe of a circuit; audited with the prior and new state."""
+    now = shared_now()
+    who = _username(user)
+    prior = circuit.state
+    with transaction.atomic():
+        if action == "open":
+            circuits.open_circuit(circuit, now, reason=f"opened by {who}")
+        elif action == "close":
+            circuits.close_circuit(circuit, now, reason=f"closed by {who}")
+        elif action == "probe":
+            circuits.half_open(circuit)
+        else:
+            raise ValueError(f"unknown circuit action {action!r}")
+        circuit.refresh_from_db()
+        return audit(user, f"circuit_{action}", "", "", "", prior, circuit.state, {"circuit": circuit.name, "note": note})
+
+
+TASK_ACTIONS: dict[str, Callable[..., AuditLog]] = {
     "clear": clear,
     "mark_success": mark_success,
     "mark_failed": mark_failed,
@@ -356,7 +445,7 @@ def act_on_many(action: str, instances: Iterable[TaskInstance], user: User, *, n
     """
     done, errors = [], []
     for ti in instances:
-        where = f"{ti.dag_run.dag.dag_id}/{ti.dag_run.run_id}/{label(ti)}"
+        where = f"{ti.dag_run.dag.dag_id}/{ti.dag_run.run_id}/{ti.label}"
         try:
             TASK_ACTIONS[action](ti, user, note=note, **options)
         except ActionError as exc:
@@ -387,30 +476,15 @@ def clear_for_rerun(run: DagRun, states: Iterable[str], *, by: str, note: str) -
         context = {**ExecutionContext.of(Reason.MANUAL_CLEAR, Source.API, user=by, note=note, prior_state=str(ti.state)).to_dict(), "at": now.isoformat()}
         _clear_one(ti, context)
         touched.append({"task_id": ti.task_id, "prior_state": ti.state, "new_state": TaskState.NONE.value})
-    AuditLog.objects.create(
-        username=by, action="backfill_rerun", dag_id=run.dag.dag_id, run_id=run.run_id, task_id="",
-        prior_state="", new_state=RunState.RUNNING, details={"note": note, "cleared": touched},
-    )
+    audit(None, "backfill_rerun", run.dag.dag_id, run.run_id, "", "", RunState.RUNNING, {"note": note, "cleared": touched}, username=by)
     return touched
 
 
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def label(ti: TaskInstance) -> str:
-    """The task id, with a mapped instance's map_index: `load[3]`."""
-    return ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"
-
-
-def _refuse_unless(ti: TaskInstance, allowed: Iterable[str], verb: str) -> None:
-    if ti.state not in allowed:
-        if ti.state in ACTIVE_TASK_STATES:
-            raise Conflict(f"cannot {verb} task '{label(ti)}' while it is {ti.state}; wait for it to finish")
-        raise Conflict(f"cannot {verb} task '{label(ti)}': it is {ti.state}")
-
-
 def _changed_meanwhile(ti: TaskInstance) -> Conflict:
-    return Conflict(f"task '{label(ti)}' changed meanwhile (it was {ti.state}); reload and try again")
+    return Conflict(f"task '{ti.label}' changed meanwhile (it was {ti.state}); reload and try again")
 
 
 def _instance_details(ti: TaskInstance, details: dict[str, Any]) -> dict[str, Any]:
@@ -525,7 +599,7 @@ def _user_context(
     return {**context.to_dict(), "at": now.isoformat()}
 
 
-def _audit(
+def audit(
     user: User,
     action: str,
     dag_id: str,
@@ -537,10 +611,11 @@ def _audit(
     *,
     username: str = "",
 ) -> AuditLog:
-    """One audit row; `username` names who acted when no logged-in user did (the CLI's OS user)."""
-    account = user if user is not None and getattr(user, "is_authenticated", False) else None
+    """One audit row: the only writer of the audit log. `username` names who acted when no
+    logged-in user did (the CLI's OS user, a backfill's creator). Its time is the shared clock's
+    (the model's default), which the engine's times are compared with."""
     return AuditLog.objects.create(
-        user=account,
+        user_id=user.pk if user is not None and user.is_authenticated else None,
         username=_username(user) or username[:150],
         action=action,
         dag_id=dag_id,

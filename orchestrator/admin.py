@@ -11,8 +11,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from deadlines.models import DeadlineDefinition
-from orchestrator.actions import record_edit, set_paused
-from orchestrator.engine.runs import create_manual_run
+from orchestrator import actions
 from orchestrator.exceptions import ActionError
 from orchestrator.models import (
     ApiToken,
@@ -30,6 +29,7 @@ from orchestrator.specs.forms import (
     DagForm,
     DeadlineForm,
     DeadlineInlineFormSet,
+    KeptFormsMixin,
     StandaloneTaskForm,
     TaskDeadlineForm,
     TaskDeadlineInlineFormSet,
@@ -46,6 +46,8 @@ DEADLINE_FIELDS = tuple(field for field in SPEC_DEADLINE_FIELDS if field != "dat
 
 def save_in_order(formset: BaseInlineFormSet, **extra: Any) -> None:
     """Save an inline formset with `position` = row order; `extra` attributes are set on every row."""
+    if not isinstance(formset, KeptFormsMixin):
+        raise TypeError(f"{type(formset).__name__} does not say which of its forms it keeps")
     formset.save(commit=False)  # fills deleted_objects; nothing written yet
     for obj in formset.deleted_objects:
         obj.delete()  # first, so a new row may reuse a deleted row's task_id
@@ -146,13 +148,13 @@ class DagAdmin(admin.ModelAdmin):
 
     @admin.display(description="tasks", ordering="task_total")
     def task_count(self, dag: Dag) -> int:
-        return dag.task_total
+        return int(getattr(dag, "task_total", 0))  # annotated by get_queryset
 
     def save_model(self, request: HttpRequest, obj: Dag, form: DagForm, change: bool) -> None:
         if change and SCHEDULE_FIELDS & set(form.changed_data):
             obj.next_run_logical_date = None  # the scheduler recomputes it
         super().save_model(request, obj, form, change)
-        record_edit(request.user, obj.dag_id, "admin_change_dag" if change else "admin_add_dag", {"fields": list(form.changed_data)})
+        actions.record_edit(request.user, obj.dag_id, "admin_change_dag" if change else "admin_add_dag", {"fields": list(form.changed_data)})
 
     def save_formset(self, request: HttpRequest, form: DagForm, formset: BaseInlineFormSet, change: bool) -> None:
         if formset.model is DeadlineDefinition:
@@ -169,15 +171,14 @@ class DagAdmin(admin.ModelAdmin):
     def trigger_run(self, request: HttpRequest, queryset: QuerySet) -> None:
         for dag in queryset:
             try:
-                run = create_manual_run(dag, conf={}, triggered_by=request.user.get_username())
+                run = actions.trigger(dag, request.user, conf={})
             except ActionError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
-            audit(request, "trigger", dag.dag_id, run_id=run.run_id, new_state=run.state)
             self.message_user(request, f"Triggered {dag.dag_id}: {run.run_id}", messages.SUCCESS)
 
     def has_trigger_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("orchestrator.trigger_dagrun")
+        return actions.may_trigger(request.user)
 
     @admin.action(description="Pause the selected DAGs", permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -189,14 +190,8 @@ class DagAdmin(admin.ModelAdmin):
 
     def _set_paused(self, request: HttpRequest, queryset: QuerySet, *, paused: bool) -> None:
         verb = "pause" if paused else "unpause"
-        changed = sum(1 for dag in queryset if set_paused(dag, request.user, paused=paused))
+        changed = sum(1 for dag in queryset if actions.set_paused(dag, request.user, paused=paused))
         self.message_user(request, f"{verb.capitalize()}d {changed} DAG{'s' if changed != 1 else ''}.")
-
-
-def audit(request: HttpRequest, action: str, dag_id: str, **fields: Any) -> None:
-    AuditLog.objects.create(
-        user=request.user, username=request.user.get_username(), action=action, dag_id=dag_id, **fields
-    )
 
 
 class TaskDeadlineInline(admin.StackedInline):
@@ -236,7 +231,7 @@ class TaskAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Task, form: StandaloneTaskForm, change: bool) -> None:
         super().save_model(request, obj, form, change)
         details = {"task_id": obj.task_id, "fields": list(form.changed_data)}
-        record_edit(request.user, obj.dag.dag_id, "admin_change_task" if change else "admin_add_task", details)
+        actions.record_edit(request.user, obj.dag.dag_id, "admin_change_task" if change else "admin_add_task", details)
 
 
 def _audit_task_rows(request: HttpRequest, dag_id: str, formset: BaseInlineFormSet) -> None:
@@ -246,7 +241,7 @@ def _audit_task_rows(request: HttpRequest, dag_id: str, formset: BaseInlineFormS
     changed = [obj.task_id for obj, _fields in formset.changed_objects]
     deleted = [obj.task_id for obj in formset.deleted_objects]
     if added or changed or deleted:
-        record_edit(request.user, dag_id, "admin_change_tasks", {"added": added, "changed": changed, "deleted": deleted})
+        actions.record_edit(request.user, dag_id, "admin_change_tasks", {"added": added, "changed": changed, "deleted": deleted})
 
 
 # --- browsing only -------------------------------------------------------------------------
@@ -283,19 +278,13 @@ class DagRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     inlines = [TaskInstanceInline]
 
 
+# An attempt's columns, in the task instance's inline and in the attempts' list alike.
+ATTEMPT_COLUMNS = ("attempt_token", "try_number", "infrastructure_try_number", "kind", "state", "start_date", "end_date")
+
+
 class TaskAttemptInline(ReadOnlyMixin, admin.TabularInline):
     model = TaskAttempt
-    fields = (
-        "attempt_token",
-        "try_number",
-        "infrastructure_try_number",
-        "kind",
-        "state",
-        "start_date",
-        "end_date",
-        "context",
-        "fingerprint",
-    )
+    fields = (*ATTEMPT_COLUMNS, "context", "fingerprint")
     readonly_fields = fields
     show_change_link = True
     extra = 0
@@ -321,17 +310,7 @@ class TaskInstanceAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(TaskAttempt)
 class TaskAttemptAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = (
-        "task_instance",
-        "attempt_token",
-        "try_number",
-        "infrastructure_try_number",
-        "kind",
-        "state",
-        "start_date",
-        "end_date",
-        "fingerprint",
-    )
+    list_display = ("task_instance", *ATTEMPT_COLUMNS, "fingerprint")
     list_filter = ("kind", "state")
     search_fields = ("task_instance__task_id", "task_instance__dag_run__run_id", "fingerprint")
     list_select_related = ("task_instance",)
@@ -363,8 +342,18 @@ class ApiTokenAdmin(admin.ModelAdmin):
 # --- pools and circuits ---------------------------------------------------------------------
 
 
+class AuditedEditAdmin(admin.ModelAdmin):
+    """A pool's or circuit's edit here is audited like every other operator change."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        kind = obj._meta.model_name
+        details = {kind: obj.name, "fields": list(form.changed_data)}
+        actions.record_edit(request.user, "", f"admin_{'change' if change else 'add'}_{kind}", details)
+
+
 @admin.register(Pool)
-class PoolAdmin(admin.ModelAdmin):
+class PoolAdmin(AuditedEditAdmin):
     """Pools made here or with `manage.py set_pool`; tasks name them with `pool:`."""
 
     list_display = ("name", "slots", "description")
@@ -372,7 +361,7 @@ class PoolAdmin(admin.ModelAdmin):
 
 
 @admin.register(Circuit)
-class CircuitAdmin(admin.ModelAdmin):
+class CircuitAdmin(AuditedEditAdmin):
     """The tunables may be changed here; the state moves by the rules or by the API's open/close/probe."""
 
     list_display = ("name", "state", "opened_at", "closed_at")

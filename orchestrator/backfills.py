@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import connection, transaction
 
-from orchestrator.actions import User, _audit, _username
+from orchestrator.actions import User, _username, audit
 from orchestrator.documents import iso
 from orchestrator.engine import backfills as engine
 from orchestrator.engine.clock import shared_now
@@ -135,7 +135,7 @@ def create(request: Request, user: User, *, created_by: str | None = None) -> Ba
             ],
             batch_size=500,
         )
-        _audit(user, "backfill_create", request.dag.dag_id, "", "", "", backfill.state, {"backfill_id": backfill.pk, **_arguments(backfill), "created_by": by})
+        audit(user, "backfill_create", request.dag.dag_id, "", "", "", backfill.state, {"backfill_id": backfill.pk, **_arguments(backfill), "created_by": by})
     return backfill
 
 
@@ -176,7 +176,7 @@ def act(backfill: Backfill, action: str, user: User) -> Backfill:
             changes["end_date"] = now
             BackfillDate.objects.filter(backfill=current, state=BackfillDate.State.PENDING).update(state=BackfillDate.State.CANCELLED)
         Backfill.objects.filter(pk=current.pk, state=prior).update(**changes)
-        _audit(user, f"backfill_{action}", current.dag.dag_id, "", "", prior, target, {"backfill_id": current.pk})
+        audit(user, f"backfill_{action}", current.dag.dag_id, "", "", prior, target, {"backfill_id": current.pk})
     current.refresh_from_db()
     return current
 

@@ -4,11 +4,14 @@ Task instance state changes go through `orchestrator.engine.transitions.transiti
 """
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from orchestrator.engine.clock import shared_now
 from retries.states import AttemptKind, CircuitState, RunState, TaskState, TriggerRule, choices
 
 IDENTIFIER = RegexValidator(r"^[A-Za-z0-9_.\-]{1,250}$", "Use 1-250 letters, digits, '_', '.' or '-'.")
@@ -247,8 +250,12 @@ class TaskInstance(models.Model):
         ]
 
     def __str__(self) -> str:
-        label = self.task_id if self.map_index < 0 else f"{self.task_id}[{self.map_index}]"
-        return f"{label} ({self.state})"
+        return f"{self.label} ({self.state})"
+
+    @property
+    def label(self) -> str:
+        """The task id, with a mapped instance's map_index: `load[3]`."""
+        return self.task_id if self.map_index < 0 else f"{self.task_id}[{self.map_index}]"
 
     @property
     def job_id(self) -> str:
@@ -359,10 +366,17 @@ class FailureCount(models.Model):
         return f"{self.hour:%Y-%m-%d %H:00} {self.category}/{self.reason} {self.task_id}: {self.n}"
 
 
+def audit_time() -> datetime:
+    """When an audit entry is written: the shared clock's time, which the engine's times (an
+    attempt's end, say) are compared with, not the web host's. Named here so that migrations
+    do not depend on where the engine keeps its clock."""
+    return shared_now()
+
+
 class AuditLog(models.Model):
     """Who did what to which task or run, and what it was before."""
 
-    at = models.DateTimeField(auto_now_add=True)
+    at = models.DateTimeField(default=audit_time, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     username = models.CharField(max_length=150, blank=True, default="")
     action = models.CharField(max_length=40)

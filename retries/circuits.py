@@ -19,11 +19,14 @@ from retries.states import CircuitState
 
 @dataclass(frozen=True)
 class CircuitSettings:
-    window: float = 60.0
-    min_attempts: int = 20
-    failure_rate: float = 0.5
-    cooldown: float = 30.0
-    ramp: float = 30.0
+    """A circuit's tunables: its own, else the ORCHESTRATOR_CIRCUIT_* settings
+    (`orchestrator.engine.circuits.settings_for`)."""
+
+    window: float
+    min_attempts: int
+    failure_rate: float
+    cooldown: float
+    ramp: float
 
 
 def counting_since(now: datetime, window: float, closed_at: datetime | None) -> datetime:

@@ -28,21 +28,24 @@ MAX_RETRY_AFTER_SECONDS = 365 * 24 * 3600.0
 
 @dataclass(frozen=True)
 class RetryArgs:
-    """The task's effective retry settings (default_args merged with its own)."""
+    """The task's effective retry settings (default_args merged with its own). No defaults here:
+    they are `orchestrator.taskconfig.system_defaults()`, read into this by `retry_args()`."""
 
-    retry_delay: float = 2.0
-    retry_backoff: str = "exponential"
-    retry_max_delay: float = 600.0
-    retry_jitter: str = "full"
-    infrastructure_retry_limit: int = 5
-    poison_threshold: int = 0  # 0 = never dead-letter: poison detection is opt-in
+    retry_delay: float
+    retry_backoff: str
+    retry_max_delay: float
+    retry_jitter: str
+    infrastructure_retry_limit: int
+    poison_threshold: int  # 0 = never dead-letter
 
 
 @dataclass(frozen=True)
 class PlatformSettings:
-    infrastructure_retry_delay: float = 10.0
-    pre_execution_retries: int = 1
-    pre_execution_excluded_reasons: frozenset[str] = frozenset({"error"})
+    """The ORCHESTRATOR_* settings of platform retries (read by `taskconfig.platform_settings()`)."""
+
+    infrastructure_retry_delay: float
+    pre_execution_retries: int
+    pre_execution_excluded_reasons: frozenset[str]
 
 
 @dataclass(frozen=True)

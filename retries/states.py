@@ -210,5 +210,3 @@ def choices(enum: type[StrEnum]) -> list[tuple[str, str]]:
 
 # Failures that count against a circuit: the downstream answered badly or too slowly.
 CIRCUIT_FAILURE_CATEGORIES = frozenset({Category.APPLICATION, Category.TIMEOUT})
-# Failures that count towards pausing a queue: the machines behind it, not the task, broke.
-STORM_REASONS = frozenset({Reason.WORKER_LOST, Reason.PRE_EXECUTION_FAILURE})

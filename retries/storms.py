@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from retries.states import Reason
 
+# Failures that count towards pausing a queue: the machines behind it, not the task, broke.
 STORM_REASONS = frozenset({Reason.WORKER_LOST, Reason.PRE_EXECUTION_FAILURE})
 
 

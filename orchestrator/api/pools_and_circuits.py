@@ -1,7 +1,6 @@
 """Pools and circuits in the API: GET /pools, GET /circuits, POST /circuits/NAME/open|close|probe."""
 from typing import Annotated, Any
 
-from django.db import transaction
 from django.db.models import Sum
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
@@ -9,17 +8,18 @@ from ninja import Router
 from ninja.params.functions import Path
 from pydantic import Field
 
+from orchestrator import actions
 from orchestrator.api.access import Authenticated
 from orchestrator.api.inputs import JsonBody, RequestBody, Text
 from orchestrator.api.schemas import component, nullable, replies
 from orchestrator.documents import iso
 from orchestrator.engine import circuits
 from orchestrator.exceptions import NotFound
-from orchestrator.models import AuditLog, Circuit, Pool, TaskInstance
+from orchestrator.models import Circuit, Pool, TaskInstance
 from retries.circuits import current_state
 from retries.states import HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, WaitKind
 
-CHANGE_CIRCUIT = "orchestrator.change_circuit"
+CHANGE_CIRCUIT = actions.CIRCUIT_PERMISSION
 INTEGER = {"type": "integer"}
 TIME = nullable({"type": "string", "format": "date-time"})
 
@@ -124,35 +124,12 @@ CIRCUIT_ACTIONS = {
 }
 
 
-def operate(circuit: Circuit, action: str, user: Any, note: str = "") -> AuditLog:
-    """An operator's open, close or probe; audited with the prior and new state."""
-    now = timezone.now()
-    prior = circuit.state
-    with transaction.atomic():
-        if action == "open":
-            circuits.open_circuit(circuit, now, reason=f"opened by {user.get_username()}")
-        elif action == "close":
-            circuits.close_circuit(circuit, now, reason=f"closed by {user.get_username()}")
-        else:
-            circuits.half_open(circuit)
-        circuit.refresh_from_db()
-        return AuditLog.objects.create(
-            user=user,
-            username=user.get_username(),
-            action=f"circuit_{action}",
-            dag_id="",
-            prior_state=prior,
-            new_state=circuit.state,
-            details={"circuit": circuit.name, "note": note},
-        )
-
-
 def _add_circuit_action(action: str) -> None:
     def view(request: HttpRequest, name: CircuitName, body: JsonBody[NoteBody]) -> JsonResponse:
         circuit = Circuit.objects.filter(name=name).first()
         if circuit is None:
             raise NotFound(f"no circuit named '{name}'")
-        operate(circuit, action, request.user, body.note)
+        actions.operate_circuit(circuit, action, request.user, note=body.note)
         return JsonResponse(circuit_document(circuit))
 
     view.__name__ = f"circuit_{action}"

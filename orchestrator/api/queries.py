@@ -1,4 +1,4 @@
-"""Query parameters of the read endpoints, and the failures query the API and the web page share.
+"""Query parameters of the read endpoints, and the API's failures query (its filter is `orchestrator.failure_filter`, the failures page's too).
 
 Parameters are declared once (orchestrator.querystring.Param) and read with those declarations by the
 API and the pages alike. A bad parameter is a BadRequest naming the parameter and the value.
@@ -16,6 +16,7 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from orchestrator import failure_filter as failure_filter_rule
 from orchestrator.documents import iso
 from orchestrator.exceptions import BadRequest
 from orchestrator.models import TaskAttempt
@@ -92,19 +93,11 @@ def parse_failure_filter(params: QueryDict) -> FailureFilter:
 
 
 def failed_attempts(failure_filter: FailureFilter) -> QuerySet[TaskAttempt]:
-    """Failed attempts matching the filter, newest first (not yet limited)."""
-    rows = TaskAttempt.objects.filter(state=TaskAttempt.State.FAILED).select_related(
-        "task_instance", "task_instance__dag_run", "task_instance__dag_run__dag"
+    """Failed attempts matching the filter (`orchestrator.failure_filter`), newest first (not yet limited)."""
+    rows = failure_filter_rule.failed_attempts(
+        category=failure_filter.category, reason=failure_filter.reason, dag_id=failure_filter.dag_id, since=failure_filter.since
     )
-    if failure_filter.category:
-        rows = rows.filter(context__category=failure_filter.category)
-    if failure_filter.reason:
-        rows = rows.filter(context__reason=failure_filter.reason)
-    if failure_filter.dag_id:
-        rows = rows.filter(task_instance__dag_run__dag__dag_id=failure_filter.dag_id)
-    if failure_filter.since is not None:
-        rows = rows.filter(end_date__gte=failure_filter.since)
-    return rows.order_by("-end_date", "-id")
+    return rows.select_related("task_instance", "task_instance__dag_run", "task_instance__dag_run__dag").order_by("-end_date", "-id")
 
 
 def failure_counts(rows: QuerySet[TaskAttempt]) -> dict[str, dict[str, int]]:

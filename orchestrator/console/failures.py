@@ -14,7 +14,8 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Q, QuerySet, Value
+from django.db.models import F, QuerySet, Value
+from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 from django.db.models.functions import Right, TruncDay, TruncHour, TruncMinute
 from django.http import QueryDict
@@ -23,6 +24,7 @@ from django.utils import timezone
 from orchestrator.console.charts import StackedChart, failures_over_time
 from orchestrator.console.rootcause import spent_label
 from orchestrator.console.text import error_summary
+from orchestrator.failure_filter import failed_attempts
 from orchestrator.models import FailureCount, TaskAttempt
 from orchestrator.querystring import choice, read_query, string
 from retries.states import Category, Reason, TaskState
@@ -50,7 +52,7 @@ PARAMS = (
     string("fingerprint", "Only failures with this fingerprint."),
 )
 # breakdown title -> the column it groups by: an attempt's, and an hourly count's
-BREAKDOWNS = {
+BREAKDOWNS: dict[str, tuple[Combinable, Combinable]] = {
     "Category": (KT("context__category"), F("category")),
     "Reason": (KT("context__reason"), F("reason")),
     "DAG": (F("task_instance__dag_run__dag__dag_id"), F("dag__dag_id")),
@@ -88,22 +90,10 @@ def parse(params: QueryDict) -> Filter:
 
 
 def matching(flt: Filter, now: datetime) -> QuerySet[TaskAttempt]:
-    rows = TaskAttempt.objects.filter(state=TaskAttempt.State.FAILED, end_date__gte=flt.since(now))
-    if flt.category:
-        rows = rows.filter(context__category=flt.category)
-    if flt.reason:
-        # A dead-lettered task's attempt keeps task_exception; the task itself reads poisoned.
-        task_reason = Q(task_instance__state=TaskState.DEAD_LETTER, task_instance__last_failure_context__reason=flt.reason)
-        rows = rows.filter(Q(context__reason=flt.reason) | task_reason)
-    if flt.dag_id:
-        rows = rows.filter(task_instance__dag_run__dag__dag_id=flt.dag_id)
-    if flt.task_id:
-        rows = rows.filter(task_instance__task_id=flt.task_id)
-    if flt.host:
-        rows = rows.filter(hostname=flt.host)
-    if flt.fingerprint:
-        rows = rows.filter(fingerprint=flt.fingerprint)
-    return rows
+    return failed_attempts(
+        category=flt.category, reason=flt.reason, dag_id=flt.dag_id, task_id=flt.task_id,
+        host=flt.host, fingerprint=flt.fingerprint, since=flt.since(now),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -151,7 +141,7 @@ def _hour_keys(flt: Filter, first_hour: datetime, trunc: Any) -> QuerySet:
 def _counted_by_hour(flt: Filter) -> bool:
     """Whether the hourly counts can answer this filter exactly. Not with minute buckets (the 1h
     window), and not with a reason: that filter also matches a dead-lettered task's attempts by
-    the task's own last reason (see `matching`), which no count of attempts knows. Those fall
+    the task's own last reason (`orchestrator.failure_filter`), which no count of attempts knows. Those fall
     back to scanning the window's attempts."""
     return WINDOWS[flt.window][1] is not TruncMinute and not flt.reason
 
@@ -273,7 +263,7 @@ def newest(rows: QuerySet[TaskAttempt], limit: int = ROWS) -> list[FailureRow]:
     return out
 
 
-def _tipped(attempt: TaskAttempt, ti: Any) -> bool:
+def _tipped(attempt: Any, ti: Any) -> bool:
     """Whether this attempt dead-lettered its task: the task's latest attempt, while the task is
     dead-lettered or was when an operator marked it failed or success (its context's prior state)."""
     if attempt.attempt_token != ti.attempt_token:

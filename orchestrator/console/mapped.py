@@ -8,12 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-
-from orchestrator import actions
+from orchestrator.console.choices import Operator
 from orchestrator.console.text import attempt_label
 from orchestrator.models import TaskInstance
-from retries.states import ACTIVE_TASK_STATES, CLEAR_FROM, MARK_FAILED_FROM, MARK_SUCCESS_FROM, TaskState
+from retries.states import TaskState
 
 # The state a mapped task's cell takes: the first of these any instance is in.
 WORST_FIRST = (
@@ -60,7 +58,7 @@ class BulkChoice:
 
 
 def overview(
-    instances: list[TaskInstance], base_url: str, user: AbstractBaseUser | AnonymousUser, state_filter: str = ""
+    instances: list[TaskInstance], base_url: str, operator: Operator, state_filter: str = ""
 ) -> dict[str, Any]:
     """The mapped task's page: its instances (filtered by state), counts, bulk actions."""
     states = [ti.state for ti in instances]
@@ -81,36 +79,36 @@ def overview(
         "state_counts": sorted(Counter(states).items(), key=lambda item: WORST_FIRST.index(TaskState(item[0]))),
         "state_filter": state_filter,
         "worst_state": worst_state(states),
-        "bulk_choices": bulk_choices(instances, base_url, user),
+        "bulk_choices": bulk_choices(instances, base_url, operator),
     }
 
 
-def bulk_choices(instances: list[TaskInstance], base_url: str, user: AbstractBaseUser | AnonymousUser) -> list[BulkChoice]:
+def bulk_choices(instances: list[TaskInstance], base_url: str, operator: Operator) -> list[BulkChoice]:
     """Actions on every instance, or on the failed ones; each instance is acted on and audited
-    on its own, and one whose state refuses the action is left as it is."""
-    if not user.has_perm(actions.ACT_PERMISSION):  # type: ignore[union-attr]
-        return []
-    n = len(instances)
-    failed = sum(1 for ti in instances if ti.state in (TaskState.FAILED, TaskState.DEAD_LETTER))
-    out = []
-    if any(ti.state in CLEAR_FROM for ti in instances):
-        out.append(BulkChoice("clear", f"Clear all {n}", f"{base_url}/clear",
-                              f"Every one of the {n} instances that is finished runs again with a fresh set of tries.", "all"))
-    if failed:
-        out.append(BulkChoice("clear", f"Clear the {failed} failed", f"{base_url}/clear",
-                              f"The {failed} failed or dead-lettered instances run again with a fresh set of tries.", "failed"))
-        out.append(BulkChoice("reclassify", f"Reclassify the {failed} failed", f"{base_url}/reclassify",
-                              "Each failed instance's last user-charged failure is charged to the platform; its try is given back.", "failed"))
-        out.append(BulkChoice("mark_success", f"Mark the {failed} failed success", f"{base_url}/mark_success",
-                              "The failed instances are recorded as succeeded (with a null result) without running.", "failed"))
-    if any(ti.state in MARK_SUCCESS_FROM for ti in instances):
-        out.append(BulkChoice("mark_success", f"Mark all {n} success", f"{base_url}/mark_success",
-                              "Every instance that has not succeeded is recorded as succeeded without running.", "all"))
-    if any(ti.state in MARK_FAILED_FROM or ti.state in ACTIVE_TASK_STATES for ti in instances):
-        out.append(BulkChoice("mark_failed", f"Mark all {n} failed", f"{base_url}/mark_failed",
-                              "Every instance is recorded as failed and not retried; queued and running ones are stopped.", "all",
-                              danger=True))
-    return out
+    on its own, and one whose state refuses the action is left as it is. A choice is offered
+    when at least one instance of its scope allows the action."""
+    allowed = operator.allowed(instances)
+    failed = selected(instances, "failed")
+
+    def any_allows(action: str, scope: list[TaskInstance]) -> bool:
+        return any(action in allowed.get(ti.pk, ()) for ti in scope)
+
+    n, f = len(instances), len(failed)
+    offered = [
+        BulkChoice("clear", f"Clear all {n}", f"{base_url}/clear",
+                   f"Every one of the {n} instances that is finished runs again with a fresh set of tries.", "all"),
+        BulkChoice("clear", f"Clear the {f} failed", f"{base_url}/clear",
+                   f"The {f} failed or dead-lettered instances run again with a fresh set of tries.", "failed"),
+        BulkChoice("reclassify", f"Reclassify the {f} failed", f"{base_url}/reclassify",
+                   "Each failed instance's last user-charged failure is charged to the platform; its try is given back.", "failed"),
+        BulkChoice("mark_success", f"Mark the {f} failed success", f"{base_url}/mark_success",
+                   "The failed instances are recorded as succeeded (with a null result) without running.", "failed"),
+        BulkChoice("mark_success", f"Mark all {n} success", f"{base_url}/mark_success",
+                   "Every instance that has not succeeded is recorded as succeeded without running.", "all"),
+        BulkChoice("mark_failed", f"Mark all {n} failed", f"{base_url}/mark_failed",
+                   "Every instance is recorded as failed and not retried; queued and running ones are stopped.", "all", danger=True),
+    ]  # fmt: skip
+    return [c for c in offered if any_allows(c.name, failed if c.scope == "failed" else instances)]
 
 
 def selected(instances: list[TaskInstance], scope: str) -> list[TaskInstance]:

@@ -4,109 +4,35 @@ what each operator action would do, spelled out before anyone confirms it.
 Queries: the attempts (output cut to its head and tail in the database), the run's task
 instances (for the downstream tasks an action touches) and one count of the task instances
 that failed with the same fingerprint, and the task state's entries; none grows with the history.
+Which actions the task allows comes from the view (`choices.Operator`), not from here.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Func
 from django.db.models.functions import Left, Length, Right
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator import actions
 from orchestrator.console import mapped, rootcause
+from orchestrator.console.attempts import AttemptView, FullOutput, Output, attempt_view, dead_lettered_at
+from orchestrator.console.choices import ActionChoice, Operator, choice
 from orchestrator.console.grid import waiting_text
-from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows, duration, excerpt, seconds_between
+from orchestrator.console.text import attempt_label, context_rows, duration, excerpt, seconds_between
 from orchestrator.engine import taskstate
-from orchestrator.models import AuditLog, TaskAttempt, TaskInstance
+from orchestrator.models import TaskAttempt, TaskInstance
 from orchestrator.outputstore import OutputStore, output_store
 from orchestrator.taskconfig import args_for
 from retries.policy import cleared_max_tries
-from retries.states import (
-    ACTIVE_TASK_STATES,
-    CLEAR_FROM,
-    MARK_FAILED_FROM,
-    MARK_SUCCESS_FROM,
-    AttemptKind,
-    TaskState,
-)
+from retries.states import ACTIVE_TASK_STATES, IN_FLIGHT_TASK_STATES, TaskState
 
 # Bytes of each stream read from the database for the excerpt; the whole text is one link away.
 OUTPUT_WINDOW = 16_000
 STREAMS = ("stdout", "stderr")
-
-
-@dataclass(frozen=True)
-class Output:
-    stream: str
-    excerpt: Excerpt
-    size: int
-    url: str
-    cut_in_database: bool  # the stored text is longer than the two windows read
-    full: FullOutput | None = None  # what the output store has of it (None: no store)
-
-
-@dataclass(frozen=True)
-class FullOutput:
-    """The stream as the output store keeps it (up to its cap), or why it is not there."""
-
-    url: str
-    size: int | None  # bytes kept; None: the store does not have it
-    pending: bool  # the attempt has not ended: the store has it once it does
-
-    @property
-    def missing_because(self) -> str:
-        if self.pending:
-            return "the full output is in the output store once the attempt ends"
-        return (
-            "the output store does not have the full output: removed by the retention, kept on another "
-            "machine's disk, or it could not be written (the worker's log says so)"
-        )
-
-
-@dataclass
-class AttemptView:
-    attempt: TaskAttempt
-    number: int  # 1-based position among the physical attempts
-    category: str
-    reason: str
-    source: str
-    duration: str
-    offset_percent: float
-    width_percent: float
-    context: list[Row]
-    traceback: str
-    outputs: list[Output] = field(default_factory=list)
-    budget: str = ""  # what it was: "user try 2 of 3" / "platform retry 1 of 5"
-    budget_kind: str = ""  # user / platform: which of the two it was
-    charged: str = ""  # which budget paid for its failure ('' unless it failed)
-    poisoned: bool = False  # this attempt dead-lettered the task
-
-    @property
-    def has_full_output(self) -> bool:
-        """The output store has at least one of its streams."""
-        return any(o.full is not None and o.full.size is not None for o in self.outputs)
-
-    @property
-    def resume_label(self) -> str:
-        """What a resumable task decided on this attempt, in words ("" for other tasks)."""
-        return (self.attempt.resume or "").replace("_", " ")
-
-
-@dataclass(frozen=True)
-class ActionChoice:
-    name: str
-    label: str
-    url: str
-    explanation: str
-    danger: bool = False
-    downstream_option: bool = False
-    map_index: int | None = None  # a mapped task's instance this acts on
-    task_state_option: bool = False  # clear: offer to keep the task state
 
 
 # A result longer than this (as pretty JSON) is shown folded.
@@ -138,44 +64,33 @@ def task_url(dag_id: str, run_id: str, task_id: str) -> str:
     return reverse("web:task_detail", args=[dag_id, run_id, task_id])
 
 
-def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "") -> tuple[list[AttemptView], list[TaskAttempt]]:
-    windows = {}
+def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "") -> tuple[list[AttemptView], list[rootcause.AttemptFacts], set[int]]:
+    """The task's attempts on a timeline, each with its output's excerpts; their facts, and the
+    tokens of those that poisoned the task."""
+    windows: dict[str, Func] = {}
     for stream in STREAMS:
         windows[f"{stream}_head"] = Left(stream, OUTPUT_WINDOW)
         windows[f"{stream}_tail"] = Right(stream, OUTPUT_WINDOW)
         windows[f"{stream}_size"] = Length(stream)
     attempts = list(ti.attempts.defer(*STREAMS).annotate(**windows).order_by("attempt_token"))
+    facts = rootcause.facts_of(attempts, stderr_tail=lambda a: getattr(a, "stderr_tail", "") or "")
+    tipped = rootcause.tipping_tokens(facts, ti.state, dead_lettered_at(ti.dag_run, ti.task_id).get(ti.task_id, []))
     starts = [a.start_date or a.queued_at for a in attempts]
     ends = [a.end_date or (now if a.state in ("queued", "running") else (a.start_date or a.queued_at)) for a in attempts]
     first = min(starts, default=now)
     span = max((seconds_between(first, max(ends, default=now)) or 0.0), 0.001)
     views = []
     store = output_store()
-    for number, (attempt, start, end) in enumerate(zip(attempts, starts, ends), start=1):
-        context = attempt.context or {}
-        metadata = context.get("metadata") or {}
-        traceback = str(metadata.get("traceback") or "")
+    for attempt, fact, start, end in zip(attempts, facts, starts, ends):
         outputs = _outputs(attempt, f"{base_url}/attempts/{attempt.attempt_token}", query, store)
-        # The traceback is shown once: in stderr when the task printed it there, else here.
-        if traceback and any(traceback.strip()[-200:] in (o.excerpt.head + o.excerpt.tail) for o in outputs):
-            traceback = ""
+        view = attempt_view(attempt, fact, ti, tipped, output="".join(o.excerpt.head + o.excerpt.tail for o in outputs))
         secs = seconds_between(attempt.start_date, attempt.end_date or (now if attempt.state == "running" else None))
-        views.append(
-            AttemptView(
-                attempt=attempt,
-                number=number,
-                category=context.get("category", ""),
-                reason=context.get("reason", ""),
-                source=context.get("source", ""),
-                duration=duration(secs) if secs is not None else ("did not start" if attempt.state == "failed" else ""),
-                offset_percent=round(100 * (seconds_between(first, start) or 0.0) / span, 2),
-                width_percent=max(0.6, round(100 * (seconds_between(start, end) or 0.0) / span, 2)),
-                context=context_rows(context, skip=frozenset({"traceback"})),
-                traceback=traceback,
-                outputs=outputs,
-            )
-        )
-    return views, attempts
+        view.duration = duration(secs) if secs is not None else ("did not start" if attempt.state == "failed" else "")
+        view.offset_percent = round(100 * (seconds_between(first, start) or 0.0) / span, 2)
+        view.width_percent = max(0.6, round(100 * (seconds_between(start, end) or 0.0) / span, 2))
+        view.outputs = outputs
+        views.append(view)
+    return views, facts, tipped
 
 
 def _outputs(attempt: TaskAttempt, base: str, query: str = "", store: OutputStore | None = None) -> list[Output]:
@@ -202,35 +117,34 @@ def _outputs(attempt: TaskAttempt, base: str, query: str = "", store: OutputStor
     return out
 
 
-def choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url: str, has_user_failure: bool) -> list[ActionChoice]:
-    """The actions `user` may take on `ti` now, each with what it will do."""
-    found = _choices(ti, user, base_url, has_user_failure)
-    if ti.map_index < 0:
-        return found
-    return [ActionChoice(c.name, c.label, c.url, c.explanation, c.danger, c.downstream_option, ti.map_index) for c in found]
-
-
-def _choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url: str, has_user_failure: bool) -> list[ActionChoice]:
-    if not user.has_perm(actions.ACT_PERMISSION):
+def choices(ti: TaskInstance, operator: Operator, base_url: str) -> list[ActionChoice]:
+    """The actions the operator may take on `ti` now, each with what it will do."""
+    allowed = operator.allowed([ti]).get(ti.pk, ())
+    if not allowed:
         return []
-    out = []
+    downstream = operator.downstream(ti)
+    return [choice(name, f"{base_url}/{name}", _explain(ti, name, downstream), ti, **_options(name, downstream)) for name in allowed]
+
+
+def _options(name: str, downstream: list[TaskInstance]) -> dict[str, bool]:
+    return {"downstream_option": bool(downstream), "task_state_option": True} if name == "clear" else {}
+
+
+def _explain(ti: TaskInstance, name: str, downstream: list[TaskInstance]) -> str:
+    """What action `name` will do to `ti` and its downstream tasks, by name."""
     state = ti.state
-    downstream = actions.downstream_of(ti)
     waiting_downstream = [d.task_id for d in downstream if d.state == TaskState.UPSTREAM_FAILED]
-    if state in CLEAR_FROM:
-        retries = int(args_for(ti)["retries"])
-        more = cleared_max_tries(ti.try_number, retries) - ti.try_number
+    if name == "clear":
+        more = cleared_max_tries(ti.try_number, int(args_for(ti)["retries"])) - ti.try_number
         text = f"The task runs again with {more} more tr{'y' if more == 1 else 'ies'} (up to attempt {ti.try_number + more})"
         if waiting_downstream:
             text += f"; {', '.join(waiting_downstream)} (upstream_failed) will run after it"
         text += ". With downstream, every finished downstream task runs again too."
-        text += " Its task state is emptied (a resumable task then starts a new remote job) unless you keep it."
-        out.append(ActionChoice("clear", "Clear", f"{base_url}/clear", text, downstream_option=bool(downstream), task_state_option=True))
-    if state in MARK_SUCCESS_FROM:
+        return text + " Its task state is emptied (a resumable task then starts a new remote job) unless you keep it."
+    if name == "mark_success":
         text = "The task is recorded as succeeded without running"
-        text += f"; {', '.join(waiting_downstream)} will run." if waiting_downstream else "; its downstream tasks may start."
-        out.append(ActionChoice("mark_success", "Mark success", f"{base_url}/mark_success", text))
-    if state in MARK_FAILED_FROM or state in ACTIVE_TASK_STATES:
+        return text + (f"; {', '.join(waiting_downstream)} will run." if waiting_downstream else "; its downstream tasks may start.")
+    if name == "mark_failed":
         if state in ACTIVE_TASK_STATES:
             where = f" on {ti.worker_name}" if ti.worker_name else ""
             text = f"Stops the {state} task{where}: its process group gets SIGTERM, then SIGKILL after the kill grace; it is not retried."
@@ -239,17 +153,15 @@ def _choices(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, base_url:
         pending = [d.task_id for d in downstream if d.state in (TaskState.NONE, TaskState.SCHEDULED)]
         if pending:
             text += f" Downstream tasks waiting on it ({', '.join(pending)}) may become upstream_failed."
-        out.append(ActionChoice("mark_failed", "Mark failed", f"{base_url}/mark_failed", text, danger=True))
-    if state not in ACTIVE_TASK_STATES and has_user_failure:
-        used, limit = ti.infrastructure_try_number, ti.infrastructure_retry_limit
-        text = (
-            "Its last user-charged failure is charged to the platform instead: that try is given back and "
-            f"repeats (attempt {ti.try_number} of {ti.max_tries} again), using platform retry {used + 1} of {limit}."
-        )
-        if state in (TaskState.FAILED, TaskState.DEAD_LETTER):
-            text += " The task is scheduled again."
-        out.append(ActionChoice("reclassify", "Reclassify as platform failure", f"{base_url}/reclassify", text))
-    return out
+        return text
+    used, limit = ti.infrastructure_try_number, ti.infrastructure_retry_limit
+    text = (
+        "Its last user-charged failure is charged to the platform instead: that try is given back and "
+        f"repeats (attempt {ti.try_number} of {ti.max_tries} again), using platform retry {used + 1} of {limit}."
+    )
+    if state in (TaskState.FAILED, TaskState.DEAD_LETTER):
+        text += " The task is scheduled again."
+    return text
 
 
 # A value longer than this (as JSON) is shown folded: its first characters, the rest on demand.
@@ -291,29 +203,13 @@ def task_state_rows(ti: TaskInstance, attempts: list[AttemptView]) -> list[State
     return rows
 
 
-def dead_lettered_at(ti: TaskInstance) -> list[datetime]:
-    """When an operator acted on the task while it was dead-lettered (from the audit log)."""
-    rows = AuditLog.objects.filter(
-        dag_id=ti.dag_run.dag.dag_id, run_id=ti.dag_run.run_id, task_id=ti.task_id, prior_state=TaskState.DEAD_LETTER
-    )
-    return list(rows.order_by("at").values_list("at", flat=True))
-
-
-def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_error: str = "", notice: str = "") -> dict[str, Any]:
+def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", notice: str = "") -> dict[str, Any]:
     now = timezone.now()
     run, dag = ti.dag_run, ti.dag_run.dag
     base_url = task_url(dag.dag_id, run.run_id, ti.task_id).rstrip("/")
     instance_query = f"?map_index={ti.map_index}" if ti.map_index >= 0 else ""
-    attempts, rows = attempt_views(ti, base_url, now, instance_query)
-    has_user_failure = any(a.attempt.kind == AttemptKind.USER and a.attempt.state == "failed" for a in attempts)
+    attempts, facts, tipped = attempt_views(ti, base_url, now, instance_query)
     last = ti.last_failure_context or {}
-    facts = rootcause.facts_of(rows, stderr_tail=lambda a: getattr(a, "stderr_tail", "") or "")
-    tipped = rootcause.tipping_tokens(facts, ti.state, dead_lettered_at(ti))
-    for view, fact in zip(attempts, facts):
-        view.poisoned = fact.token in tipped
-        view.budget = rootcause.attempt_label(fact.previous_kind, fact.try_number, fact.infrastructure_try_number, ti.max_tries, ti.infrastructure_retry_limit)
-        view.budget_kind = AttemptKind.PLATFORM if fact.previous_kind == AttemptKind.PLATFORM else AttemptKind.USER
-        view.charged = rootcause.charged_to(fact.kind) if fact.state == "failed" and not rootcause.is_action(fact.context) else ""
     cause = rootcause.root_cause(facts, last, max_tries=ti.max_tries, infrastructure_retry_limit=ti.infrastructure_retry_limit, tipped=tipped)
     action = rootcause.operator_action(last)
     ran = rootcause.attempts_seconds(facts, now)
@@ -321,7 +217,7 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
         "dag": dag,
         "run": run,
         "ti": ti,
-        "finished": ti.state not in ACTIVE_TASK_STATES and ti.state not in (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY),
+        "finished": _settled(ti),
         "attempt_label": attempt_label(ti.try_number, ti.max_tries),
         "waiting": waiting_text(getattr(ti, "waiting_for", None)),
         "attempts": attempts,
@@ -332,7 +228,7 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
         "operator_action": action,
         # After a success the last failure is history, not the state.
         "last_failure_is_history": cause is not None and ti.state == TaskState.SUCCESS,
-        "choices": choices(ti, user, base_url, has_user_failure),
+        "choices": choices(ti, operator, base_url),
         "fingerprint_url": reverse("web:fingerprint", args=[ti.failure_fingerprint]) if ti.failure_fingerprint else "",
         "action_error": action_error,
         "notice": notice,
@@ -341,15 +237,20 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
         "result": result_view(ti.result),
         # A mapped instance's item, as JSON (a long one clipped: the whole is in the task's spec or upstream result).
         "item": _clip(json.dumps(ti.map_item, ensure_ascii=False), 300) if ti.map_index >= 0 else None,
-        "label": actions.label(ti),
+        "label": ti.label,
         "instance_query": instance_query,
         "all_instances_url": base_url if ti.map_index >= 0 else "",
     }
 
 
+def _settled(ti: TaskInstance) -> bool:
+    """Whether the task will not move by itself (finished or dead-lettered): its page stops polling."""
+    return ti.state not in IN_FLIGHT_TASK_STATES and ti.state != TaskState.NONE
+
+
 def mapped_context(
     instances: list[TaskInstance],
-    user: AbstractBaseUser | AnonymousUser,
+    operator: Operator,
     state_filter: str = "",
     *,
     action_error: str = "",
@@ -360,14 +261,14 @@ def mapped_context(
     first = instances[0]
     run, dag = first.dag_run, first.dag_run.dag
     base_url = task_url(dag.dag_id, run.run_id, first.task_id).rstrip("/")
-    overview = mapped.overview(instances, base_url, user, state_filter)
+    overview = mapped.overview(instances, base_url, operator, state_filter)
     return {
         "dag": dag,
         "run": run,
         "ti": first,
         "label": first.task_id,
         "mapped": overview,
-        "finished": all(ti.state not in ACTIVE_TASK_STATES and ti.state not in (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) for ti in instances),
+        "finished": all(_settled(ti) for ti in instances),
         "action_error": action_error,
         "notice": notice,
         "instance_query": f"?state={state_filter}" if state_filter else "",

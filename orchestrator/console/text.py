@@ -109,3 +109,10 @@ def error_summary(context: dict[str, Any] | None, stderr_tail: str = "") -> str:
     if metadata.get("note"):
         return f"{context.get('reason', '')}: {metadata['note']}"
     return str(context.get("reason", ""))
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON for a <pre> block; templates escape it."""
+    if value in (None, {}, []):
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, default=str)

@@ -6,24 +6,21 @@ import json
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from orchestrator import actions, backfills
-from orchestrator.exceptions import ActionError, NotFound
+from orchestrator.exceptions import ActionError
 from orchestrator.models import Backfill, BackfillDate
-from orchestrator.web import presenters
+from orchestrator.web.pages import lookup, polled, require
 
-STOP_POLLING = 286
 FORM_FIELDS = ("from", "to", "reprocess", "max_active_runs", "backwards", "conf")
 
 
 def _require_trigger(request: HttpRequest) -> None:
-    if not presenters.may_trigger(request.user):
-        raise PermissionDenied(f"permission '{actions.TRIGGER_PERMISSION}' required")
+    require(actions.may_trigger(request.user), actions.TRIGGER_PERMISSION)
 
 
 def _checked(dag: Any, form: dict[str, str]) -> backfills.Request:
@@ -47,10 +44,7 @@ def backfill_new(request: HttpRequest, dag_id: str) -> HttpResponse:
     """`step=preview`: the dry run's dates, with a button to create it; `step=create`: create
     it and show its page. Errors come back on the form, naming the field."""
     _require_trigger(request)
-    try:
-        dag = actions.find_dag(dag_id)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
+    dag = lookup(actions.find_dag, dag_id)
     form = {name: request.POST.get(name, "") for name in FORM_FIELDS}
     try:
         checked = _checked(dag, form)
@@ -85,7 +79,7 @@ def _page_context(request: HttpRequest, backfill: Backfill) -> dict[str, Any]:
         "done": runs["success"] + runs["failed"],
         "dates": dates,
         "over": backfills.is_over(backfill),
-        "may_act": presenters.may_trigger(request.user),
+        "may_act": actions.may_trigger(request.user),
     }
 
 
@@ -93,25 +87,17 @@ def _page_context(request: HttpRequest, backfill: Backfill) -> dict[str, Any]:
 @require_GET
 def backfill_detail(request: HttpRequest, backfill_id: str) -> HttpResponse:
     """The backfill page; an htmx poll gets the #backfill-body partial (286 once it is over)."""
-    try:
-        backfill = backfills.find(backfill_id)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
-    context = _page_context(request, backfill)
-    if request.headers.get("HX-Request") == "true":
-        return TemplateResponse(request, "web/backfill_detail.html#backfill_body", context, status=STOP_POLLING if context["over"] else 200)
-    return TemplateResponse(request, "web/backfill_detail.html", context)
+    context = _page_context(request, lookup(backfills.find, backfill_id))
+    return polled(request, "web/backfill_detail.html", "backfill_body", context, finished=context["over"])
 
 
 @login_required
 @require_POST
 def backfill_action(request: HttpRequest, backfill_id: str, action: str) -> HttpResponse:
     _require_trigger(request)
+    backfill = lookup(backfills.find, backfill_id)
     try:
-        backfill = backfills.find(backfill_id)
         backfills.act(backfill, action, request.user)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
     except ActionError as exc:
         context = {**_page_context(request, backfill), "error": str(exc)}
         return TemplateResponse(request, "web/backfill_detail.html", context, status=exc.status)

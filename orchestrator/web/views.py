@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TypeVar
+from functools import partial
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.templatetags.static import static
@@ -16,59 +16,55 @@ from django.views.decorators.http import require_GET, require_POST
 
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
-from orchestrator.console import charts, deadletters, grid, mapped, taskinstance
+from orchestrator.console import charts, dags, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
+from orchestrator.console import run as run_page
 from orchestrator.console import workers as worker_pages
-from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
-from orchestrator.models import AuditLog, DagRun
+from orchestrator.console.choices import Operator, action_done
+from orchestrator.console.text import pretty_json
+from orchestrator.exceptions import ActionError, BadRequest, Conflict
+from orchestrator.models import AuditLog, Dag, DagRun
 from orchestrator.querystring import parse_limit
 from orchestrator.specs.budget import dag_verdicts
 from orchestrator.web import backfills as backfill_pages
-from orchestrator.web import presenters
+from orchestrator.web.pages import STOP_POLLING, is_htmx, lookup, polled, require
 from retries.states import Category, Reason
 
-STOP_POLLING = 286  # htmx stops an `every 2s` poll on this status
 RECENT_RUNS = 25
 AUDIT_ROWS = 200
-
-
-def is_htmx(request: HttpRequest) -> bool:
-    return request.headers.get("HX-Request") == "true"
-
-
-T = TypeVar("T")
-
-
-def _lookup(find: Callable[..., T], *args: str | int | None) -> T:
-    """orchestrator.actions lookups, with NotFound as the 404 page."""
-    try:
-        return find(*args)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
 
 
 def run_url(run: DagRun) -> str:
     return reverse("web:run_detail", args=[run.dag.dag_id, run.run_id])
 
 
+def operator(request: HttpRequest) -> Operator:
+    """What the requesting user may do, as orchestrator.actions decides it, for the console."""
+    return Operator(
+        may_act=actions.may_act(request.user),
+        allowed=partial(actions.allowed_actions, user=request.user),
+        downstream=actions.downstream_of,
+    )
+
+
 @login_required
 @require_GET
 def dag_list(request: HttpRequest) -> HttpResponse:
-    return TemplateResponse(request, "web/dag_list.html", {"rows": presenters.dag_rows()})
+    return TemplateResponse(request, "web/dag_list.html", {"rows": dags.dag_rows()})
 
 
-def _dag_context(request: HttpRequest, dag, **extra) -> dict:
+def _dag_context(request: HttpRequest, dag: Dag, **extra: Any) -> dict[str, Any]:
     dag_grid = grid.build(dag, limit=RECENT_RUNS)
     return {
         "dag": dag,
-        "tasks": presenters.task_rows(dag),
+        "tasks": dags.task_rows(dag),
         "grid": dag_grid,
         "runs": dag_grid.runs[::-1],
         "deadline_chart": charts.deadline_history([r.run for r in dag_grid.runs]),
-        "may_trigger": presenters.may_trigger(request.user),
-        "may_pause": request.user.has_perm("orchestrator.change_dag"),
+        "may_trigger": actions.may_trigger(request.user),
+        "may_pause": actions.may_pause(request.user),
         "dag_deadline_history": dag_deadline_history(dag),
-        "default_args": presenters.pretty_json(dag.default_args),
+        "default_args": pretty_json(dag.default_args),
         "backfills": backfill_pages.recent_backfills(dag),
         "budget": dag_verdicts(dag),
         "form": {},
@@ -80,7 +76,7 @@ def _dag_context(request: HttpRequest, dag, **extra) -> dict:
 @require_GET
 def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
     """The DAG page; an htmx poll gets the #dag-grid partial, and status 286 once no run is active."""
-    dag = _lookup(actions.find_dag, dag_id)
+    dag = lookup(actions.find_dag, dag_id)
     if is_htmx(request):
         dag_grid = grid.build(dag, limit=RECENT_RUNS)
         status = 200 if dag_grid.active else STOP_POLLING
@@ -92,9 +88,8 @@ def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
 @require_POST
 def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
     """Trigger a run from the form's optional JSON `conf`; then show the new run."""
-    if not presenters.may_trigger(request.user):
-        raise PermissionDenied("permission 'orchestrator.trigger_dagrun' required")
-    dag = _lookup(actions.find_dag, dag_id)
+    require(actions.may_trigger(request.user), actions.TRIGGER_PERMISSION)
+    dag = lookup(actions.find_dag, dag_id)
     raw_conf = request.POST.get("conf", "").strip()
     try:
         try:
@@ -112,9 +107,8 @@ def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
 @require_POST
 def dag_pause(request: HttpRequest, dag_id: str) -> HttpResponse:
     """Pause (`paused=1`) or unpause (`paused=0`) the DAG; then show the DAG page."""
-    if not request.user.has_perm("orchestrator.change_dag"):
-        raise PermissionDenied("permission 'orchestrator.change_dag' required")
-    dag = _lookup(actions.find_dag, dag_id)
+    require(actions.may_pause(request.user), actions.PAUSE_PERMISSION)
+    dag = lookup(actions.find_dag, dag_id)
     actions.set_paused(dag, request.user, paused=request.POST.get("paused") == "1")
     return HttpResponseRedirect(reverse("web:dag_detail", args=[dag.dag_id]), status=303)
 
@@ -129,22 +123,18 @@ def _page_number(request: HttpRequest) -> int:
 @require_GET
 def run_detail(request: HttpRequest, dag_id: str, run_id: str) -> HttpResponse:
     """The run page; an htmx poll gets the #run-body partial, and status 286 once the run is over."""
-    run = _lookup(actions.find_run, dag_id, run_id)
-    context = presenters.run_context(run, request.user, page=_page_number(request))
-    if is_htmx(request):
-        status = STOP_POLLING if context["finished"] else 200
-        return TemplateResponse(request, "web/run_detail.html#run_body", context, status=status)
-    return TemplateResponse(request, "web/run_detail.html", context)
+    run = lookup(actions.find_run, dag_id, run_id)
+    context = run_page.context(run, operator(request), page=_page_number(request))
+    return polled(request, "web/run_detail.html", "run_body", context, finished=context["finished"])
 
 
 @login_required
 @require_POST
 def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action: str) -> HttpResponse:
     """clear / mark_success / mark_failed / reclassify from the run page's buttons."""
-    if not request.user.has_perm(actions.ACT_PERMISSION):
-        raise PermissionDenied(f"permission '{actions.ACT_PERMISSION}' required")
+    _require_act(request)
     map_index = _map_index(request.POST.get("map_index"))
-    instances = _lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
+    instances = lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
     # A mapped task's page acts on every instance, or on the failed ones ("scope"), once confirmed.
     instances = mapped.selected(instances, request.POST.get("scope", "all")) if map_index is None else instances
     note = request.POST.get("note", "").strip()
@@ -161,33 +151,27 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     except ActionError as exc:
         error, status = str(exc), exc.status
     label = task_id if map_index is None else f"{task_id}[{map_index}]"
-    notice = "" if error else presenters.action_done(action, label, note)
+    notice = "" if error else action_done(action, label, note)
     if request.POST.get("back") == "task":
-        return _after_task_action(request, dag_id, run_id, task_id, error, status, notice, map_index)
-    run = _lookup(actions.find_run, dag_id, run_id)
-    if is_htmx(request):
-        # htmx swaps only 2xx responses: the error (or what was done) is shown inside the partial.
-        context = presenters.run_context(run, request.user, action_error=error, notice=notice)
-        return TemplateResponse(request, "web/run_detail.html#run_body", context)
-    if error:
-        context = presenters.run_context(run, request.user, action_error=error)
-        return TemplateResponse(request, "web/run_detail.html", context, status=status)
-    messages.success(request, notice)
-    return HttpResponseRedirect(run_url(run), status=303)
+        url = taskinstance.task_url(dag_id, run_id, task_id) + ("" if map_index is None else f"?map_index={map_index}")
+        task_page = partial(_task_page, request, dag_id, run_id, task_id, map_index)
+        return _after_action(request, "web/task_detail.html", "task_body", task_page, url, error, status, notice)
+    run = lookup(actions.find_run, dag_id, run_id)
+    run_context = partial(run_page.context, run, operator(request))
+    return _after_action(request, "web/run_detail.html", "run_body", run_context, run_url(run), error, status, notice)
 
 
-def _after_task_action(
-    request: HttpRequest, dag_id: str, run_id: str, task_id: str, error: str, status: int, notice: str, map_index: int | None
+def _after_action(
+    request: HttpRequest, template: str, body: str, page: Callable[..., dict[str, Any]], url: str, error: str, status: int, notice: str
 ) -> HttpResponse:
+    """The page an action came from: for htmx its `body` partial with the error or what was done
+    (htmx swaps only 2xx responses); else the page with the error, or a redirect to it."""
     if is_htmx(request):
-        context = _task_page(request, dag_id, run_id, task_id, map_index, action_error=error, notice=notice)
-        return TemplateResponse(request, "web/task_detail.html#task_body", context)
+        return TemplateResponse(request, f"{template}#{body}", page(action_error=error, notice=notice))
     if error:
-        context = _task_page(request, dag_id, run_id, task_id, map_index, action_error=error)
-        return TemplateResponse(request, "web/task_detail.html", context, status=status)
+        return TemplateResponse(request, template, page(action_error=error), status=status)
     messages.success(request, notice)
-    url = taskinstance.task_url(dag_id, run_id, task_id)
-    return HttpResponseRedirect(url if map_index is None else f"{url}?map_index={map_index}", status=303)
+    return HttpResponseRedirect(url, status=303)
 
 
 def _map_index(raw: str | None) -> int | None:
@@ -204,12 +188,12 @@ def _task_page(
     request: HttpRequest, dag_id: str, run_id: str, task_id: str, map_index: int | None, *, action_error: str = "", notice: str = ""
 ) -> dict:
     """One task instance's page, or a mapped task's page: its instances and what acts on all."""
-    instances = _lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
+    instances = lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
     if map_index is None and mapped.is_mapped(instances):
         return taskinstance.mapped_context(
-            instances, request.user, request.GET.get("state", ""), action_error=action_error, notice=notice
+            instances, operator(request), request.GET.get("state", ""), action_error=action_error, notice=notice
         )
-    return taskinstance.context(instances[0], request.user, action_error=action_error, notice=notice)
+    return taskinstance.context(instances[0], operator(request), action_error=action_error, notice=notice)
 
 
 @login_required
@@ -218,17 +202,14 @@ def task_detail(request: HttpRequest, dag_id: str, run_id: str, task_id: str) ->
     """One task instance: attempts to scale, contexts, output, and the actions it allows (a
     mapped task: its instances, `?map_index=N` for one, `?state=` to filter)."""
     context = _task_page(request, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
-    if is_htmx(request):
-        status = STOP_POLLING if context["finished"] else 200
-        return TemplateResponse(request, "web/task_detail.html#task_body", context, status=status)
-    return TemplateResponse(request, "web/task_detail.html", context)
+    return polled(request, "web/task_detail.html", "task_body", context, finished=context["finished"])
 
 
 @login_required
 @require_GET
 def task_output(request: HttpRequest, dag_id: str, run_id: str, task_id: str, token: int, stream: str) -> HttpResponse:
     """The whole stored stdout or stderr of one attempt, as plain text (never rendered as HTML)."""
-    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
+    ti = lookup(actions.find_task_instance, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
     text = taskinstance.output_text(ti, token, stream)
     if text is None:
         raise Http404("no such attempt output")
@@ -242,7 +223,7 @@ def task_output(request: HttpRequest, dag_id: str, run_id: str, task_id: str, to
 def task_output_file(request: HttpRequest, dag_id: str, run_id: str, task_id: str, token: int, stream: str) -> FileResponse:
     """One attempt's stream as the output store keeps it (up to its cap), streamed from the file
     as plain text: never rendered as HTML, whatever bytes the task wrote."""
-    ti = _lookup(actions.find_task_instance, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
+    ti = lookup(actions.find_task_instance, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
     reader = taskinstance.output_file(ti, token, stream)
     if reader is None:
         raise Http404("the output store does not have this output")
@@ -261,8 +242,7 @@ def fingerprint(request: HttpRequest, fingerprint: str) -> HttpResponse:
 
 
 def _require_act(request: HttpRequest) -> None:
-    if not request.user.has_perm(actions.ACT_PERMISSION):
-        raise PermissionDenied(f"permission '{actions.ACT_PERMISSION}' required")
+    require(actions.may_act(request.user), actions.ACT_PERMISSION)
 
 
 def _bulk_message(request: HttpRequest, verb: str, done: list[str], errors: list[str]) -> None:
@@ -276,7 +256,7 @@ def _bulk_message(request: HttpRequest, verb: str, done: list[str], errors: list
 def run_clear_failed(request: HttpRequest, dag_id: str, run_id: str) -> HttpResponse:
     """Clear every failed task of the run (their upstream_failed downstream tasks follow)."""
     _require_act(request)
-    run = _lookup(actions.find_run, dag_id, run_id)
+    run = lookup(actions.find_run, dag_id, run_id)
     note = request.POST.get("note", "").strip()
     done, errors = actions.act_on_many("clear", actions.failed_in_run(run), request.user, note=note)
     _bulk_message(request, "Cleared", done, errors)
@@ -286,7 +266,7 @@ def run_clear_failed(request: HttpRequest, dag_id: str, run_id: str) -> HttpResp
 @login_required
 @require_GET
 def dead_letters(request: HttpRequest) -> HttpResponse:
-    context = {"groups": deadletters.groups(), "may_act": request.user.has_perm(actions.ACT_PERMISSION)}
+    context = {"groups": deadletters.groups(), "may_act": actions.may_act(request.user)}
     return TemplateResponse(request, "web/dead_letters.html", context)
 
 
@@ -312,7 +292,7 @@ def dead_letter_action(request: HttpRequest) -> HttpResponse:
 @require_GET
 def failures(request: HttpRequest) -> HttpResponse:
     """Failed attempts over a window, counted by category, reason, DAG, task, host and fingerprint."""
-    context = {
+    context: dict[str, Any] = {
         "windows": list(failure_pages.WINDOWS),
         "categories": [c.value for c in Category],
         "reasons": [r.value for r in Reason],
@@ -354,5 +334,5 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         limit = parse_limit(request.GET, default=AUDIT_ROWS)
     except BadRequest:
         limit = AUDIT_ROWS
-    rows = [(entry, presenters.pretty_json(entry.details)) for entry in entries.order_by("-at", "-id")[:limit]]
+    rows = [(entry, pretty_json(entry.details)) for entry in entries.order_by("-at", "-id")[:limit]]
     return TemplateResponse(request, "web/audit_log.html", {"rows": rows, "filters": filters})

@@ -37,3 +37,14 @@ def test_it_lists_and_shows_but_does_not_edit(admin_client, history, model: str)
     assert detail.status_code == 200
     assert 'name="_save"' not in detail.content.decode()
     assert admin_client.get(f"/admin/{app}/{model}/add/").status_code == 403
+
+
+def test_a_circuits_tunables_edited_here_are_audited(admin_client) -> None:
+    from orchestrator.models import Circuit
+
+    circuit = Circuit.objects.create(name="payments")
+    form = {"name": "payments", "window": "120", "min_attempts": "", "failure_rate": "", "cooldown": "", "ramp": ""}
+    response = admin_client.post(f"/admin/orchestrator/circuit/{circuit.pk}/change/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    entry = AuditLog.objects.get()
+    assert (entry.action, entry.username, entry.details) == ("admin_change_circuit", "admin", {"circuit": "payments", "fields": ["window"]})

@@ -1,13 +1,15 @@
 """Circuit breaker rules (retries.circuits), as functions of their inputs and a clock."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator.engine.circuits import settings_for
+from orchestrator.models import Circuit
 from retries.circuits import (
-    CircuitSettings,
     Gate,
     after_probe,
     counting_since,
@@ -21,7 +23,7 @@ from retries.states import CircuitState
 
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
 FAST = settings(deadline=None, max_examples=200)
-DEFAULTS = CircuitSettings()  # window 60, min attempts 20, failure rate 0.5, cool-down 30, ramp 30
+DEFAULTS = settings_for(Circuit(name="defaults"))  # the settings: window 60, min attempts 20, failure rate 0.5, cool-down 30, ramp 30
 
 
 @FAST
@@ -36,7 +38,7 @@ def test_the_boundaries():
     assert not should_open(19, 19, DEFAULTS)
     assert should_open(20, 10, DEFAULTS)
     assert not should_open(20, 9, DEFAULTS)
-    assert not should_open(0, 0, CircuitSettings(min_attempts=0))
+    assert not should_open(0, 0, replace(DEFAULTS, min_attempts=0))
 
 
 def test_the_window_starts_afresh_at_a_close():

@@ -84,3 +84,47 @@ def test_the_admin_links_to_the_console_and_back(client, django_user_model):
 def test_favicon_does_not_404(anonymous_client):
     response = anonymous_client.get("/favicon.ico")
     assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
+
+
+@pytest.fixture
+def web_host_an_hour_fast(monkeypatch):
+    """This machine's clock an hour ahead of the database's (the shared clock measures again)."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from orchestrator.engine import clock
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite's clock is this machine's")
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(hours=1))
+    clock._offset = None
+    yield
+    clock._offset = None
+
+
+def test_an_action_and_its_audit_entry_keep_the_shared_clocks_time(alice, web_host_an_hour_fast):
+    """The end date an action writes and the audit entry's time are the database's, not the
+    web host's: the engine and the pages compare them with the times workers wrote."""
+    from orchestrator.engine.clock import db_now
+
+    run = make_run(chain_dag("etl"))
+    entry = actions.mark_failed(instance(run, "extract"), alice)
+    database = db_now()
+    assert abs((AuditLog.objects.get(pk=entry.pk).at - database).total_seconds()) < 60
+    assert abs((instance(run, "extract").end_date - database).total_seconds()) < 60
+
+
+def test_a_circuit_operated_by_hand_is_audited_once_on_the_shared_clock(alice, web_host_an_hour_fast):
+    from orchestrator.engine import circuits
+    from orchestrator.engine.clock import db_now
+
+    circuit = circuits.get("payments")
+    entry = actions.operate_circuit(circuit, "open", alice, note="downstream is down")
+    circuit.refresh_from_db()
+    assert circuit.state == "open" and abs((circuit.opened_at - db_now()).total_seconds()) < 60
+    assert AuditLog.objects.get() == entry
+    assert (entry.action, entry.username, entry.prior_state, entry.new_state) == ("circuit_open", "alice", "closed", "open")
+    assert entry.details == {"circuit": "payments", "note": "downstream is down"}

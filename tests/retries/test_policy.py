@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator import taskconfig
 from retries.backoff import ceiling
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, PlatformSettings, RetryArgs, decide
@@ -25,8 +26,9 @@ from retries.states import (
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
 FP_A = "4a7c1d9e02bb"
 FP_B = "0123456789ab"
-ARGS = RetryArgs(poison_threshold=2)  # retry_delay 2 s, exponential, cap 600 s, full jitter, platform limit 5
-PLATFORM = PlatformSettings()  # platform retry after 10 s, 1 pre-execution retry per user try, "error" excluded
+# The system defaults (retry_delay 2 s, exponential, cap 600 s, full jitter, platform limit 5) with poisoning on.
+ARGS = replace(taskconfig.retry_args(taskconfig.system_defaults()), poison_threshold=2)
+PLATFORM = taskconfig.platform_settings()  # platform retry after 10 s, 1 pre-execution retry per user try, "error" excluded
 FAST = settings(deadline=None, max_examples=150)
 
 INFRASTRUCTURE_REASONS = [r for r in Reason if CATEGORY_OF_REASON[r] is Category.INFRASTRUCTURE]
@@ -114,7 +116,7 @@ def test_it_retries_an_infrastructure_failure_on_the_platform_budget(reason: Rea
 def test_it_waits_the_configured_platform_delay() -> None:
     """ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY decides when a platform retry is dispatched."""
     for seconds in (0.0, 42.5):
-        decision = run(failure(Reason.WORKER_LOST), budget(), platform=PlatformSettings(infrastructure_retry_delay=seconds))
+        decision = run(failure(Reason.WORKER_LOST), budget(), platform=replace(PLATFORM, infrastructure_retry_delay=seconds))
         assert decision.next_retry_at == NOW + timedelta(seconds=seconds)
 
 
@@ -204,7 +206,7 @@ def test_it_charges_the_user_once_the_pre_execution_allowance_is_spent() -> None
 
 def test_it_gives_each_user_try_its_own_pre_execution_allowance() -> None:
     """At most `pre_execution_retries` platform retries per user try, counted afresh each try."""
-    platform = PlatformSettings(pre_execution_retries=2)
+    platform = replace(PLATFORM, pre_execution_retries=2)
     counters = budget(try_number=1, max_tries=3)
     kinds: list[tuple[int, AttemptKind]] = []
     for _ in range(9):
@@ -236,13 +238,13 @@ def test_it_charges_an_excluded_pre_execution_kind_to_the_user_at_once() -> None
 
 def test_it_retries_every_pre_execution_kind_when_none_is_excluded() -> None:
     """An empty ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS excludes nothing, not even `error`."""
-    decision = run(pre_execution("error"), budget(), platform=PlatformSettings(pre_execution_excluded_reasons=frozenset()))
+    decision = run(pre_execution("error"), budget(), platform=replace(PLATFORM, pre_execution_excluded_reasons=frozenset()))
     assert decision.kind is AttemptKind.PLATFORM
 
 
 def test_it_honours_a_custom_excluded_list() -> None:
     """Excluded kinds go to the user; the others stay on the platform."""
-    platform = PlatformSettings(pre_execution_excluded_reasons=frozenset({"killed", "start_error"}))
+    platform = replace(PLATFORM, pre_execution_excluded_reasons=frozenset({"killed", "start_error"}))
     assert run(pre_execution("killed"), budget(), platform=platform).kind is AttemptKind.USER
     assert run(pre_execution("start_error"), budget(), platform=platform).kind is AttemptKind.USER
     assert run(pre_execution("error"), budget(), platform=platform).kind is AttemptKind.PLATFORM
@@ -257,7 +259,7 @@ def test_it_reads_the_pre_execution_kind_case_insensitively() -> None:
 
 def test_it_never_retries_a_pre_execution_failure_on_the_platform_with_zero_retries() -> None:
     """ORCHESTRATOR_PRE_EXECUTION_RETRIES=0: every pre-execution failure is a startup error."""
-    decision = run(pre_execution("worker_died"), budget(), platform=PlatformSettings(pre_execution_retries=0))
+    decision = run(pre_execution("worker_died"), budget(), platform=replace(PLATFORM, pre_execution_retries=0))
     assert decision.kind is AttemptKind.USER
     assert decision.task_context.reason is Reason.STARTUP_ERROR
 
@@ -801,5 +803,5 @@ def test_reclassifying_an_older_failure_of_a_finished_task_changes_no_state():
 
 
 def test_poison_detection_is_off_unless_asked_for():
-    """RetryArgs' default agrees with the system default: 0, never dead-letter."""
-    assert RetryArgs().poison_threshold == 0
+    """The system default is 0: never dead-letter."""
+    assert taskconfig.retry_args(taskconfig.system_defaults()).poison_threshold == 0

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from orchestrator.engine import failure_counts
 from orchestrator.models import FailureCount, TaskAttempt, TaskInstance
-from retries.states import Reason
+from retries.states import Category, Reason
 from tests.api.factories import chain_dag, fail, make_run
 
 pytestmark = pytest.mark.django_db
@@ -100,3 +100,23 @@ def test_its_query_count_does_not_grow_with_history(bob_client, django_assert_ma
         fail(run, "extract")
     with django_assert_max_num_queries(14):
         assert bob_client.get("/failures/").status_code == 200
+
+
+def test_the_page_and_the_api_find_the_same_failures(bob_client):
+    """One filter for both: every reason and category counts the same on the page and in the
+    API, `poisoned` (the dead-lettered task's, not its attempts') included."""
+    run = make_run(chain_dag("etl", retries=9, poison_threshold=2))
+    fail(run, "extract")
+    TaskInstance.objects.filter(task_id="extract").update(next_retry_at=timezone.now() - timedelta(seconds=1))
+    assert fail(run, "extract").state == "dead_letter"
+    other = make_run(chain_dag("ops", retries=5))
+    fail(other, "extract", Reason.WORKER_LOST, fingerprint=None)
+    fail(other, "extract", Reason.EXECUTION_TIMEOUT, fingerprint=None)
+    filters = [{"reason": r.value} for r in Reason] + [{"category": c.value} for c in Category] + [{"dag_id": "ops"}, {}]
+    for params in filters:
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        html = bob_client.get(f"/failures/?{query}").content.decode()
+        shown = re.search(r"\((\d+) of (\d+), newest first\)", html)
+        on_page = int(shown.group(2)) if shown else 0
+        assert bob_client.get(f"/api/v1/failures?{query}").json()["count"] == on_page, params
+    assert bob_client.get("/api/v1/failures?reason=poisoned").json()["count"] == 2

@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from orchestrator.console.run import RUN_PAGE_SIZE
 from orchestrator.models import DagRun, Task, TaskInstance
-from orchestrator.web.presenters import RUN_PAGE_SIZE
 from tests.api.factories import make_run
 from tests.engine.factories import DagFactory
 

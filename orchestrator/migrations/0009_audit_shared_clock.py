@@ -1,0 +1,19 @@
+# An audit entry's time comes from the shared clock (the database's), not the web host's.
+
+import orchestrator.models
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('orchestrator', '0006_task_state'),
+    ]
+
+    operations = [
+        migrations.AlterField(
+            model_name='auditlog',
+            name='at',
+            field=models.DateTimeField(default=orchestrator.models.audit_time, editable=False),
+        ),
+    ]
