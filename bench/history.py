@@ -82,6 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=7, help="timed scheduler passes and page loads; the median counts (default 7)")
     parser.add_argument("--clean-days", type=float, default=30.0, help="db_clean --older-than (default 30)")
     parser.add_argument("--clean-pass-every", type=float, default=2.0, help="seconds between scheduler passes during the clean (default 2)")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of one scheduler pass and one failures page load")
     parser.add_argument("--json", default=None, help="write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the database (prints its URL) instead of dropping it")
     args = parser.parse_args(argv)
@@ -244,12 +245,28 @@ def vacuum_analyze() -> None:
 # --- the phases ------------------------------------------------------------------------------------
 
 
+def print_profile(function) -> None:
+    """cProfile of one call: the 25 functions with the most cumulative time."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.runcall(function)
+    pstats.Stats(profile, stream=sys.stdout).sort_stats("cumulative").print_stats(25)
+
+
 def scheduler_phase(dag, args: argparse.Namespace) -> dict[str, Any]:
     from bench.scheduler_pass import print_passes, time_passes
 
     figures = time_passes(dag, repeats=args.repeat)
     print_passes(f"scheduler pass over {args.active_runs * args.active_tasks:,} active task instances with the history loaded",
                  figures, args.active_runs)
+    if args.profile:
+        from bench.scheduler_pass import refresh_heartbeats
+        from orchestrator.engine import scheduler
+
+        refresh_heartbeats(dag)
+        print_profile(scheduler.schedule_once)
     figures["target_ms"] = TARGETS["scheduler"]
     figures["passed"] = figures["pass_ms"] <= TARGETS["scheduler"] and not figures["changed"]
     return figures
@@ -283,6 +300,8 @@ def failures_phase(args: argparse.Namespace) -> dict[str, Any]:
                     "slowest_query_ms": float(slowest["time"]) * 1000}
         print(f"  {url:<44} median {out[url]['median_ms']:7.1f} ms  worst {out[url]['max_ms']:7.1f} ms  "
               f"{len(queries)} queries (slowest {out[url]['slowest_query_ms']:.0f} ms)")
+    if args.profile:
+        print_profile(lambda: client.get("/failures/?window=30d"))
     worst = max(row["median_ms"] for row in out.values())
     return {"pages": out, "worst_median_ms": worst, "target_ms": TARGETS["failures"], "passed": worst <= TARGETS["failures"]}
 
