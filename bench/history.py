@@ -245,6 +245,19 @@ def vacuum_analyze() -> None:
 # --- the phases ------------------------------------------------------------------------------------
 
 
+def explain(statements: list[str]) -> None:
+    """EXPLAIN ANALYZE of each read-only statement (in a transaction rolled back)."""
+    from django.db import connection, transaction
+
+    for statement in statements:
+        if not statement.lstrip().upper().startswith("SELECT") or "FOR UPDATE" in statement.upper():
+            continue
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {statement}")
+            print("\n".join(row[0] for row in cursor.fetchall()))
+            transaction.set_rollback(True)
+
+
 def print_profile(function) -> None:
     """cProfile of one call: the 25 functions with the most cumulative time."""
     import cProfile
@@ -261,7 +274,10 @@ def scheduler_phase(dag, args: argparse.Namespace) -> dict[str, Any]:
     figures = time_passes(dag, repeats=args.repeat)
     print_passes(f"scheduler pass over {args.active_runs * args.active_tasks:,} active task instances with the history loaded",
                  figures, args.active_runs)
+    for ms, statement in figures["statements"][:3]:
+        print(f"    {ms:7.1f} ms  {statement[:200]}")
     if args.profile:
+        explain([statement for _, statement in figures["statements"][:3]])
         from bench.scheduler_pass import refresh_heartbeats
         from orchestrator.engine import scheduler
 
@@ -306,8 +322,51 @@ def failures_phase(args: argparse.Namespace) -> dict[str, Any]:
     return {"pages": out, "worst_median_ms": worst, "target_ms": TARGETS["failures"], "passed": worst <= TARGETS["failures"]}
 
 
+CLEAN_APP = "bench-db-clean"  # the child's application_name (PGAPPNAME), to find its transactions
+
+
+class TransactionWatch:
+    """How long each transaction of the backends named CLEAN_APP stays open, sampled from
+    pg_stat_activity every `every` seconds on a connection of its own (in a thread): the ones
+    shorter than a sample may be missed, the long ones are not."""
+
+    def __init__(self, db_url: str, every: float = 0.05) -> None:
+        import threading
+
+        self.db_url, self.every = db_url, every
+        self.longest: dict[tuple[int, datetime], float] = {}
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.db_url, autocommit=True) as conn:
+            while not self.stopping.is_set():
+                rows = conn.execute("SELECT pid, xact_start, extract(epoch FROM clock_timestamp() - xact_start) FROM pg_stat_activity "
+                                    "WHERE application_name = %s AND xact_start IS NOT NULL", [CLEAN_APP]).fetchall()
+                for pid, started, age in rows:
+                    self.longest[(pid, started)] = max(self.longest.get((pid, started), 0.0), float(age))
+                time.sleep(self.every)
+
+    def __enter__(self) -> TransactionWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        ages = sorted(self.longest.values())
+        return {"seen": len(ages), "over_0_5_s": sum(a > 0.5 for a in ages), "over_1_s": sum(a > 1.0 for a in ages),
+                "longest_s": round(ages[-1], 2) if ages else None,
+                "p95_s": round(ages[int(len(ages) * 0.95)], 3) if ages else None}
+
+
 def clean_phase(dag, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    """db_clean in a child process; scheduler passes here meanwhile."""
+    """db_clean in a child process; scheduler passes here meanwhile, and a watch on how long
+    each of the clean's transactions stays open."""
     from django.utils import timezone
 
     from bench.scheduler_pass import time_passes
@@ -317,36 +376,45 @@ def clean_phase(dag, args: argparse.Namespace, env: dict[str, str]) -> dict[str,
     older = TaskAttempt.objects.filter(task_instance__dag_run__end_date__lt=cutoff).count()
     print(f"\n== db_clean --older-than {args.clean_days:g}: {older:,} attempts of runs that ended before the cut-off")
     argv = [sys.executable, str(MANAGE), "db_clean", "--older-than", str(args.clean_days)]
-    began = time.monotonic()
-    child = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    passes: list[float] = []
-    try:
-        while child.poll() is None:
-            time.sleep(args.clean_pass_every)
+    passes: list[dict[str, Any]] = []
+    with TransactionWatch(env["DATABASE_URL"]) as watch:
+        began = time.monotonic()
+        child = subprocess.Popen(argv, env={**env, "PGAPPNAME": CLEAN_APP}, cwd=ROOT, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+        try:
+            while child.poll() is None:
+                time.sleep(args.clean_pass_every)
+                if child.poll() is None:
+                    passes.append(time_passes(dag, repeats=1, steps=False))
+            output = child.stdout.read() if child.stdout else ""
+        finally:
             if child.poll() is None:
-                passes.append(time_passes(dag, repeats=1, steps=False)["pass_ms"])
-        output = child.stdout.read() if child.stdout else ""
-    finally:
-        if child.poll() is None:
-            child.terminate()
-            child.wait()
-    wall = time.monotonic() - began
-    print("  " + "\n  ".join(output.strip().splitlines()[-6:]))
+                child.terminate()
+                child.wait()
+        wall = time.monotonic() - began
+    print("  " + "\n  ".join(output.strip().splitlines()[-3:]))
     if child.returncode:
         raise RuntimeError(f"db_clean exited {child.returncode}")
     done = next(line for line in output.splitlines() if line.startswith("done:"))
     longest = float(done.rsplit("longest ", 1)[1].split(" s")[0])
     transactions = int(done.split(" in ", 1)[1].split(" transactions")[0])
     left = TaskAttempt.objects.filter(task_instance__dag_run__end_date__lt=cutoff).count()
+    pass_ms = [p["pass_ms"] for p in passes]
     figures = {
         "attempts_older": older, "attempts_left": left, "wall_s": round(wall, 1), "transactions": transactions,
-        "longest_transaction_s": longest, "attempts_per_s": round(older / wall), "passes_during": len(passes),
-        "pass_median_ms": statistics.median(passes) if passes else None, "pass_max_ms": max(passes) if passes else None,
+        "longest_transaction_s": longest, "attempts_per_s": round(older / wall), "watched": watch.summary(),
+        "passes_during": len(passes), "pass_median_ms": statistics.median(pass_ms) if passes else None,
+        "pass_max_ms": max(pass_ms) if passes else None,
+        "pass_sql_median_ms": statistics.median(p["sql_ms"] for p in passes) if passes else None,
     }
     print(f"  {older:,} attempts deleted in {wall:.1f} s ({figures['attempts_per_s']:,}/s), {transactions} transactions, "
           f"longest {longest:.2f} s; {left} older attempts left")
+    w = figures["watched"]
+    print(f"  transactions seen open (sampled every 50 ms): {w['seen']}, of them {w['over_0_5_s']} over 0.5 s and {w['over_1_s']} "
+          f"over 1 s; p95 {w['p95_s']} s, longest {w['longest_s']} s")
     if passes:
-        print(f"  {len(passes)} scheduler passes meanwhile: median {figures['pass_median_ms']:.1f} ms, worst {figures['pass_max_ms']:.1f} ms")
+        print(f"  {len(passes)} scheduler passes meanwhile: median {figures['pass_median_ms']:.1f} ms "
+              f"({figures['pass_sql_median_ms']:.0f} ms of it in the database calls), worst {figures['pass_max_ms']:.1f} ms")
     figures["passed"] = (longest <= TARGETS["clean_lock_s"] and left == 0 and bool(passes)
                          and figures["pass_median_ms"] <= TARGETS["scheduler"])
     return figures

@@ -112,6 +112,7 @@ def time_passes(dag, repeats: int = 5, steps: bool = True) -> dict[str, Any]:
         # SQLite reads rows after execute() returns, so only PostgreSQL's query times add up.
         "sql_ms": sum(float(q["time"]) for q in queries) * 1000 if connection.vendor == "postgresql" else None,
         "steps_ms": step_ms,
+        "statements": sorted(((round(float(q["time"]) * 1000, 1), q["sql"]) for q in queries), reverse=True),
         "changed": bool(changed),
     }
 

@@ -72,9 +72,12 @@ def ensure_stack(ctx: Context, concurrency: int | None) -> None:
     ]
     ctx.worker_concurrency = concurrency
     wait_for_rq_workers(names, ctx.processes)
+    from orchestrator.models import Dag
+
     warm = 4 * len(names)
     for kind, bash in (("py", None), ("bash", "true")):
-        dag = make_dag(f"bench_warmup_{suffix}_{kind}", {f"t{i}": [] for i in range(warm)}, bash=bash)
+        dag_id = f"bench_warmup_{suffix}_{kind}"  # made once, run again by a stack started anew
+        dag = Dag.objects.filter(dag_id=dag_id).first() or make_dag(dag_id, {f"t{i}": [] for i in range(warm)}, bash=bash)
         run_id, _ = trigger_now(dag)
         wait_for_runs([run_id], ctx.processes, ctx.args.timeout, poll=0.05)
 
