@@ -420,6 +420,18 @@ def clean_phase(dag, args: argparse.Namespace, env: dict[str, str]) -> dict[str,
     return figures
 
 
+def measure_floors(env: dict[str, str]) -> dict[str, Any]:
+    """The floors of `python -m bench` that need no worker (bench/floors.py), and the load
+    average, right before the phases: what this machine gave a process at the time."""
+    from bench import floors
+
+    out = {"python_c_pass": floors.python_startup(20, env), "warm_fork": floors.warm_fork(200, env),
+           "load_average": [round(x, 2) for x in os.getloadavg()]}
+    print(f"floors: python -c pass {out['python_c_pass']['mean_ms']:.1f} ms mean of 20; fork + _exit + waitpid of a warm Django "
+          f"process {out['warm_fork']['mean_ms']:.2f} ms mean of 200; load average {out['load_average']}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     handle_stop_signals()
@@ -447,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loaded {counts['runs']:,} finished runs ({counts['failed_runs']:,} failed), {counts['task_instances']:,} task instances, "
               f"{counts['attempts']:,} attempts ({counts['failed_attempts']:,} failed) over {args.days:g} days in {copied:.1f} s; "
               f"{args.active_runs * args.active_tasks:,} active task instances; {report['loaded']['seconds']:.1f} s with VACUUM ANALYZE")
-        print(f"load average {os.getloadavg()[0]:.2f}")
+        report["floors"] = measure_floors(env)
         if "scheduler" in args.only:
             report["scheduler"] = scheduler_phase(dag, args)
         if "failures" in args.only:
