@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -323,6 +324,7 @@ def failures_phase(args: argparse.Namespace) -> dict[str, Any]:
 
 
 CLEAN_APP = "bench-db-clean"  # the child's application_name (PGAPPNAME), to find its transactions
+OWN_APP = "bench-history"  # this process's, to see what its statements wait for meanwhile
 
 
 class TransactionWatch:
@@ -335,6 +337,7 @@ class TransactionWatch:
 
         self.db_url, self.every = db_url, every
         self.longest: dict[tuple[int, datetime], float] = {}
+        self.own_waits: dict[str, int] = {}  # what this process's active statements wait on, per sample
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -347,6 +350,10 @@ class TransactionWatch:
                                     "WHERE application_name = %s AND xact_start IS NOT NULL", [CLEAN_APP]).fetchall()
                 for pid, started, age in rows:
                     self.longest[(pid, started)] = max(self.longest.get((pid, started), 0.0), float(age))
+                for kind, event in conn.execute("SELECT wait_event_type, wait_event FROM pg_stat_activity "
+                                                "WHERE application_name = %s AND state = 'active' AND pid <> pg_backend_pid()", [OWN_APP]).fetchall():
+                    key = f"{kind}:{event}" if kind else "not waiting (on CPU or queued for it)"
+                    self.own_waits[key] = self.own_waits.get(key, 0) + 1
                 time.sleep(self.every)
 
     def __enter__(self) -> TransactionWatch:
@@ -361,7 +368,8 @@ class TransactionWatch:
         ages = sorted(self.longest.values())
         return {"seen": len(ages), "over_0_5_s": sum(a > 0.5 for a in ages), "over_1_s": sum(a > 1.0 for a in ages),
                 "longest_s": round(ages[-1], 2) if ages else None,
-                "p95_s": round(ages[int(len(ages) * 0.95)], 3) if ages else None}
+                "p95_s": round(ages[int(len(ages) * 0.95)], 3) if ages else None,
+                "scheduler_statement_samples": dict(sorted(self.own_waits.items(), key=lambda kv: -kv[1]))}
 
 
 def clean_phase(dag, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
@@ -415,6 +423,15 @@ def clean_phase(dag, args: argparse.Namespace, env: dict[str, str]) -> dict[str,
     if passes:
         print(f"  {len(passes)} scheduler passes meanwhile: median {figures['pass_median_ms']:.1f} ms "
               f"({figures['pass_sql_median_ms']:.0f} ms of it in the database calls), worst {figures['pass_max_ms']:.1f} ms")
+        by_statement: dict[str, list[float]] = {}
+        for p in passes:
+            for ms, statement in p["statements"]:
+                by_statement.setdefault(re.sub(r"'[^']*'", "?", statement)[:150], []).append(ms)
+        figures["pass_statements_ms"] = {k: round(statistics.median(v), 1) for k, v in
+                                         sorted(by_statement.items(), key=lambda kv: -statistics.median(kv[1]))[:4]}
+        for statement, ms in figures["pass_statements_ms"].items():
+            print(f"    median {ms:7.1f} ms  {statement}")
+        print(f"  the pass's statements, sampled every 50 ms: {w['scheduler_statement_samples']}")
     figures["passed"] = (longest <= TARGETS["clean_lock_s"] and left == 0 and bool(passes)
                          and figures["pass_median_ms"] <= TARGETS["scheduler"])
     return figures
@@ -441,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     with throwaway_postgres(server_url, "history_bench", keep=args.keep) as db_url, \
             claimed_redis(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379") as redis_url:
         env = child_env(db_url, redis_url, LOG_LEVEL="WARNING")
+        os.environ["PGAPPNAME"] = OWN_APP  # libpq's default application_name, for TransactionWatch
         setup_django(env)
         from django.core.management import call_command
         from django.utils import timezone
