@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=DEFAULTS["workers"], help="run_worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=None, help="run_worker --concurrency for fanout and chain (default: the project's)")
     parser.add_argument("--fanout-tasks", type=int, default=DEFAULTS["fanout_tasks"], help="tasks of a fan-out run (default 300)")
-    parser.add_argument("--wide-tasks", type=int, default=10_000, help="middle tasks of the wide run (default 10000)")
+    parser.add_argument("--wide-tasks", type=int, default=10_000, help="middle tasks of the wide run, tasks of trigger-wide's (default 10000)")
     parser.add_argument("--chain-length", type=int, default=DEFAULTS["chain_length"], help="tasks of the chain (default 30)")
     parser.add_argument("--width-tasks", type=int, default=DEFAULTS["width_tasks"], help="sleeping tasks of the width run (default 1000)")
     parser.add_argument("--width-concurrency", type=int, default=DEFAULTS["width_concurrency"], help="run_worker --concurrency for width (default 500)")
