@@ -14,14 +14,16 @@ the contract in realistic shares, fingerprints for the application failures, and
 failure counts filled from the attempts (as migration 0003 fills them), so they agree. Then
 `--active-runs` running runs of `--active-tasks` task instances each (60 % running with a fresh
 heartbeat, 20 % claimed, 20 % waiting in Redis) as the scheduler benchmark makes them, and
-VACUUM ANALYZE (a history table in steady state has been vacuumed). Then, in this order:
+VACUUM ANALYZE (a history table in steady state has been vacuumed), and the floors that need
+no worker (`python -c pass`, a warm fork). Then, in this order:
 
   scheduler  schedule_once() in this process, median of --repeat passes (no scheduler or worker
              running): the pass over the active task instances with the history in the tables
   failures   the failures page through Django's test client (server time), windows 24h, 7d, 30d,
              and 30d with reason=task_exception (the filter that reads attempts)
-  clean      `manage.py db_clean --older-than --clean-days` in a child process, every
-             transaction's time from its own report, and meanwhile schedule_once() in this
+  clean      `manage.py db_clean --older-than --clean-days` in a child process: its longest
+             transaction by its own report, how long each of its transactions stays open
+             (pg_stat_activity, sampled every 50 ms), and meanwhile schedule_once() in this
              process every --clean-pass-every seconds: the pass's time while the clean deletes
 
 The database is dropped and the Redis database flushed at the end, also after an error or Ctrl-C.
@@ -63,7 +65,7 @@ FAILURES = (
     ("infrastructure", "pre_execution_failure", "platform", 0.01),
     ("application", "non_retryable", "user", 0.02),
 )
-# Failed attempts before the last one: a task instance's history is one of these.
+# (failed attempts before the last one, the last one's outcome, share): a task instance's history.
 OUTCOMES = ((0, "success", 0.935), (1, "success", 0.050), (2, "success", 0.013), (3, "failed", 0.002))
 HOSTS = [f"worker-{n:02d}.example.internal" for n in range(12)]
 TRACEBACK = ('Traceback (most recent call last):\n  File "/srv/etl/tasks.py", line 88, in run\n'
