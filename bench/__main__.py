@@ -15,7 +15,10 @@ Workloads (in this order):
   fanout-bash  the same with bash `true` tasks
   wide         (not in the default set) a root, --wide-tasks python no-op tasks, a sink: tasks/s
                against the fan-out of the same run (run it with fanout: --only fanout,wide)
+  trigger-wide (not in the default set) the trigger of a run of --wide-tasks independent tasks, to
+               its first task running; the run is then abandoned (queue emptied, run failed)
   chain        --chain-length python no-op tasks in sequence: end of one -> start of the next
+  chain-seen   the same chain as the tasks see it: each task writes when its code starts and ends
   width        --width-tasks python tasks sleeping --width-sleep s, workers at --width-concurrency;
                the summed PSS of workers, fork servers and task processes at the peak
   queries      (no target) the queries and time of each step of one attempt, in-process
@@ -49,10 +52,10 @@ from bench.stack import ROOT, Processes, child_env, handle_stop_signals, setup_d
 from bench.throwaway import claimed_redis, throwaway_postgres
 
 ORIGINAL_ENV = dict(os.environ)
-ORDER = ("fanout", "fanout-bash", "chain", "width", "queries", "scheduler", "idle-stack")
-OPTIONAL = ("wide",)  # run only when named in --only
+ORDER = ("fanout", "fanout-bash", "chain", "chain-seen", "width", "queries", "scheduler", "idle-stack")
+OPTIONAL = ("wide", "trigger-wide")  # run only when named in --only
 TITLES = {
-    "wide": "wide run",
+    "wide": "wide run", "trigger-wide": "trigger, wide run", "chain-seen": "chain, as tasks see it",
     "fanout": "fan-out, python", "fanout-bash": "fan-out, bash", "chain": "chain", "width": "width",
     "queries": "queries per attempt", "scheduler": "scheduler pass", "idle-stack": "idle stack",
 }
@@ -68,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=DEFAULTS["workers"], help="run_worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=None, help="run_worker --concurrency for fanout and chain (default: the project's)")
     parser.add_argument("--fanout-tasks", type=int, default=DEFAULTS["fanout_tasks"], help="tasks of a fan-out run (default 300)")
-    parser.add_argument("--wide-tasks", type=int, default=10_000, help="middle tasks of the wide run (default 10000)")
+    parser.add_argument("--wide-tasks", type=int, default=10_000, help="middle tasks of the wide run, tasks of trigger-wide's (default 10000)")
     parser.add_argument("--chain-length", type=int, default=DEFAULTS["chain_length"], help="tasks of the chain (default 30)")
     parser.add_argument("--width-tasks", type=int, default=DEFAULTS["width_tasks"], help="sleeping tasks of the width run (default 1000)")
     parser.add_argument("--width-concurrency", type=int, default=DEFAULTS["width_concurrency"], help="run_worker --concurrency for width (default 500)")
@@ -114,6 +117,8 @@ TARGETS: dict[str, list[tuple[str, str, str, float, str]]] = {
     "fanout": [("throughput", "tasks_per_s", ">=", 120, "tasks/s"), ("vs raw RQ + subprocess", "vs_raw", ">=", 1.0, "x")],
     "fanout-bash": [("throughput", "tasks_per_s", ">=", 150, "tasks/s")],
     "chain": [("median end -> next start", "gap_median_ms", "<=", 20, "ms")],
+    "chain-seen": [("median code end -> next code start", "gap_median_ms", "<=", 12, "ms")],
+    "trigger-wide": [("trigger -> first task running", "first_running_s", "<=", 2, "s")],
     "wide": [("throughput", "tasks_per_s", "", 0, "tasks/s"), ("vs the fan-out of the same run", "vs_fanout", ">=", 0.9, "x")],
     "width": [("all done (trigger -> run end)", "wall_s", "<=", 15, "s"), ("peak PSS, workers + tasks", "pss.peak_pss_mib", "<=", 2048, "MiB")],
     "scheduler": [("schedule_once()", "pass_ms", "<=", 100, "ms")],
@@ -209,6 +214,8 @@ def run_workload(name: str, ctx: workloads.Context, report: dict[str, Any]) -> N
             "fanout": lambda: workloads.fanout(ctx, "python"),
             "fanout-bash": lambda: workloads.fanout(ctx, "bash"),
             "chain": lambda: workloads.chain(ctx),
+            "chain-seen": lambda: workloads.chain_seen(ctx),
+            "trigger-wide": lambda: workloads.trigger_wide(ctx),
             "wide": lambda: workloads.wide(ctx),
             "width": lambda: workloads.width(ctx),
             "queries": lambda: workloads.attempt_queries(ctx),

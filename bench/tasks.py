@@ -12,6 +12,15 @@ def noop() -> None:
     return
 
 
+def stamp(path: str) -> None:
+    """A no-op python task that appends the time its code started and ended to `path`: the chain
+    as the tasks see it (one line per task, in the order they ran)."""
+    entered = time.time()
+    left = time.time()
+    with open(path, "a") as out:
+        out.write(f"{entered!r} {left!r}\n")
+
+
 def sleep(seconds: float) -> None:
     """A python task that holds its slot (and its process) for `seconds`."""
     time.sleep(seconds)

@@ -37,6 +37,7 @@ from bench.stack import (
 )
 
 SLEEP = "bench.tasks.sleep"
+STAMP = "bench.tasks.stamp"
 
 
 @dataclass
@@ -71,9 +72,12 @@ def ensure_stack(ctx: Context, concurrency: int | None) -> None:
     ]
     ctx.worker_concurrency = concurrency
     wait_for_rq_workers(names, ctx.processes)
+    from orchestrator.models import Dag
+
     warm = 4 * len(names)
     for kind, bash in (("py", None), ("bash", "true")):
-        dag = make_dag(f"bench_warmup_{suffix}_{kind}", {f"t{i}": [] for i in range(warm)}, bash=bash)
+        dag_id = f"bench_warmup_{suffix}_{kind}"  # made once, run again by a stack started anew
+        dag = Dag.objects.filter(dag_id=dag_id).first() or make_dag(dag_id, {f"t{i}": [] for i in range(warm)}, bash=bash)
         run_id, _ = trigger_now(dag)
         wait_for_runs([run_id], ctx.processes, ctx.args.timeout, poll=0.05)
 
@@ -230,6 +234,79 @@ def chain(ctx: Context) -> dict[str, Any]:
     result, extra = run_once(ctx, "chain", dag)
     gap = result.series["edge_start"]
     return {"gap_median_ms": gap.median_ms(), "phase": result.to_dict(), "errors": failures(result), **extra}
+
+
+def chain_seen(ctx: Context) -> dict[str, Any]:
+    """`--chain-length` python tasks in sequence, each writing the time its code started and ended
+    (`bench.tasks.stamp`): the gap from one task's last line to the next one's first, as the tasks
+    see it, with nothing of the rows' own timing in it."""
+    ensure_stack(ctx, ctx.args.concurrency)
+    n = ctx.args.chain_length
+    stamps = ctx.workdir / "chain-stamps.txt"
+    stamps.unlink(missing_ok=True)
+    dag = make_dag("bench_chain_seen", {f"t{i:03d}": [f"t{i - 1:03d}"] if i else [] for i in range(n)},
+                   python_callable=STAMP, op_kwargs={"path": str(stamps)})
+    result, extra = run_once(ctx, "chain-seen", dag)
+    lines = [tuple(map(float, line.split())) for line in stamps.read_text().splitlines()]
+    gaps = [(lines[k + 1][0] - lines[k][1]) * 1000 for k in range(len(lines) - 1)]
+    errors = failures(result) + ([f"{len(lines)} of {n} tasks wrote their times"] if len(lines) != n else [])
+    if gaps:
+        print(f"  as the tasks see it, end of one -> start of the next: median {statistics.median(gaps):.1f} ms, "
+              f"min {min(gaps):.1f} ms, max {max(gaps):.1f} ms over {len(gaps)} gaps")
+    return {"gap_median_ms": statistics.median(gaps) if gaps else None, "gaps_ms": [round(g, 2) for g in gaps],
+            "phase": result.to_dict(), "errors": errors, **extra}
+
+
+def trigger_wide(ctx: Context) -> dict[str, Any]:
+    """Trigger a run of `--wide-tasks` independent python no-op tasks, as `trigger_dag` does (the
+    trigger dispatches every ready task), and time it to the first task's "running" handshake.
+    The run is not waited for: once a task has run, the workers are stopped, the queue emptied
+    and the run marked failed, so that what comes after starts from an empty queue."""
+    from django.db.models import Min
+    from rq import Queue
+
+    from orchestrator.models import DagRun, TaskInstance
+    from orchestrator.redis_conn import get_redis
+    from retries.states import UNFINISHED_RUN_STATES, RunState, TaskState
+
+    ensure_stack(ctx, ctx.args.concurrency)
+    n = ctx.args.wide_tasks
+    dag = make_dag("bench_trigger_wide", {f"t{i:05d}": [] for i in range(n)})
+    meter = CpuMeter(ctx)
+    meter.start()
+    began_clock = time.monotonic()
+    if ctx.profile_dir is not None:  # cProfile of this process: the trigger runs here
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        run_id, began = profile.runcall(trigger_now, dag)
+        ctx.profile_dir.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(ctx.profile_dir / "trigger-wide.pstats")
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
+    else:
+        run_id, began = trigger_now(dag)
+    trigger_s = time.monotonic() - began_clock
+    deadline = time.monotonic() + ctx.args.timeout
+    first = None
+    while first is None:
+        first = TaskInstance.objects.filter(dag_run_id=run_id, start_date__isnull=False).aggregate(first=Min("start_date"))["first"]
+        ctx.processes.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no task of the {n}-task run was running after {ctx.args.timeout:.0f}s")
+        time.sleep(0.02)
+    seen_s = time.monotonic() - began_clock
+    cpu = meter.stop()
+    first_s = (first - began).total_seconds()
+    dispatched = TaskInstance.objects.filter(dag_run_id=run_id, state=TaskState.QUEUED).count()
+    stop_stack(ctx)
+    Queue("default", connection=get_redis()).empty()
+    TaskInstance.objects.filter(dag_run_id=run_id).exclude(state=TaskState.SUCCESS).update(state=TaskState.FAILED)
+    DagRun.objects.filter(pk=run_id, state__in=list(UNFINISHED_RUN_STATES)).update(state=RunState.FAILED)
+    print(f"\n  {n} tasks: the trigger returned after {trigger_s:.2f} s (run created, every task dispatched); the first task "
+          f"said running {first_s:.2f} s after the trigger began (seen at {seen_s:.2f} s); {dispatched} still queued then")
+    print_cpu(cpu)
+    return {"first_running_s": first_s, "trigger_s": round(trigger_s, 3), "cpu": cpu, "errors": []}
 
 
 def width(ctx: Context) -> dict[str, Any]:

@@ -269,8 +269,9 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
         log.warning("cannot read the last database outage from Redis; presuming no task lost this pass")
         return
     heartbeat_cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT))
-    stale_running = list(TaskInstance.objects.filter(state=TaskState.RUNNING, heartbeat_at__lt=heartbeat_cutoff))
-    stale_claimed = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__lt=heartbeat_cutoff))
+    # By id: the model's ordering (its run's queued_at) would join every run, finished ones too.
+    stale_running = list(TaskInstance.objects.filter(state=TaskState.RUNNING, heartbeat_at__lt=heartbeat_cutoff).order_by("id"))
+    stale_claimed = list(TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__lt=heartbeat_cutoff).order_by("id"))
     try:
         stale_running, stale_claimed = _silent(stale_running), _silent(stale_claimed)
     except redis.RedisError:
@@ -339,8 +340,11 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
     of their queues (no per-job scan of a queue).
     """
     cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
+    # By id: the model's ordering (its run's queued_at) would join every run, finished ones too.
     waiting = list(
-        TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True).values_list("id", "attempt_token", "queued_at", "queue")
+        TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True)
+        .order_by("id")
+        .values_list("id", "attempt_token", "queued_at", "queue")
     )
     if not waiting:
         _Absent.forget_all_but(set())
