@@ -9,7 +9,7 @@ operator may do to a run or task. Each action:
 - sets the task's `last_failure_context` to a `user_action` context (source `api`, metadata
   `user`, `note`, `prior_state`, plus `at`);
 - writes one `AuditLog` row (who, what, the prior and new state, and what else it touched)
-  through `audit()`, the one writer of the audit log;
+  through `orchestrator.audit.audit()`, the one writer of the audit log;
 - reopens a finished run when the change means the run is no longer finished, then calls
   `advance_run()`, which settles downstream tasks, dispatches ready ones and ends the run.
 
@@ -28,23 +28,23 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, PermissionsMixin
+from django.contrib.auth.models import AnonymousUser, PermissionsMixin
 from django.db import transaction
 from django.db.models import QuerySet
 
 from deadlines import lifecycle
 from orchestrator import metrics
-from orchestrator.engine import circuits, failure_counts, taskstate
-from orchestrator.engine.clock import shared_now
+from orchestrator.audit import User, audit, username_of
+from orchestrator.clock import shared_now
+from orchestrator.engine import circuits, clearing, failure_counts, taskstate
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.runs import advance_run_now, create_manual_run
 from orchestrator.engine.transitions import transition
 from orchestrator.exceptions import ActionError, Conflict, NotFound
 from orchestrator.models import AuditLog, Circuit, Dag, DagRun, TaskAttempt, TaskInstance
-from orchestrator.taskconfig import args_for
 from retries.context import ExecutionContext
-from retries.policy import cleared_max_tries, reclassified
+from retries.policy import reclassified
 from retries.states import (
     ACTIVE_TASK_STATES,
     CLEAR_DOWNSTREAM_FROM,
@@ -66,8 +66,6 @@ TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
 ACT_PERMISSION = "orchestrator.change_taskinstance"
 PAUSE_PERMISSION = "orchestrator.change_dag"
 CIRCUIT_PERMISSION = "orchestrator.change_circuit"
-
-User = AbstractBaseUser | AnonymousUser | None
 
 
 def may_trigger(user: User) -> bool:
@@ -216,10 +214,10 @@ def trigger(dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None 
     `triggered_by` defaults to the user's name; the CLI passes no user, "cli", and as `actor`
     the operating-system user who ran it, the audit log's "who".
     """
-    by = triggered_by if triggered_by is not None else _username(user)
+    by = triggered_by if triggered_by is not None else username_of(user)
     run = create_manual_run(dag, conf=conf, triggered_by=by)
     details: dict[str, Any] = {"conf": conf or {}}
-    if by != _username(user):  # e.g. "cli": who asked, when no user did
+    if by != username_of(user):  # e.g. "cli": who asked, when no user did
         details["triggered_by"] = by
     audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details, username=actor)
     return run
@@ -254,11 +252,11 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, kee
             raise Conflict(f"cannot clear downstream tasks a worker holds: {', '.join(busy)}")
         to_clear = [d for d in downstream if d.state in CLEAR_DOWNSTREAM_FROM]
     with transaction.atomic():
-        _clear_one(ti, context)
+        clearing.clear_one(ti, context)
         touched = []
         for other in to_clear:
             downstream_context = _user_context(Reason.MANUAL_CLEAR, user, note, other.state, now, cleared_with=ti.task_id)
-            _clear_one(other, downstream_context)
+            clearing.clear_one(other, downstream_context)
             touched.append({"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value})
         touched += _reset_upstream_failed(ti)
         if not keep_task_state:
@@ -351,7 +349,7 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
         original_context=attempt.context,
         original_fingerprint=attempt.fingerprint,
         note=note,
-        user=_username(user),
+        user=username_of(user),
     )
     given_back = reclassified(
         TaskState(ti.state),
@@ -370,7 +368,7 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
         changes.update(state=new_state, next_retry_at=None, end_date=None)
     with transaction.atomic():
         if not transition(ti.pk, expected=[ti.state], token=ti.attempt_token, **changes):
-            raise _changed_meanwhile(ti)
+            raise clearing.changed_meanwhile(ti)
         failure_counts.count(ti.pk, attempt.attempt_token, -1)  # counted again below under its new context
         moved = TaskAttempt.objects.filter(pk=attempt.pk, kind=AttemptKind.USER, state=TaskAttempt.State.FAILED).update(
             kind=AttemptKind.PLATFORM, context=attempt_context.to_dict(), fingerprint=None
@@ -411,7 +409,7 @@ def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
 def operate_circuit(circuit: Circuit, action: str, user: User, *, note: str = "") -> AuditLog:
     """An operator's open, close or probe of a circuit; audited with the prior and new state."""
     now = shared_now()
-    who = _username(user)
+    who = username_of(user)
     prior = circuit.state
     with transaction.atomic():
         if action == "open":
@@ -464,54 +462,12 @@ def failed_in_run(run: DagRun) -> list[TaskInstance]:
     )
 
 
-def clear_for_rerun(run: DagRun, states: Iterable[str], *, by: str, note: str) -> list[dict[str, str]]:
-    """Clear every task of `run` in one of `states` for a backfill's re-run, as an operator's
-    clear would (fresh tries, context `user_action/manual_clear` naming `by`); one audit entry.
-
-    The caller has taken the finished run (a conditional update) in the same transaction."""
-    now = shared_now()
-    touched = []
-    instances = TaskInstance.objects.filter(dag_run=run, state__in=list(states), definition__isnull=False)
-    for ti in instances.select_related("dag_run", "dag_run__dag", "definition").order_by("id"):
-        context = {**ExecutionContext.of(Reason.MANUAL_CLEAR, Source.API, user=by, note=note, prior_state=str(ti.state)).to_dict(), "at": now.isoformat()}
-        _clear_one(ti, context)
-        touched.append({"task_id": ti.task_id, "prior_state": ti.state, "new_state": TaskState.NONE.value})
-    audit(None, "backfill_rerun", run.dag.dag_id, run.run_id, "", "", RunState.RUNNING, {"note": note, "cleared": touched}, username=by)
-    return touched
-
-
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def _changed_meanwhile(ti: TaskInstance) -> Conflict:
-    return Conflict(f"task '{ti.label}' changed meanwhile (it was {ti.state}); reload and try again")
 
 
 def _instance_details(ti: TaskInstance, details: dict[str, Any]) -> dict[str, Any]:
     """An audit entry names the instance of a mapped task it acted on."""
     return {**details, "map_index": ti.map_index} if ti.map_index >= 0 else details
-
-
-def _clear_one(ti: TaskInstance, context: dict[str, Any]) -> None:
-    retries = int(args_for(ti)["retries"])
-    won = transition(
-        ti.pk,
-        expected=[ti.state],
-        token=ti.attempt_token,
-        state=TaskState.NONE,
-        # A new token fences out a dispatch that read the task before this clear.
-        attempt_token=ti.attempt_token + 1,
-        max_tries=cleared_max_tries(ti.try_number, retries),
-        next_retry_at=None,
-        end_date=None,
-        fingerprint_streak=0,
-        retry_is_platform=False,
-        pre_execution_tries=0,
-        last_failure_context=context,
-        result=None,  # it has not succeeded again yet
-    )
-    if not won:
-        raise _changed_meanwhile(ti)
 
 
 def _finish_one(ti: TaskInstance, state: TaskState, context: dict[str, Any], now: datetime) -> None:
@@ -529,7 +485,7 @@ def _finish_one(ti: TaskInstance, state: TaskState, context: dict[str, Any], now
         **extra,
     )
     if not won:
-        raise _changed_meanwhile(ti)
+        raise clearing.changed_meanwhile(ti)
     finished = TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").get(pk=ti.pk)
     lifecycle.task_finished(finished, now)
 
@@ -541,7 +497,7 @@ def _reset_upstream_failed(ti: TaskInstance) -> list[dict[str, str]]:
         if other.state != TaskState.UPSTREAM_FAILED:
             continue
         if not transition(other.pk, expected=[TaskState.UPSTREAM_FAILED], token=other.attempt_token, state=TaskState.NONE, end_date=None):
-            raise _changed_meanwhile(other)
+            raise clearing.changed_meanwhile(other)
         touched.append({"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value})
     return touched
 
@@ -586,42 +542,8 @@ def _reopen_if_unfinished(run: DagRun) -> None:
     )
 
 
-def _username(user: User) -> str:
-    if user is None or not getattr(user, "is_authenticated", False):
-        return ""
-    return user.get_username()
-
-
 def _user_context(
     reason: Reason, user: User, note: str, prior_state: str, now: datetime, **extra: Any
 ) -> dict[str, Any]:
-    context = ExecutionContext.of(reason, Source.API, user=_username(user), note=note, prior_state=str(prior_state), **extra)
+    context = ExecutionContext.of(reason, Source.API, user=username_of(user), note=note, prior_state=str(prior_state), **extra)
     return {**context.to_dict(), "at": now.isoformat()}
-
-
-def audit(
-    user: User,
-    action: str,
-    dag_id: str,
-    run_id: str,
-    task_id: str,
-    prior_state: str,
-    new_state: str,
-    details: dict[str, Any],
-    *,
-    username: str = "",
-) -> AuditLog:
-    """One audit row: the only writer of the audit log. `username` names who acted when no
-    logged-in user did (the CLI's OS user, a backfill's creator). Its time is the shared clock's
-    (the model's default), which the engine's times are compared with."""
-    return AuditLog.objects.create(
-        user_id=user.pk if user is not None and user.is_authenticated else None,
-        username=_username(user) or username[:150],
-        action=action,
-        dag_id=dag_id,
-        run_id=run_id,
-        task_id=task_id,
-        prior_state=str(prior_state),
-        new_state=str(new_state),
-        details=details,
-    )

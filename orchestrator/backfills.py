@@ -16,10 +16,10 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import connection, transaction
 
-from orchestrator.actions import User, _username, audit
+from orchestrator.audit import User, audit, username_of
+from orchestrator.clock import shared_now
 from orchestrator.documents import iso
 from orchestrator.engine import backfills as engine
-from orchestrator.engine.clock import shared_now
 from orchestrator.exceptions import BadRequest, Conflict, NotFound
 from orchestrator.models import Backfill, BackfillDate, Dag
 
@@ -108,7 +108,7 @@ def preview(request: Request) -> list[engine.PlannedDate]:
 
 def create(request: Request, user: User, *, created_by: str | None = None) -> Backfill:
     """Create the backfill and its dates in one transaction; the scheduler starts its runs."""
-    by = created_by if created_by is not None else _username(user)
+    by = created_by if created_by is not None else username_of(user)
     now = shared_now()
     with transaction.atomic():
         backfill = Backfill.objects.create(

@@ -11,7 +11,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from orchestrator.engine.clock import shared_now
+from orchestrator.clock import shared_now
 from retries.states import AttemptKind, CircuitState, RunState, TaskState, TriggerRule, choices
 
 IDENTIFIER = RegexValidator(r"^[A-Za-z0-9_.\-]{1,250}$", "Use 1-250 letters, digits, '_', '.' or '-'.")

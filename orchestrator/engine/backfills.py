@@ -23,8 +23,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.db.models import Count
 
-from orchestrator import actions
-from orchestrator.engine import schedules
+from orchestrator.engine import clearing, schedules
 from orchestrator.engine.runs import advance_run_now, create_run
 from orchestrator.models import Backfill, BackfillDate, Dag, DagRun
 from retries.states import FINISHED_RUN_STATES, UNFINISHED_RUN_STATES, RunState, TaskState
@@ -211,7 +210,7 @@ def _start_date_inner(backfill: Backfill, date: BackfillDate, now: datetime) -> 
         _claim(date, BackfillDate.State.SKIPPED, run_pk)
         return None
     run = DagRun.objects.select_related("dag").get(pk=run_pk)
-    actions.clear_for_rerun(
+    clearing.clear_for_rerun(
         run, CLEARED_STATES[Reprocess(backfill.reprocess)], by=backfill.created_by, note=f"backfill {backfill.pk} ({backfill.reprocess})"
     )
     if not _claim(date, BackfillDate.State.STARTED, run_pk):

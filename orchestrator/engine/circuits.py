@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from orchestrator.engine.clock import shared_now
+from orchestrator.clock import shared_now
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
 from orchestrator.models import Circuit, TaskAttempt, TaskInstance

@@ -18,8 +18,8 @@ from django.db import connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import listeners, metrics, sql
+from orchestrator.clock import Now, shared_now
 from orchestrator.engine.circuits import attempt_ended
-from orchestrator.engine.clock import Now, shared_now
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
 from orchestrator.engine.mapping import upstream_results

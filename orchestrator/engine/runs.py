@@ -15,8 +15,8 @@ from django.db import connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import sql
+from orchestrator.clock import shared_now
 from orchestrator.engine.admission import dispatch_ready
-from orchestrator.engine.clock import shared_now
 from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.mapping import expand_ready, is_unexpanded

@@ -25,8 +25,8 @@ from django.db.models import Exists, OuterRef, Q
 from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 
+from orchestrator.clock import db_now, shared_now
 from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules
-from orchestrator.engine.clock import db_now, shared_now
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.runs import advance_run, create_run

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 
 from orchestrator import metrics
-from orchestrator.engine.clock import shared_now
+from orchestrator.clock import shared_now
 from orchestrator.models import TaskAttempt, TaskInstance, TaskStateEntry
 from retries.states import TaskState
 

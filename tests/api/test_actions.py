@@ -326,7 +326,7 @@ def test_actions_take_their_time_from_the_shared_clock(alice):
 
     from django.utils import timezone
 
-    from orchestrator.engine import clock
+    from orchestrator import clock
 
     run = make_run(chain_dag("clocked"))
     pause(run.dag)

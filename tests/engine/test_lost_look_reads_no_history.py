@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rq import Queue
 
+from orchestrator.clock import shared_now
 from orchestrator.engine import scheduler
-from orchestrator.engine.clock import shared_now
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import DagRun, TaskInstance
 from orchestrator.redis_conn import get_redis

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from orchestrator.engine import clock
+from orchestrator import clock
 from orchestrator.engine.scheduler import _Reconnection
 from orchestrator.models import TaskInstance
 from tests.conftest import wait_until

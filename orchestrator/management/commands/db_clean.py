@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from orchestrator.clock import shared_now
 from orchestrator.engine import retention
-from orchestrator.engine.clock import shared_now
 
 
 def _days(value: str) -> float:

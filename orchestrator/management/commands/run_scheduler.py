@@ -12,7 +12,7 @@ from django.db import close_old_connections, connection
 
 from deadlines.check import check_due
 from orchestrator import liveness
-from orchestrator.engine.clock import shared_now
+from orchestrator.clock import shared_now
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.redis_conn import get_redis
 

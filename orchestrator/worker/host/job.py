@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from orchestrator.clock import shared_now
 from orchestrator.engine import claimgate, reporting, taskstate
-from orchestrator.engine.clock import shared_now
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.outputstore import output_store
 from orchestrator.sanitise import clean_fields, error_text
