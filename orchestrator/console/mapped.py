@@ -1,18 +1,22 @@
 """What the console shows of a mapped task: one grid cell for all its instances (counts by
 state, coloured by the worst), and the task page's list of instances with what can be done to
-all of them, or to the failed ones, at once."""
+all of them, or to the failed ones, at once.
+
+A mapped task may have 10,000 instances: the page counts them by state in the database and
+reads one page of them (`INSTANCES_PER_PAGE`), so its queries and rows are the same whatever
+their number."""
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Count
 
 from orchestrator import actions
 from orchestrator.console.text import attempt_label
-from orchestrator.models import TaskInstance
+from orchestrator.models import DagRun, TaskInstance
 from retries.states import ACTIVE_TASK_STATES, CLEAR_FROM, MARK_FAILED_FROM, MARK_SUCCESS_FROM, TaskState
 
 # The state a mapped task's cell takes: the first of these any instance is in.
@@ -28,9 +32,12 @@ def worst_state(states: Iterable[str]) -> str:
     return next((str(state) for state in WORST_FIRST if state in present), TaskState.NONE.value)
 
 
-def counts_text(states: Iterable[str]) -> str:
-    """'3 instances: 2 success, 1 failed' (worst first)."""
-    counts = Counter(states)
+INSTANCES_PER_PAGE = 200
+FAILED_STATES = (TaskState.FAILED, TaskState.DEAD_LETTER)
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """'3 instances: 2 success, 1 failed' (worst first), from the number in each state."""
     total = sum(counts.values())
     parts = [f"{counts[s]} {s}" for s in WORST_FIRST if counts.get(s)]
     return f"{total} instance{'' if total == 1 else 's'}: {', '.join(parts)}"
@@ -59,12 +66,48 @@ class BulkChoice:
     danger: bool = False
 
 
+def state_counts(run: DagRun, task_id: str) -> dict[str, int]:
+    """How many of the task's instances are in each state (empty: the task is not mapped)."""
+    rows = (
+        TaskInstance.objects.filter(dag_run=run, task_id=task_id, map_index__gte=0)
+        .values_list("state").annotate(n=Count("id")).values_list("state", "n").order_by()
+    )
+    return dict(rows)
+
+
+@dataclass(frozen=True)
+class InstancePage:
+    number: int
+    pages: int
+    first: int  # 1-based positions of the rows shown among those filtered
+    last: int
+    total: int
+
+    @property
+    def previous(self) -> int | None:
+        return self.number - 1 if self.number > 1 else None
+
+    @property
+    def next(self) -> int | None:
+        return self.number + 1 if self.number < self.pages else None
+
+
 def overview(
-    instances: list[TaskInstance], base_url: str, user: AbstractBaseUser | AnonymousUser, state_filter: str = ""
+    run: DagRun, task_id: str, counts: Mapping[str, int], base_url: str, user: AbstractBaseUser | AnonymousUser,
+    state_filter: str = "", page: int = 1,
 ) -> dict[str, Any]:
-    """The mapped task's page: its instances (filtered by state), counts, bulk actions."""
-    states = [ti.state for ti in instances]
-    shown = [ti for ti in instances if not state_filter or ti.state == state_filter]
+    """The mapped task's page: counts by state, one page of its instances (filtered by state),
+    and the bulk actions."""
+    if state_filter not in counts:
+        state_filter = "" if state_filter not in {s.value for s in TaskState} else state_filter
+    total = counts.get(state_filter, 0) if state_filter else sum(counts.values())
+    pages = max(1, -(-total // INSTANCES_PER_PAGE))
+    number = min(max(page, 1), pages)
+    shown = TaskInstance.objects.filter(dag_run=run, task_id=task_id, map_index__gte=0)
+    if state_filter:
+        shown = shown.filter(state=state_filter)
+    start = (number - 1) * INSTANCES_PER_PAGE
+    fields = ("id", "map_index", "state", "try_number", "max_tries", "last_failure_context")
     rows = [
         InstanceRow(
             map_index=ti.map_index,
@@ -73,27 +116,29 @@ def overview(
             last_failure=_failure(ti.last_failure_context),
             url=f"{base_url}?map_index={ti.map_index}",
         )
-        for ti in shown
+        for ti in shown.only(*fields).order_by("map_index")[start : start + INSTANCES_PER_PAGE]
     ]
     return {
         "instances": rows,
-        "counts": counts_text(states),
-        "state_counts": sorted(Counter(states).items(), key=lambda item: WORST_FIRST.index(TaskState(item[0]))),
+        "page": InstancePage(number, pages, start + 1 if rows else 0, start + len(rows), total),
+        "counts": counts_text(counts),
+        "state_counts": sorted(counts.items(), key=lambda item: WORST_FIRST.index(TaskState(item[0]))),
         "state_filter": state_filter,
-        "worst_state": worst_state(states),
-        "bulk_choices": bulk_choices(instances, base_url, user),
+        "worst_state": worst_state(counts),
+        "bulk_choices": bulk_choices(counts, base_url, user),
     }
 
 
-def bulk_choices(instances: list[TaskInstance], base_url: str, user: AbstractBaseUser | AnonymousUser) -> list[BulkChoice]:
+def bulk_choices(counts: Mapping[str, int], base_url: str, user: AbstractBaseUser | AnonymousUser) -> list[BulkChoice]:
     """Actions on every instance, or on the failed ones; each instance is acted on and audited
     on its own, and one whose state refuses the action is left as it is."""
     if not user.has_perm(actions.ACT_PERMISSION):  # type: ignore[union-attr]
         return []
-    n = len(instances)
-    failed = sum(1 for ti in instances if ti.state in (TaskState.FAILED, TaskState.DEAD_LETTER))
+    n = sum(counts.values())
+    failed = sum(counts.get(state, 0) for state in FAILED_STATES)
+    present = {TaskState(state) for state, count in counts.items() if count}
     out = []
-    if any(ti.state in CLEAR_FROM for ti in instances):
+    if present & set(CLEAR_FROM):
         out.append(BulkChoice("clear", f"Clear all {n}", f"{base_url}/clear",
                               f"Every one of the {n} instances that is finished runs again with a fresh set of tries.", "all"))
     if failed:
@@ -103,10 +148,10 @@ def bulk_choices(instances: list[TaskInstance], base_url: str, user: AbstractBas
                               "Each failed instance's last user-charged failure is charged to the platform; its try is given back.", "failed"))
         out.append(BulkChoice("mark_success", f"Mark the {failed} failed success", f"{base_url}/mark_success",
                               "The failed instances are recorded as succeeded (with a null result) without running.", "failed"))
-    if any(ti.state in MARK_SUCCESS_FROM for ti in instances):
+    if present & set(MARK_SUCCESS_FROM):
         out.append(BulkChoice("mark_success", f"Mark all {n} success", f"{base_url}/mark_success",
                               "Every instance that has not succeeded is recorded as succeeded without running.", "all"))
-    if any(ti.state in MARK_FAILED_FROM or ti.state in ACTIVE_TASK_STATES for ti in instances):
+    if present & (set(MARK_FAILED_FROM) | set(ACTIVE_TASK_STATES)):
         out.append(BulkChoice("mark_failed", f"Mark all {n} failed", f"{base_url}/mark_failed",
                               "Every instance is recorded as failed and not retried; queued and running ones are stopped.", "all",
                               danger=True))
@@ -116,7 +161,7 @@ def bulk_choices(instances: list[TaskInstance], base_url: str, user: AbstractBas
 def selected(instances: list[TaskInstance], scope: str) -> list[TaskInstance]:
     """The instances a bulk action's scope names."""
     if scope == "failed":
-        return [ti for ti in instances if ti.state in (TaskState.FAILED, TaskState.DEAD_LETTER)]
+        return [ti for ti in instances if ti.state in FAILED_STATES]
     return instances
 
 

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models.functions import Left, Length, Right
@@ -23,7 +24,7 @@ from orchestrator.console.grid import waiting_text
 from orchestrator.console.text import Excerpt, Row, attempt_label, context_rows, duration, excerpt, seconds_between
 from orchestrator.engine import taskstate
 from orchestrator.engine.taskconfig import args_for
-from orchestrator.models import AuditLog, TaskAttempt, TaskInstance
+from orchestrator.models import AuditLog, DagRun, TaskAttempt, TaskInstance
 from retries.policy import cleared_max_tries
 from retries.states import (
     ACTIVE_TASK_STATES,
@@ -316,29 +317,35 @@ def context(ti: TaskInstance, user: AbstractBaseUser | AnonymousUser, *, action_
 
 
 def mapped_context(
-    instances: list[TaskInstance],
+    run: DagRun,
+    task_id: str,
     user: AbstractBaseUser | AnonymousUser,
     state_filter: str = "",
+    page: int = 1,
     *,
     action_error: str = "",
     notice: str = "",
-) -> dict[str, Any]:
-    """A mapped task's page: its instances with state, tries and last failure, filterable by
-    state, and the actions on all of them or on the failed ones."""
-    first = instances[0]
-    run, dag = first.dag_run, first.dag_run.dag
-    base_url = task_url(dag.dag_id, run.run_id, first.task_id).rstrip("/")
-    overview = mapped.overview(instances, base_url, user, state_filter)
+) -> dict[str, Any] | None:
+    """A mapped task's page: its instances' counts by state, one page of them with state, tries
+    and last failure, filterable by state, and the actions on all of them or on the failed ones.
+    None when the task is not mapped (or not expanded yet): it has one instance's page."""
+    counts = mapped.state_counts(run, task_id)
+    if not counts:
+        return None
+    dag = run.dag
+    base_url = task_url(dag.dag_id, run.run_id, task_id).rstrip("/")
+    overview = mapped.overview(run, task_id, counts, base_url, user, state_filter, page)
+    query = {key: value for key, value in (("state", overview["state_filter"]), ("page", overview["page"].number)) if value and value != 1}
     return {
         "dag": dag,
         "run": run,
-        "ti": first,
-        "label": first.task_id,
+        "ti": TaskInstance.objects.filter(dag_run=run, task_id=task_id).only("id", "task_id", "map_index", "state").order_by("map_index").first(),
+        "label": task_id,
         "mapped": overview,
-        "finished": all(ti.state not in ACTIVE_TASK_STATES and ti.state not in (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) for ti in instances),
+        "finished": not (set(counts) & (set(ACTIVE_TASK_STATES) | {TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY})),
         "action_error": action_error,
         "notice": notice,
-        "instance_query": f"?state={state_filter}" if state_filter else "",
+        "instance_query": f"?{urlencode(query)}" if query else "",
     }
 
 
