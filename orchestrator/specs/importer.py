@@ -25,6 +25,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from deadlines.models import DeadlineDefinition, Reference
+from orchestrator.engine.sql import concrete_fields
 from orchestrator.models import Circuit, Dag, Task
 from orchestrator.specs.budget import spec_verdicts, warning_text
 from orchestrator.specs.checks import parse_datetime
@@ -222,7 +223,7 @@ def _prepared_row(task_spec: dict[str, Any], position: int, *, with_id: int | bo
     return (task_spec["task_id"], *values) if with_id is False else (*values, with_id)
 
 
-_TASK_FIELDS = {name: Task._meta.get_field(name) for name in ("task_id", *TASK_COLUMNS)}
+_TASK_FIELDS = {field.name: field for field in concrete_fields(Task, ("task_id", *TASK_COLUMNS))}
 
 
 def write_dag(spec: DagSpec, plan: DagPlan | None = None) -> str:
