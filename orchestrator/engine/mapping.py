@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import metrics
@@ -120,9 +120,41 @@ def expand_ready(ti: TaskInstance, now: datetime) -> tuple[TaskState, list[TaskI
         ):
             return None
         ti.state, ti.map_index, ti.map_item = TaskState.SCHEDULED, 0, items[0]
-        created = TaskInstance.objects.bulk_create([_instance(ti, i, item) for i, item in enumerate(items[1:], start=1)])
+        created = _insert(ti, items[1:])
     log.info("task %s of run %s expanded into %d instances", ti.task_id, ti.dag_run_id, len(items))
     return TaskState.SCHEDULED, [ti, *created]
+
+
+def _insert(first: TaskInstance, items: list[Any]) -> list[TaskInstance]:
+    """Insert instances 1..n of a mapped task (`first` is instance 0); returns them with their ids.
+
+    SQLite binds at most 999 parameters a statement: `bulk_create` would write some 24 rows an
+    INSERT (each with RETURNING), 400 statements for 10,000 instances, all while the run's
+    transaction holds the write lock, and prepare every column of every row. There, the columns
+    are prepared once, one prepared INSERT runs for every row (executemany) with only its
+    map_index and item set, and one SELECT reads the rows back."""
+    if connection.vendor != "sqlite" or not items:
+        return TaskInstance.objects.bulk_create([_instance(first, i, item) for i, item in enumerate(items, start=1)])
+    fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
+    template = _instance(first, 1, None)
+    base = [field.get_db_prep_save(field.pre_save(template, True), connection) for field in fields]
+    names = [field.name for field in fields]
+    index_at, item_at = names.index("map_index"), names.index("map_item")
+    item_field = TaskInstance._meta.get_field("map_item")
+
+    def row(map_index: int, item: Any) -> list[Any]:
+        values = base.copy()
+        values[index_at], values[item_at] = map_index, item_field.get_db_prep_save(item, connection)
+        return values
+
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {quote(TaskInstance._meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
+            f" VALUES ({sql.placeholders(len(fields))})",
+            [row(map_index, item) for map_index, item in enumerate(items, start=1)],
+        )
+    return list(TaskInstance.objects.filter(dag_run_id=first.dag_run_id, task_id=first.task_id, map_index__gte=1).order_by("map_index"))
 
 
 def _instance(first: TaskInstance, map_index: int, item: Any) -> TaskInstance:
