@@ -1,7 +1,7 @@
 """The DAG page's grid: the last runs (columns, oldest first) × the DAG's tasks (rows).
 
-A page of TASKS_PER_PAGE tasks at a time (`?grid_page=N`): a 10,000-task DAG is 40 pages of
-250, not 250,000 cells. Three or four queries whatever the history and the DAG's size: the runs, the
+A page of TASKS_PER_PAGE tasks at a time (`?grid_page=N`): a 10,000-task DAG is 100 pages of
+100, not 250,000 cells. Three or four queries whatever the history and the DAG's size: the runs, the
 page's tasks (with the tasks no longer in the DAG that the runs still have, and the count of
 them all), the page's task instances (only the columns a cell needs), and when the page has a
 mapped task, its instances counted by state in the database, never read one by one. Links are built from one reversed
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from django.db.models import Count, Sum
@@ -25,10 +25,24 @@ from orchestrator.models import Dag, DagRun, TaskInstance
 from retries.states import UNFINISHED_RUN_STATES, TaskState
 
 RECENT_RUNS = 25
-TASKS_PER_PAGE = 250
-# Read only what a cell shows: a run's task instances may carry large contexts.
-CELL_FIELDS = ["id", "dag_run_id", "task_id", "map_index", "state", "try_number", "max_tries", "infrastructure_try_number"]
-HAS_WAITING_FOR = any(f.name == "waiting_for" for f in TaskInstance._meta.get_fields())
+TASKS_PER_PAGE = 100
+
+
+class Instance(NamedTuple):
+    """What a cell shows of a task instance (a run's task instances may carry large contexts):
+    read as plain rows, a page of them costs no model objects."""
+
+    dag_run_id: int
+    task_id: str
+    map_index: int
+    state: str
+    try_number: int
+    max_tries: int
+    infrastructure_try_number: int
+    waiting_for: Any
+
+
+CELL_FIELDS = Instance._fields
 
 
 # The grid's legend: every task state a square can take, in the order a run goes through them.
@@ -155,8 +169,9 @@ def _task_rows(dag: Dag, run_pks: list[int], page: int) -> list[tuple]:
     removed, params = "", [dag.pk]
     if run_pks:
         removed = (
+            # A removed task's instances lost their definition (set null): only those are read.
             " UNION ALL SELECT DISTINCT ti.task_id, 1, 0, 0 FROM orchestrator_taskinstance ti"
-            f" WHERE ti.dag_run_id IN ({sql.placeholders(len(run_pks))})"
+            f" WHERE ti.dag_run_id IN ({sql.placeholders(len(run_pks))}) AND ti.definition_id IS NULL"
             " AND ti.task_id NOT IN (SELECT task_id FROM orchestrator_task WHERE dag_id = %s)"
         )
         params += [*run_pks, dag.pk]
@@ -178,17 +193,16 @@ class MappedCounts:
     platform_retries: int = 0
 
 
-def _cells_by_run(run_pks: list[int], task_ids: list[str]) -> dict[int, dict[str, TaskInstance | MappedCounts]]:
+def _cells_by_run(run_pks: list[int], task_ids: list[str]) -> dict[int, dict[str, Instance | MappedCounts]]:
     """What each run's cell of each task shows: its instance, or a mapped task's counts."""
-    found: dict[int, dict[str, TaskInstance | MappedCounts]] = {}
+    found: dict[int, dict[str, Instance | MappedCounts]] = {}
     if not run_pks or not task_ids:
         return found
-    fields = CELL_FIELDS + (["waiting_for"] if HAS_WAITING_FOR else [])
     shown = TaskInstance.objects.filter(dag_run_id__in=run_pks, task_id__in=task_ids)
     # A task not mapped (or not expanded yet) has one instance, map_index -1; a mapped task's
     # instance 0 says it has more, counted next.
     expanded = False
-    for ti in shown.filter(map_index__lte=0).only(*fields):
+    for ti in map(Instance._make, shown.filter(map_index__lte=0).values_list(*CELL_FIELDS).order_by()):
         if ti.map_index == 0:
             expanded = True
         else:
@@ -209,13 +223,13 @@ def _cells_by_run(run_pks: list[int], task_ids: list[str]) -> dict[int, dict[str
     return found
 
 
-def _cell(found: TaskInstance | MappedCounts | None, run_url: str) -> Cell | None:
+def _cell(found: Instance | MappedCounts | None, run_url: str) -> Cell | None:
     if found is None:
         return None
     if isinstance(found, MappedCounts):
         return _mapped_cell(found, run_url)
     ti = found
-    waiting = waiting_text(getattr(ti, "waiting_for", None))
+    waiting = waiting_text(ti.waiting_for)
     title = f"{ti.task_id}: {ti.state}, {attempt_label(ti.try_number, ti.max_tries)}"
     if ti.infrastructure_try_number:
         title += f", {ti.infrastructure_try_number} platform retr{'y' if ti.infrastructure_try_number == 1 else 'ies'}"
