@@ -74,3 +74,11 @@ def test_the_mapped_task_page_costs_the_same_for_1000_instances_as_for_10(alice_
     _, second = _queries(alice_client, f"{url}?state=success&page=2")
     assert "Instances 201–400 of 500 success" in second
     assert 'data-map-index="700"' in second and 'data-map-index="1"' not in second
+
+
+def test_the_grid_still_shows_a_task_removed_from_the_dag_after_its_tasks(alice_client):
+    dag, _ = _mapped_run(3, 2)
+    Task.objects.filter(dag=dag, task_id="t0").delete()  # its instance keeps its history, definition null
+    _, page = _queries(alice_client, f"/dags/{dag.dag_id}/")
+    rows = [row.split('"')[0] for row in page.split('data-task-id="')[1:]]
+    assert sorted(rows[:2]) == ["load", "t1"] and rows[2:] == ["t0"]  # the DAG's tasks, then the removed one
