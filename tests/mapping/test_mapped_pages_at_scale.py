@@ -23,7 +23,7 @@ def _mapped_run(width: int, extra_tasks: int = 0):
     """`load` mapped over `width` items, its instances spread over three states, and
     `extra_tasks` plain tasks after it."""
     dag = DagFactory(dag_id=f"mapped_{width}_{extra_tasks}", default_args={"retries": 0})
-    TaskFactory(dag=dag, task_id="load", expand={"n": list(range(width))})
+    TaskFactory(dag=dag, task_id="load", expand={"n": list(range(width))}, position=0)
     Task.objects.bulk_create([Task(dag=dag, task_id=f"t{i}", bash_command="true", position=i + 1) for i in range(extra_tasks)])
     run = create_manual_run(dag)
     instances = TaskInstance.objects.filter(dag_run=run, task_id="load")
