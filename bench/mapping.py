@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/mapping.py --backend postgres
     .venv/bin/python bench/mapping.py --backend sqlite
+    .venv/bin/python bench/mapping.py --backend sqlite --width 10000 --repeats 3 --expansion-only
 
 Databases and Redis as `bench/engine_throughput.py` makes them (a throwaway PostgreSQL database
 or a temporary SQLite file; a claimed or embedded Redis), removed at the end. Two measurements:
@@ -43,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="run_worker processes (default 2)")
     parser.add_argument("--repeats", type=int, default=5, help="expansions timed (default 5)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for one run (default 900)")
+    parser.add_argument("--expansion-only", action="store_true", help="measure the expansion only (no workers, no runs)")
     return parser.parse_args()
 
 
@@ -60,14 +62,27 @@ def mapped_dag(dag_id: str, width: int, *, literal: bool):
     return dag
 
 
-def time_advance(dag, repeats: int) -> float:
-    """Median seconds of advance_run() over a fresh run of `dag` (its jobs enqueued on commit)."""
+def time_advance(dag, repeats: int, expansions: list[float] | None = None) -> float:
+    """Median seconds of advance_run() over a fresh run of `dag` (its jobs enqueued on commit).
+    `expansions`: gets the seconds each expansion itself took (creating the instances), of them."""
     from django.db import transaction
     from django.utils import timezone
 
+    from orchestrator.engine import runs
     from orchestrator.engine.runs import advance_run, create_run
     from orchestrator.models import DagRun
 
+    real_expand = runs.expand_ready
+
+    def timed_expand(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            return real_expand(*args, **kwargs)
+        finally:
+            if expansions is not None:
+                expansions.append(time.perf_counter() - began)
+
+    runs.expand_ready = timed_expand
     times = []
     for _ in range(repeats):
         now = timezone.now()
@@ -77,7 +92,30 @@ def time_advance(dag, repeats: int) -> float:
             dispatched, _ = advance_run(run.pk, now)
         times.append(time.perf_counter() - began)
         assert dispatched == run.task_instances.count(), (dispatched, run.task_instances.count())
+    runs.expand_ready = real_expand
     return statistics.median(times)
+
+
+def insert_floor() -> float:
+    """Seconds for the database to write a mapped task's instances with no Python in between: the
+    last expanded run's instances 1..n copied by one INSERT ... SELECT (same columns, same
+    indexes), rolled back. The least an expansion of that width can cost on this server now."""
+    from django.db import connection, transaction
+
+    from orchestrator import sql
+    from orchestrator.models import TaskInstance
+
+    fields = [field.column for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
+    columns = ", ".join(connection.ops.quote_name(column) for column in fields)
+    copied = ", ".join("map_index + 1000000" if column == "map_index" else connection.ops.quote_name(column) for column in fields)
+    run_pk = TaskInstance.objects.filter(task_id="load").order_by("-dag_run_id").values_list("dag_run_id", flat=True).first()
+    began = time.perf_counter()
+    with transaction.atomic():
+        sql.execute(f"INSERT INTO orchestrator_taskinstance ({columns}) SELECT {copied} FROM orchestrator_taskinstance"
+                    " WHERE dag_run_id = %s AND task_id = 'load' AND map_index >= 1", [run_pk])
+        seconds = time.perf_counter() - began
+        transaction.set_rollback(True)
+    return seconds
 
 
 def main() -> int:
@@ -94,7 +132,9 @@ def main() -> int:
         else:
             database_url = f"sqlite:///{workdir / 'bench.sqlite3'}"
             redis_url = stack.enter_context(embedded_redis(workdir / "redis"))
-        env = child_env(database_url, redis_url, 0.2, ORCHESTRATOR_SPOOL_DIR=str(workdir / "spool"))
+        env = child_env(database_url, redis_url, 0.2, ORCHESTRATOR_SPOOL_DIR=str(workdir / "spool"),
+                        ORCHESTRATOR_MAX_MAP_LENGTH=str(max(1024, args.width)))  # the default allows 1,024 items
+        os.environ["ORCHESTRATOR_MAX_MAP_LENGTH"] = env["ORCHESTRATOR_MAX_MAP_LENGTH"]  # this process expands too
         setup_django(env)
         from django.core.management import call_command
         from django.db import connection, connections
@@ -104,14 +144,23 @@ def main() -> int:
         print(f"{vendor}; {os.cpu_count()} CPUs; width {args.width}; {args.workers} workers")
 
         # Expansion, no worker running: the jobs wait in Redis and are flushed with it.
-        mapped_seconds = time_advance(mapped_dag("bench_expand", args.width, literal=True), args.repeats)
+        expansions: list[float] = []
+        mapped_seconds = time_advance(mapped_dag("bench_expand", args.width, literal=True), args.repeats, expansions)
+        expand_seconds = statistics.median(expansions)
         plain_seconds = time_advance(make_dag("bench_settle", {f"t{i}": [] for i in range(args.width)}, max_active_runs=50), args.repeats)
         print(f"\n== advance_run of a fresh run, median of {args.repeats}")
         print(f"  mapped task of {args.width} (expand + dispatch): {mapped_seconds * 1000:8.1f} ms")
+        print(f"    of which the expansion (the instances created): {expand_seconds * 1000:8.1f} ms")
         print(f"  {args.width} plain tasks (settle + dispatch):   {plain_seconds * 1000:8.1f} ms")
         from orchestrator.redis_conn import get_redis
 
         get_redis().flushdb()
+        floor_seconds = insert_floor()
+        print(f"  floor: the database copying {args.width - 1} of those instances itself (INSERT ... SELECT): {floor_seconds * 1000:8.1f} ms")
+        if args.expansion_only:
+            print(f"summary: backend={args.backend} width={args.width} advance_ms={mapped_seconds * 1000:.1f} expansion_ms={expand_seconds * 1000:.1f}"
+                  f" plain_settle_ms={plain_seconds * 1000:.1f} insert_floor_ms={floor_seconds * 1000:.1f}")
+            return 0
 
         mapped = mapped_dag("bench_mapped", args.width, literal=False)
         plain = make_dag("bench_plain", {"root": [], **{f"t{i}": ["root"] for i in range(args.width)}})
@@ -140,7 +189,7 @@ def main() -> int:
         failed = sum(r.failed_tasks + r.failed_runs for r in results)
         print("summary: " + " ".join([
             f"backend={args.backend}", f"width={args.width}",
-            f"expand_ms={mapped_seconds * 1000:.1f}", f"plain_settle_ms={plain_seconds * 1000:.1f}",
+            f"advance_ms={mapped_seconds * 1000:.1f}", f"expansion_ms={expand_seconds * 1000:.1f}", f"plain_settle_ms={plain_seconds * 1000:.1f}",
             *(f"{r.name.split(':')[0]}_tasks_per_s={r.tasks_per_second:.2f}" for r in results),
             f"failed={failed}",
         ]))

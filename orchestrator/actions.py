@@ -183,6 +183,23 @@ def allowed_actions(instances: Iterable[TaskInstance], user: User) -> dict[int, 
     return {ti.pk: [a for a in TASK_ACTIONS if not refusal(a, ti, user_failed=ti.pk in failed)] for ti in instances}
 
 
+def allowed_by_state(run: DagRun, task_id: str, user: User) -> dict[str, list[str]]:
+    """A mapped task's instances: the actions `user` may take on an instance in each state now,
+    by state, as `refusal()` decides (reclassify only in the states where an instance has a
+    user-charged failure). Two queries, whatever the number of instances."""
+    if not may_act(user):
+        return {}
+    instances = TaskInstance.objects.filter(dag_run=run, task_id=task_id, map_index__gte=0)
+    states = set(instances.values_list("state", flat=True).distinct())
+    user_failed = set(
+        _user_failures().filter(task_instance__in=instances).values_list("task_instance__state", flat=True).distinct()
+    )
+    return {
+        state: [a for a in TASK_ACTIONS if not refusal(a, TaskInstance(task_id=task_id, state=state), user_failed=state in user_failed)]
+        for state in states
+    }
+
+
 def _refuse_unless_allowed(action: str, ti: TaskInstance, *, user_failed: bool = False) -> None:
     if why := refusal(action, ti, user_failed=user_failed):
         raise Conflict(why)

@@ -37,7 +37,7 @@ from orchestrator.specs.forms import (
     TaskInlineFormSet,
 )
 from orchestrator.specs.importer import DEADLINE_FIELDS as SPEC_DEADLINE_FIELDS
-from orchestrator.specs.importer import SCHEDULE_FIELDS, refresh_fixed_datetimes
+from orchestrator.specs.importer import SCHEDULE_FIELDS, forget_spec_hash, refresh_fixed_datetimes
 from retries.budget import seconds
 
 # A deadline's datetime is edited as written (datetime_text); the aware value derives from it.
@@ -166,6 +166,7 @@ class DagAdmin(admin.ModelAdmin):
     def save_related(self, request: HttpRequest, form: DagForm, formsets: list, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         refresh_fixed_datetimes(form.instance)
+        forget_spec_hash(form.instance.pk)
 
     @admin.action(description="Trigger a run of the selected DAGs", permissions=["trigger"])
     def trigger_run(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -227,11 +228,23 @@ class TaskAdmin(admin.ModelAdmin):
         self, request: HttpRequest, form: StandaloneTaskForm, formset: BaseInlineFormSet, change: bool
     ) -> None:
         save_in_order(formset, dag_id=form.instance.dag_id)
+        forget_spec_hash(form.instance.dag_id)
 
     def save_model(self, request: HttpRequest, obj: Task, form: StandaloneTaskForm, change: bool) -> None:
         super().save_model(request, obj, form, change)
+        forget_spec_hash(obj.dag_id)
         details = {"task_id": obj.task_id, "fields": list(form.changed_data)}
         actions.record_edit(request.user, obj.dag.dag_id, "admin_change_task" if change else "admin_add_task", details)
+
+    def delete_model(self, request: HttpRequest, obj: Task) -> None:
+        super().delete_model(request, obj)
+        forget_spec_hash(obj.dag_id)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        dag_pks = set(queryset.values_list("dag_id", flat=True))
+        super().delete_queryset(request, queryset)
+        for dag_pk in dag_pks:
+            forget_spec_hash(dag_pk)
 
 
 def _audit_task_rows(request: HttpRequest, dag_id: str, formset: BaseInlineFormSet) -> None:

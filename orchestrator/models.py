@@ -33,6 +33,9 @@ class Dag(models.Model):
     default_args = models.JSONField(default=dict, blank=True)
     # Scheduler bookkeeping: the logical date of the next scheduled run.
     next_run_logical_date = models.DateTimeField(blank=True, null=True)
+    # The hash of the spec the DAG's tasks and deadlines were last imported from ("" once they
+    # were edited otherwise): re-importing an unchanged file does not compare them row by row.
+    spec_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection, models
 from django.db.models.functions import Now
@@ -96,7 +96,16 @@ def columns(alias: str, fields: Iterable[models.Field]) -> str:
     return ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in fields)
 
 
-def instances(model: type[models.Model], fields: Sequence[models.Field], values: Sequence[Any]) -> models.Model:
+M = TypeVar("M", bound=models.Model)
+
+
+def instances(model: type[M], fields: Sequence[models.Field], values: Sequence[Any]) -> M:
     """A model instance from already converted column values, as the ORM builds one (fields not
     given are deferred: reading one queries it)."""
     return model.from_db(connection.alias, [field.attname for field in fields], values)
+
+
+def concrete_fields(model: type[models.Model], names: Iterable[str] | None = None) -> list[models.Field]:
+    """The model's columns (all, or those named): its concrete fields, which are all Fields."""
+    fields = model._meta.concrete_fields if names is None else [model._meta.get_field(name) for name in names]
+    return [field for field in fields if isinstance(field, models.Field)]

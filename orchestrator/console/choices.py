@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.models import TaskInstance
+from orchestrator.models import DagRun, TaskInstance
 
 LABELS = {
     "clear": "Clear",
@@ -36,6 +36,9 @@ class Operator:
     allowed: Callable[[Sequence[TaskInstance]], Mapping[int, Sequence[str]]]
     # every task of the instance's run downstream of it (what an action may touch)
     downstream: Callable[[TaskInstance], list[TaskInstance]]
+    # a mapped task's instances (run, task_id): the actions an instance in each state allows
+    # now, by state (one query, whatever the number of instances)
+    allowed_by_state: Callable[[DagRun, str], Mapping[str, Sequence[str]]]
 
 
 @dataclass(frozen=True)

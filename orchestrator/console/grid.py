@@ -1,28 +1,48 @@
 """The DAG page's grid: the last runs (columns, oldest first) × the DAG's tasks (rows).
 
-Three queries whatever the history: the runs, their task instances (only the columns a cell
-needs) and the task definitions. Links are built from one reversed prefix per run, since
-reversing 1,250 URLs would cost more than the rest of the page.
+A page of TASKS_PER_PAGE tasks at a time (`?grid_page=N`): a 10,000-task DAG is 100 pages of
+100, not 250,000 cells. Three or four queries whatever the history and the DAG's size: the runs, the
+page's tasks (with the tasks no longer in the DAG that the runs still have, and the count of
+them all), the page's task instances (only the columns a cell needs), and when the page has a
+mapped task, its instances counted by state in the database, never read one by one. Links are built from one reversed
+prefix per run, since reversing thousands of URLs would cost more than the rest of the page.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
+from django.db.models import Count, Sum
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator.console.mapped import counts_text, is_mapped, worst_state
+from orchestrator import sql
+from orchestrator.console.mapped import counts_text, worst_state
 from orchestrator.console.text import attempt_label, duration, seconds_between
 from orchestrator.models import Dag, DagRun, TaskInstance
 from retries.states import UNFINISHED_RUN_STATES, TaskState
 
 RECENT_RUNS = 25
-# Read only what a cell shows: a run's task instances may carry large contexts.
-CELL_FIELDS = ["id", "dag_run_id", "task_id", "map_index", "state", "try_number", "max_tries", "infrastructure_try_number"]
-HAS_WAITING_FOR = any(f.name == "waiting_for" for f in TaskInstance._meta.get_fields())
+TASKS_PER_PAGE = 100
+
+
+class Instance(NamedTuple):
+    """What a cell shows of a task instance (a run's task instances may carry large contexts):
+    read as plain rows, a page of them costs no model objects."""
+
+    dag_run_id: int
+    task_id: str
+    map_index: int
+    state: str
+    try_number: int
+    max_tries: int
+    infrastructure_try_number: int
+    waiting_for: Any
+
+
+CELL_FIELDS = Instance._fields
 
 
 # The grid's legend: every task state a square can take, in the order a run goes through them.
@@ -64,9 +84,25 @@ class GridRun:
 
 @dataclass
 class Grid:
-    task_ids: list[str]
+    task_ids: list[str]  # the page's
     runs: list[GridRun]  # oldest first, as a timeline reads
     active: bool
+    page: int = 1
+    pages: int = 1
+    first: int = 1  # 1-based positions of the page's tasks among them all
+    total: int = 0
+
+    @property
+    def previous(self) -> int | None:
+        return self.page - 1 if self.page > 1 else None
+
+    @property
+    def next(self) -> int | None:
+        return self.page + 1 if self.page < self.pages else None
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.task_ids) - 1
 
     @property
     def legend(self) -> list[tuple[str, str]]:
@@ -89,25 +125,20 @@ def run_seconds(run: DagRun, now: datetime) -> float | None:
     return seconds_between(start, run.end_date or (now if run.state in UNFINISHED_RUN_STATES else None))
 
 
-def build(dag: Dag, *, limit: int = RECENT_RUNS, now: datetime | None = None) -> Grid:
+def build(dag: Dag, *, limit: int = RECENT_RUNS, now: datetime | None = None, page: int = 1) -> Grid:
     now = now or timezone.now()
     runs = list(DagRun.objects.filter(dag=dag).order_by("-queued_at", "-id")[:limit])[::-1]
-    task_ids = list(dag.tasks.order_by("position", "id").values_list("task_id", flat=True))
-    fields = CELL_FIELDS + (["waiting_for"] if HAS_WAITING_FOR else [])
-    instances = TaskInstance.objects.filter(dag_run_id__in=[r.pk for r in runs]).only(*fields)
-    by_run: dict[int, dict[str, list[TaskInstance]]] = {}
-    for ti in instances:
-        by_run.setdefault(ti.dag_run_id, {}).setdefault(ti.task_id, []).append(ti)
-        if ti.task_id not in task_ids:  # removed from the DAG since: still shown
-            task_ids.append(ti.task_id)
+    run_pks = [r.pk for r in runs]
+    task_ids, total, page, pages = _page_of_tasks(dag, run_pks, page)
+    by_run = _cells_by_run(run_pks, task_ids)
     seconds = [run_seconds(run, now) for run in runs]
     longest = max((s for s in seconds if s), default=0.0)
     grid_runs = []
     for run, secs in zip(runs, seconds):
         run.dag = dag
         url = reverse("web:run_detail", args=[dag.dag_id, run.run_id])
-        tis = by_run.get(run.pk, {})
-        cells = [_cell(tis.get(task_id), url) for task_id in task_ids]
+        found = by_run.get(run.pk, {})
+        cells = [_cell(found.get(task_id), url) for task_id in task_ids]
         grid_runs.append(
             GridRun(
                 run=run,
@@ -119,16 +150,86 @@ def build(dag: Dag, *, limit: int = RECENT_RUNS, now: datetime | None = None) ->
                 cells=cells,
             )
         )
-    return Grid(task_ids=task_ids, runs=grid_runs, active=any(r.state in UNFINISHED_RUN_STATES for r in runs))
+    return Grid(task_ids=task_ids, runs=grid_runs, active=any(r.state in UNFINISHED_RUN_STATES for r in runs),
+                page=page, pages=pages, first=(page - 1) * TASKS_PER_PAGE + 1, total=total)
 
 
-def _cell(tis: list[TaskInstance] | None, run_url: str) -> Cell | None:
-    if not tis:
+def _page_of_tasks(dag: Dag, run_pks: list[int], page: int) -> tuple[list[str], int, int, int]:
+    """The task ids of grid page `page` (clamped), the number of rows in all, the page and the
+    number of pages, in one query: the DAG's tasks in order, then those removed from it since
+    that the runs shown still have."""
+    rows = _task_rows(dag, run_pks, page)
+    if not rows and page > 1:  # past the last page (a stale link): show the first
+        page, rows = 1, _task_rows(dag, run_pks, 1)
+    total = rows[0][1] if rows else 0
+    return [task_id for task_id, _ in rows], total, page, max(1, -(-total // TASKS_PER_PAGE))
+
+
+def _task_rows(dag: Dag, run_pks: list[int], page: int) -> list[tuple]:
+    removed, params = "", [dag.pk]
+    if run_pks:
+        removed = (
+            # A removed task's instances lost their definition (set null): only those are read.
+            " UNION ALL SELECT DISTINCT ti.task_id, 1, 0, 0 FROM orchestrator_taskinstance ti"
+            f" WHERE ti.dag_run_id IN ({sql.placeholders(len(run_pks))}) AND ti.definition_id IS NULL"
+            " AND ti.task_id NOT IN (SELECT task_id FROM orchestrator_task WHERE dag_id = %s)"
+        )
+        params += [*run_pks, dag.pk]
+    return sql.fetch(
+        "SELECT task_id, COUNT(*) OVER () FROM ("
+        " SELECT task_id, 0 AS gone, position, id FROM orchestrator_task WHERE dag_id = %s"
+        f"{removed}) AS grid_rows ORDER BY gone, position, id, task_id LIMIT %s OFFSET %s",
+        [*params, TASKS_PER_PAGE, (page - 1) * TASKS_PER_PAGE],
+        [None, None],
+    )
+
+
+@dataclass
+class MappedCounts:
+    """A mapped task's instances in one run: how many in each state, platform retries summed."""
+
+    task_id: str
+    counts: dict[str, int] = field(default_factory=dict)
+    platform_retries: int = 0
+
+
+def _cells_by_run(run_pks: list[int], task_ids: list[str]) -> dict[int, dict[str, Instance | MappedCounts]]:
+    """What each run's cell of each task shows: its instance, or a mapped task's counts."""
+    found: dict[int, dict[str, Instance | MappedCounts]] = {}
+    if not run_pks or not task_ids:
+        return found
+    shown = TaskInstance.objects.filter(dag_run_id__in=run_pks, task_id__in=task_ids)
+    # A task not mapped (or not expanded yet) has one instance, map_index -1; a mapped task's
+    # instance 0 says it has more, counted next.
+    expanded = False
+    for ti in map(Instance._make, shown.filter(map_index__lte=0).values_list(*CELL_FIELDS).order_by()):
+        if ti.map_index == 0:
+            expanded = True
+        else:
+            found.setdefault(ti.dag_run_id, {})[ti.task_id] = ti
+    if not expanded:
+        return found
+    counted = (
+        shown.filter(map_index__gte=0).values_list("dag_run_id", "task_id", "state")
+        .annotate(n=Count("id"), platform=Sum("infrastructure_try_number")).order_by()
+    )
+    for run_pk, task_id, state, n, platform in counted:
+        cells = found.setdefault(run_pk, {})
+        mapped = cells.get(task_id)
+        if not isinstance(mapped, MappedCounts):
+            mapped = cells[task_id] = MappedCounts(task_id)
+        mapped.counts[state] = n
+        mapped.platform_retries += platform or 0
+    return found
+
+
+def _cell(found: Instance | MappedCounts | None, run_url: str) -> Cell | None:
+    if found is None:
         return None
-    if is_mapped(tis):
-        return _mapped_cell(tis, run_url)
-    ti = tis[0]
-    waiting = waiting_text(getattr(ti, "waiting_for", None))
+    if isinstance(found, MappedCounts):
+        return _mapped_cell(found, run_url)
+    ti = found
+    waiting = waiting_text(ti.waiting_for)
     title = f"{ti.task_id}: {ti.state}, {attempt_label(ti.try_number, ti.max_tries)}"
     if ti.infrastructure_try_number:
         title += f", {ti.infrastructure_try_number} platform retr{'y' if ti.infrastructure_try_number == 1 else 'ies'}"
@@ -143,15 +244,13 @@ def _cell(tis: list[TaskInstance] | None, run_url: str) -> Cell | None:
     )
 
 
-def _mapped_cell(tis: list[TaskInstance], run_url: str) -> Cell:
+def _mapped_cell(mapped: MappedCounts, run_url: str) -> Cell:
     """One cell for a mapped task's instances: coloured by the worst state, counts in its title."""
-    states = [ti.state for ti in tis]
-    platform = sum(ti.infrastructure_try_number for ti in tis)
     return Cell(
-        state=worst_state(states),
-        url=f"{run_url}tasks/{quote(tis[0].task_id)}",
-        title=f"{tis[0].task_id}: {counts_text(states)}",
-        platform_retries=platform,
+        state=worst_state(mapped.counts),
+        url=f"{run_url}tasks/{quote(mapped.task_id)}",
+        title=f"{mapped.task_id}: {counts_text(mapped.counts)}",
+        platform_retries=mapped.platform_retries,
         waiting="",
-        instances=len(tis),
+        instances=sum(mapped.counts.values()),
     )

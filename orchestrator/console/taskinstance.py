@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
+from urllib.parse import urlencode
 
 from django.db.models import Func
 from django.db.models.functions import Left, Length, Right
@@ -24,7 +25,7 @@ from orchestrator.console.choices import ActionChoice, Operator, choice
 from orchestrator.console.grid import waiting_text
 from orchestrator.console.text import attempt_label, context_rows, duration, excerpt, seconds_between
 from orchestrator.engine import taskstate
-from orchestrator.models import TaskAttempt, TaskInstance
+from orchestrator.models import DagRun, TaskAttempt, TaskInstance
 from orchestrator.outputstore import OutputStore, output_store
 from orchestrator.taskconfig import args_for
 from retries.policy import cleared_max_tries
@@ -245,33 +246,43 @@ def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", not
 
 def _settled(ti: TaskInstance) -> bool:
     """Whether the task will not move by itself (finished or dead-lettered): its page stops polling."""
-    return ti.state not in IN_FLIGHT_TASK_STATES and ti.state != TaskState.NONE
+    return _settled_state(ti.state)
+
+
+def _settled_state(state: str) -> bool:
+    return state not in IN_FLIGHT_TASK_STATES and state != TaskState.NONE
 
 
 def mapped_context(
-    instances: list[TaskInstance],
+    run: DagRun,
+    task_id: str,
     operator: Operator,
     state_filter: str = "",
+    page: int = 1,
     *,
     action_error: str = "",
     notice: str = "",
-) -> dict[str, Any]:
-    """A mapped task's page: its instances with state, tries and last failure, filterable by
-    state, and the actions on all of them or on the failed ones."""
-    first = instances[0]
-    run, dag = first.dag_run, first.dag_run.dag
-    base_url = task_url(dag.dag_id, run.run_id, first.task_id).rstrip("/")
-    overview = mapped.overview(instances, base_url, operator, state_filter)
+) -> dict[str, Any] | None:
+    """A mapped task's page: its instances' counts by state, one page of them with state, tries
+    and last failure, filterable by state, and the actions on all of them or on the failed ones.
+    None when the task is not mapped (or not expanded yet): it has one instance's page."""
+    counts = mapped.state_counts(run, task_id)
+    if not counts:
+        return None
+    dag = run.dag
+    base_url = task_url(dag.dag_id, run.run_id, task_id).rstrip("/")
+    overview = mapped.overview(run, task_id, counts, base_url, operator, state_filter, page)
+    query = {key: value for key, value in (("state", overview["state_filter"]), ("page", overview["page"].number)) if value and value != 1}
     return {
         "dag": dag,
         "run": run,
-        "ti": first,
-        "label": first.task_id,
+        "ti": TaskInstance.objects.filter(dag_run=run, task_id=task_id).only("id", "task_id", "map_index", "state").order_by("map_index").first(),
+        "label": task_id,
         "mapped": overview,
-        "finished": all(_settled(ti) for ti in instances),
+        "finished": all(_settled_state(state) for state in counts),
         "action_error": action_error,
         "notice": notice,
-        "instance_query": f"?state={state_filter}" if state_filter else "",
+        "instance_query": f"?{urlencode(query)}" if query else "",
     }
 
 

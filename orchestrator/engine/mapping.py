@@ -13,6 +13,7 @@ result and actions; the state machine does not know it was mapped.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import metrics, sql
@@ -119,9 +120,52 @@ def expand_ready(ti: TaskInstance, now: datetime) -> tuple[TaskState, list[TaskI
         ):
             return None
         ti.state, ti.map_index, ti.map_item = TaskState.SCHEDULED, 0, items[0]
-        created = TaskInstance.objects.bulk_create([_instance(ti, i, item) for i, item in enumerate(items[1:], start=1)])
+        created = _insert(ti, items[1:])
     log.info("task %s of run %s expanded into %d instances", ti.task_id, ti.dag_run_id, len(items))
     return TaskState.SCHEDULED, [ti, *created]
+
+
+def _insert(first: TaskInstance, items: list[Any]) -> list[TaskInstance]:
+    """Insert instances 1..n of a mapped task (`first` is instance 0); returns them with their ids.
+
+    `bulk_create` builds a model object and prepares every column of every row (7 s of a
+    10,000-instance expansion under load), and on SQLite, which binds at most 999 parameters a
+    statement, writes some 24 rows an INSERT, each with RETURNING. Here the columns are prepared
+    once, each row sets only its map_index and item (SQLite: one prepared INSERT run for every row; PostgreSQL: a few multi-row INSERTs), and
+    one SELECT reads the rows back."""
+    if not items:
+        return []
+    fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
+    template = _instance(first, 1, None)
+    base = [field.get_db_prep_save(field.pre_save(template, True), connection) for field in fields]
+    names = [field.name for field in fields]
+    index_at, item_at = names.index("map_index"), names.index("map_item")
+    item_field = TaskInstance._meta.get_field("map_item")
+
+    def row(map_index: int, item: Any) -> list[Any]:
+        values = base.copy()
+        values[index_at], values[item_at] = map_index, item_field.get_db_prep_save(item, connection)
+        return values
+
+    quote = connection.ops.quote_name
+    insert = f"INSERT INTO {quote(TaskInstance._meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) VALUES "
+    one = f"({sql.placeholders(len(fields))})"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # One statement with two arrays: the server would spend seconds parsing and planning
+            # thousands of rows of parameters.
+            columns = [
+                "u.map_index" if at == index_at else "u.map_item::jsonb" if at == item_at else "%s" for at in range(len(fields))
+            ]
+            constants = [value for at, value in enumerate(base) if at not in (index_at, item_at)]
+            cursor.execute(
+                f"{insert.removesuffix(' VALUES ')} SELECT {', '.join(columns)}"
+                " FROM unnest(%s::integer[], %s::text[]) AS u(map_index, map_item)",
+                [*constants, list(range(1, len(items) + 1)), [json.dumps(item, cls=item_field.encoder) for item in items]],
+            )
+        else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
+            cursor.executemany(insert + one, [row(map_index, item) for map_index, item in enumerate(items, start=1)])
+    return list(TaskInstance.objects.filter(dag_run_id=first.dag_run_id, task_id=first.task_id, map_index__gte=1).order_by("map_index"))
 
 
 def _instance(first: TaskInstance, map_index: int, item: Any) -> TaskInstance:

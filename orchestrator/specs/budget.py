@@ -38,11 +38,14 @@ def dag_verdicts(dag: Any) -> list[Verdict]:
     """The same verdicts for a DAG in the database (its page and the admin)."""
     from deadlines.models import DeadlineDefinition
 
-    rows = list(DeadlineDefinition.objects.filter(dag=dag).select_related("task").order_by("id"))
-    as_spec = lambda row: {"reference": row.reference, "interval": row.interval}  # noqa: E731
-    dag_deadlines = [as_spec(r) for r in rows if r.task_id is None]
-    tasks = [(t.task_id, t.args, [as_spec(r) for r in rows if r.task_id == t.pk]) for t in dag.tasks.all()]
-    return verdicts(dag.default_args, tasks, dag_deadlines)
+    rows = DeadlineDefinition.objects.filter(dag=dag).order_by("id").values_list("task_id", "reference", "interval")
+    by_task: dict[int | None, list[dict[str, Any]]] = {}
+    for task_pk, reference, interval in rows:
+        by_task.setdefault(task_pk, []).append({"reference": reference, "interval": interval})
+    if not by_task:
+        return []  # no deadline, nothing to fit: a 10,000-task DAG's page need not read its tasks' arguments
+    tasks = [(task_id, args, by_task.get(pk, [])) for pk, task_id, args in dag.tasks.values_list("pk", "task_id", "args")]
+    return verdicts(dag.default_args, tasks, by_task.get(None, []))
 
 
 def warning_text(verdict: Verdict) -> str:

@@ -22,7 +22,7 @@ from orchestrator.console import run as run_page
 from orchestrator.console import workers as worker_pages
 from orchestrator.console.choices import Operator, action_done
 from orchestrator.console.text import pretty_json
-from orchestrator.exceptions import ActionError, BadRequest, Conflict
+from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
 from orchestrator.models import AuditLog, Dag, DagRun
 from orchestrator.querystring import parse_limit
 from orchestrator.specs.budget import dag_verdicts
@@ -44,6 +44,7 @@ def operator(request: HttpRequest) -> Operator:
         may_act=actions.may_act(request.user),
         allowed=partial(actions.allowed_actions, user=request.user),
         downstream=actions.downstream_of,
+        allowed_by_state=partial(actions.allowed_by_state, user=request.user),
     )
 
 
@@ -53,8 +54,14 @@ def dag_list(request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "web/dag_list.html", {"rows": dags.dag_rows()})
 
 
+def _grid_page(request: HttpRequest) -> int:
+    """?grid_page=N: which page of the DAG's tasks the grid shows (1 when absent or bad)."""
+    raw = request.GET.get("grid_page", "1")
+    return int(raw) if raw.isdigit() and len(raw) < 9 else 1
+
+
 def _dag_context(request: HttpRequest, dag: Dag, **extra: Any) -> dict[str, Any]:
-    dag_grid = grid.build(dag, limit=RECENT_RUNS)
+    dag_grid = grid.build(dag, limit=RECENT_RUNS, page=_grid_page(request))
     return {
         "dag": dag,
         "tasks": dags.task_rows(dag),
@@ -78,7 +85,7 @@ def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
     """The DAG page; an htmx poll gets the #dag-grid partial, and status 286 once no run is active."""
     dag = lookup(actions.find_dag, dag_id)
     if is_htmx(request):
-        dag_grid = grid.build(dag, limit=RECENT_RUNS)
+        dag_grid = grid.build(dag, limit=RECENT_RUNS, page=_grid_page(request))
         status = 200 if dag_grid.active else STOP_POLLING
         return TemplateResponse(request, "web/dag_detail.html#dag_grid", {"dag": dag, "grid": dag_grid}, status=status)
     return TemplateResponse(request, "web/dag_detail.html", _dag_context(request, dag))
@@ -188,11 +195,19 @@ def _task_page(
     request: HttpRequest, dag_id: str, run_id: str, task_id: str, map_index: int | None, *, action_error: str = "", notice: str = ""
 ) -> dict:
     """One task instance's page, or a mapped task's page: its instances and what acts on all."""
-    instances = lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
-    if map_index is None and mapped.is_mapped(instances):
-        return taskinstance.mapped_context(
-            instances, operator(request), request.GET.get("state", ""), action_error=action_error, notice=notice
+    try:
+        # A task that is not mapped (or not expanded yet) has one instance, map_index -1.
+        instances = actions.find_task_instances(dag_id, run_id, task_id, -1 if map_index is None else map_index)
+    except NotFound as exc:
+        if map_index is not None:
+            raise Http404(str(exc)) from exc
+        run = lookup(actions.find_run, dag_id, run_id)
+        page = taskinstance.mapped_context(
+            run, task_id, operator(request), request.GET.get("state", ""), _page_number(request), action_error=action_error, notice=notice
         )
+        if page is None:
+            raise Http404(f"run '{run_id}' of DAG '{dag_id}' has no task '{task_id}'") from exc
+        return page
     return taskinstance.context(instances[0], operator(request), action_error=action_error, notice=notice)
 
 

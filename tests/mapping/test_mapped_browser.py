@@ -88,3 +88,51 @@ def test_an_operator_reads_a_mapped_task_and_clears_its_failed_instance(live_ser
         page.wait_for_selector("#instance-table tr[data-map-index='2'] .state:not(.state-failed)")
         assert [e.details["map_index"] for e in AuditLog.objects.filter(action="clear")] == [2]
         assert TaskInstance.objects.get(dag_run=run, map_index=2).state in ("none", "scheduled", "queued")
+
+
+SCREENSHOTS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "screenshots")
+
+
+def test_a_wide_dag_and_a_big_mapped_task_page_fit_the_viewport(live_server, browser_page):  # noqa: F811
+    """A DAG of 150 tasks, one mapped over 450 items: the grid shows a page of tasks, the mapped
+    task's page the counts and a page of instances, each with its pager, and neither is wider than
+    the viewport at 1,280 px or at phone width. With UPDATE_SCREENSHOTS=1, screenshots of both
+    (1,280 px light and dark, 390 px light and dark)."""
+    from orchestrator.models import Task
+
+    with own_connections():
+        User.objects.create_user("alice", password=PASSWORD)
+        dag = DagFactory(dag_id="wide", default_args={"retries": 0})
+        TaskFactory(dag=dag, task_id="load_file", expand={"path": [f"part-{i}" for i in range(450)]}, position=0)
+        Task.objects.bulk_create([Task(dag=dag, task_id=f"step_{i:03d}", bash_command="true", position=i + 1) for i in range(149)])
+        run = create_manual_run(dag)
+        instances = TaskInstance.objects.filter(dag_run=run, task_id="load_file")
+        instances.filter(map_index__lt=300).update(state="success", try_number=1)
+        instances.filter(map_index__in=[7, 123, 201]).update(state="failed", try_number=1)
+        TaskInstance.objects.filter(dag_run=run, task_id__startswith="step_").update(state="success", try_number=1)
+        page = browser_page
+        page.goto(f"{live_server.url}/dags/wide/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/dags/wide/")
+        mapped_url = f"{live_server.url}/dags/wide/runs/{run.run_id}/tasks/load_file"
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            for width in (1280, 390):
+                page.set_viewport_size({"width": width, "height": 900})
+                for name, url in (("grid-paged", f"{live_server.url}/dags/wide/?grid_page=2"), ("mapped-paged", f"{mapped_url}?page=2")):
+                    page.goto(url)
+                    pager = "#grid-pager" if name == "grid-paged" else "#instance-pager"
+                    assert page.locator(pager).is_visible()
+                    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+                        suffix = "" if width == 1280 else "-390"
+                        page.screenshot(path=os.path.join(SCREENSHOTS, f"{name}-{scheme}{suffix}.png"))  # the top: pager, counts, first rows
+                    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+                    assert overflow <= 0, f"{url} is {overflow}px wider than {width}px"
+        page.goto(f"{live_server.url}/dags/wide/")
+        assert page.text_content("#grid-pager").split()[1] == "1–100"
+        cell = page.locator("a.sq[title^='load_file:']")
+        assert cell.get_attribute("title") == "load_file: 450 instances: 3 failed, 150 queued, 297 success"
+        page.goto(f"{mapped_url}?state=failed")
+        assert page.locator("#instance-table tbody tr").count() == 3 and not page.locator("#instance-pager").count()

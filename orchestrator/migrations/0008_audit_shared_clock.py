@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('orchestrator', '0006_task_state'),
+        ('orchestrator', '0007_dag_spec_hash'),
     ]
 
     operations = [
