@@ -7,6 +7,7 @@ from django.core.paginator import Paginator
 from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 
+from orchestrator.console.paging import Span
 from orchestrator.models import Dag, DagRun, TaskInstance
 from orchestrator.specs.budget import dag_verdicts
 from orchestrator.taskconfig import merge_args
@@ -59,23 +60,8 @@ class TaskPage:
     """One page of the DAG's task definitions, in DAG order, with where it sits among them all."""
 
     rows: list[TaskRow]
-    page: int
-    pages: int
-    total: int
-    first: int  # 1-based position of the page's first task (0 when the DAG has none)
+    span: Span
     verdicts: list[Verdict]  # the retry budgets of the page's tasks against their deadlines
-
-    @property
-    def last(self) -> int:
-        return self.first + len(self.rows) - 1 if self.rows else 0
-
-    @property
-    def previous(self) -> int | None:
-        return self.page - 1 if self.page > 1 else None
-
-    @property
-    def next(self) -> int | None:
-        return self.page + 1 if self.page < self.pages else None
 
 
 def task_page(dag: Dag, page: int) -> TaskPage:
@@ -99,9 +85,6 @@ def task_page(dag: Dag, page: int) -> TaskPage:
         )
     return TaskPage(
         rows=rows,
-        page=shown.number,
-        pages=paginator.num_pages,
-        total=paginator.count,
-        first=shown.start_index(),
+        span=Span.of(shown.number, TASKS_PER_PAGE, paginator.count, len(rows)),
         verdicts=dag_verdicts(dag, [(t.pk, t.task_id, t.args) for t in shown.object_list]),
     )
