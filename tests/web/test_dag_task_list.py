@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from deadlines.models import DeadlineDefinition
 from orchestrator.console.dags import TASKS_PER_PAGE
 from orchestrator.models import Task
+from tests.api.factories import make_run
 from tests.engine.factories import DagFactory
 
 pytestmark = pytest.mark.django_db
@@ -75,3 +76,12 @@ def test_a_dag_without_tasks_says_so(alice_client):
     DagFactory(dag_id="empty")
     _, page = _get(alice_client, "/dags/empty/")
     assert "No tasks." in page and 'id="task-list-pager"' not in page
+
+
+def test_the_grids_poll_keeps_the_task_lists_page(alice_client):
+    dag = _dag(250)
+    make_run(dag)  # a run not finished: the grid polls
+    _, page = _get(alice_client, f"/dags/{dag.dag_id}/?tasks_page=2")
+    assert f'hx-get="/dags/{dag.dag_id}/?tasks_page=2"' in page
+    _, page = _get(alice_client, f"/dags/{dag.dag_id}/?tasks_page=2&grid_page=3")
+    assert f'hx-get="/dags/{dag.dag_id}/?tasks_page=2&amp;grid_page=3"' in page
