@@ -4,14 +4,13 @@ and weighs the retry budgets of the page's tasks only."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from deadlines.models import DeadlineDefinition
 from orchestrator.console.dags import TASKS_PER_PAGE
 from orchestrator.models import Task
 from tests.api.factories import make_run
 from tests.engine.factories import DagFactory
+from tests.pages import get_counted
 
 pytestmark = pytest.mark.django_db
 
@@ -30,18 +29,11 @@ def _dag(tasks: int):
     return dag
 
 
-def _get(client, url: str) -> tuple[int, str]:
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url)
-    assert response.status_code == 200
-    return len(queries.captured_queries), response.content.decode()
-
-
 def test_a_1000_task_dag_with_deadlines_costs_the_same_queries_as_a_10_task_one(alice_client):
     counts = []
     for tasks in (10, 1000):
         dag = _dag(tasks)
-        n, page = _get(alice_client, f"/dags/{dag.dag_id}/")
+        n, page = get_counted(alice_client, f"/dags/{dag.dag_id}/")
         counts.append(n)
         assert page.count('<tr data-task="') == min(tasks, TASKS_PER_PAGE)
         assert page.count("can miss") == min(tasks, TASKS_PER_PAGE)  # the page's tasks against the DAG deadline
@@ -50,11 +42,11 @@ def test_a_1000_task_dag_with_deadlines_costs_the_same_queries_as_a_10_task_one(
 
 def test_the_task_list_pages_with_a_count_and_links_that_keep_the_grid_page(alice_client):
     dag = _dag(250)
-    _, first = _get(alice_client, f"/dags/{dag.dag_id}/")
+    _, first = get_counted(alice_client, f"/dags/{dag.dag_id}/")
     assert 'id="task-list-pager"' in first and "Tasks 1–100 of 250" in first
     assert '<tr data-task="t0000">' in first and '<tr data-task="t0100">' not in first
 
-    _, last = _get(alice_client, f"/dags/{dag.dag_id}/?grid_page=2&tasks_page=3")
+    _, last = get_counted(alice_client, f"/dags/{dag.dag_id}/?grid_page=2&tasks_page=3")
     assert "Tasks 201–250 of 250" in last
     assert '<tr data-task="t0249">' in last and '<tr data-task="t0199">' not in last
     # the previous link keeps the grid's page; there is no next page
@@ -68,20 +60,20 @@ def test_the_task_list_pages_with_a_count_and_links_that_keep_the_grid_page(alic
 @pytest.mark.parametrize("raw", ["0", "-1", "abc", "9999", "1" * 40, "%00"])
 def test_a_bad_or_stale_tasks_page_shows_a_page_of_tasks(alice_client, raw):
     dag = _dag(150)
-    _, page = _get(alice_client, f"/dags/{dag.dag_id}/?tasks_page={raw}")
+    _, page = get_counted(alice_client, f"/dags/{dag.dag_id}/?tasks_page={raw}")
     assert page.count('<tr data-task="') in (100, 50)  # the first page, or the last past the end
 
 
 def test_a_dag_without_tasks_says_so(alice_client):
     DagFactory(dag_id="empty")
-    _, page = _get(alice_client, "/dags/empty/")
+    _, page = get_counted(alice_client, "/dags/empty/")
     assert "No tasks." in page and 'id="task-list-pager"' not in page
 
 
 def test_the_grids_poll_keeps_the_task_lists_page(alice_client):
     dag = _dag(250)
     make_run(dag)  # a run not finished: the grid polls
-    _, page = _get(alice_client, f"/dags/{dag.dag_id}/?tasks_page=2")
+    _, page = get_counted(alice_client, f"/dags/{dag.dag_id}/?tasks_page=2")
     assert f'hx-get="/dags/{dag.dag_id}/?tasks_page=2"' in page
-    _, page = _get(alice_client, f"/dags/{dag.dag_id}/?tasks_page=2&grid_page=3")
+    _, page = get_counted(alice_client, f"/dags/{dag.dag_id}/?tasks_page=2&grid_page=3")
     assert f'hx-get="/dags/{dag.dag_id}/?tasks_page=2&amp;grid_page=3"' in page
