@@ -93,6 +93,11 @@ def _number(name: str):
     return value
 
 
+def _names(name: str) -> list[str]:
+    """A comma-separated list setting, each item stripped, empty items dropped."""
+    return [item.strip() for item in env(name) if item.strip()]
+
+
 def _boolean(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None:
@@ -240,7 +245,7 @@ ORCHESTRATOR_QUEUED_TIMEOUT = _number("ORCHESTRATOR_QUEUED_TIMEOUT")
 ORCHESTRATOR_KILL_GRACE = _number("ORCHESTRATOR_KILL_GRACE")
 ORCHESTRATOR_DEADLINE_CHECK_INTERVAL = _number("ORCHESTRATOR_DEADLINE_CHECK_INTERVAL")
 ORCHESTRATOR_WORKER_SHUTDOWN_GRACE = _number("ORCHESTRATOR_WORKER_SHUTDOWN_GRACE")
-ORCHESTRATOR_LISTENERS = [p.strip() for p in env("ORCHESTRATOR_LISTENERS") if p.strip()]
+ORCHESTRATOR_LISTENERS = _names("ORCHESTRATOR_LISTENERS")
 ORCHESTRATOR_FAILPOINTS = env("ORCHESTRATOR_FAILPOINTS")
 ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS = env("ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS")
 ORCHESTRATOR_SCHEDULER_INTERVAL = _number("ORCHESTRATOR_SCHEDULER_INTERVAL")
@@ -302,9 +307,9 @@ ORCHESTRATOR_CIRCUIT_FAILURE_RATE = _number("ORCHESTRATOR_CIRCUIT_FAILURE_RATE")
 ORCHESTRATOR_CIRCUIT_COOLDOWN = _number("ORCHESTRATOR_CIRCUIT_COOLDOWN")
 ORCHESTRATOR_CIRCUIT_RAMP = _number("ORCHESTRATOR_CIRCUIT_RAMP")
 # Modules the worker's fork server imports once, so every task process starts with them loaded.
-ORCHESTRATOR_PRELOAD_MODULES = [m.strip() for m in env("ORCHESTRATOR_PRELOAD_MODULES") if m.strip()]
+ORCHESTRATOR_PRELOAD_MODULES = _names("ORCHESTRATOR_PRELOAD_MODULES")
 # Platform variables (DATABASE_URL, REDIS_URL, SECRET_KEY, ...) a task process may still see.
-ORCHESTRATOR_TASK_ENV_PASSTHROUGH = [v.strip() for v in env("ORCHESTRATOR_TASK_ENV_PASSTHROUGH") if v.strip()]
+ORCHESTRATOR_TASK_ENV_PASSTHROUGH = _names("ORCHESTRATOR_TASK_ENV_PASSTHROUGH")
 for _name in (
     "ORCHESTRATOR_AVERAGE_RUNTIME_WINDOW",
     "ORCHESTRATOR_AVERAGE_RUNTIME_MIN_RUNS",

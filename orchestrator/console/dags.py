@@ -1,16 +1,22 @@
-"""The DAG list (each DAG with its last few runs) and the DAG page's table of tasks."""
+"""The DAG list (each DAG with its last few runs) and the DAG page's table of tasks, a page at a time."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.core.paginator import Paginator
 from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 
+from orchestrator.console.paging import Span
 from orchestrator.models import Dag, DagRun, TaskInstance
-from orchestrator.taskconfig import effective_args
+from orchestrator.specs.budget import dag_verdicts
+from orchestrator.taskconfig import merge_args
+from retries.budget import Verdict
 from retries.states import TaskState
 
 RECENT_RUNS_PER_DAG = 5
+TASKS_PER_PAGE = 100
+TASK_FIELDS = ("dag", "task_id", "upstream", "trigger_rule", "python_callable", "bash_command", "args")
 
 
 @dataclass
@@ -49,11 +55,23 @@ class TaskRow:
     queue: str
 
 
-def task_rows(dag: Dag) -> list[TaskRow]:
+@dataclass
+class TaskPage:
+    """One page of the DAG's task definitions, in DAG order, with where it sits among them all."""
+
+    rows: list[TaskRow]
+    span: Span
+    verdicts: list[Verdict]  # the retry budgets of the page's tasks against their deadlines
+
+
+def task_page(dag: Dag, page: int) -> TaskPage:
+    """Page `page` (clamped) of TASKS_PER_PAGE task definitions: a 10,000-task DAG is read a
+    hundred at a time, its count and its page in two queries, its deadlines in a third."""
+    paginator = Paginator(dag.tasks.order_by("position", "id").only(*TASK_FIELDS), TASKS_PER_PAGE, allow_empty_first_page=True)
+    shown = paginator.get_page(page)
     rows = []
-    for task in dag.tasks.all():
-        task.dag = dag
-        args = effective_args(task)
+    for task in shown.object_list:
+        args = merge_args(dag.default_args, task.args)
         rows.append(
             TaskRow(
                 task_id=task.task_id,
@@ -65,4 +83,8 @@ def task_rows(dag: Dag) -> list[TaskRow]:
                 queue=str(args["queue"]),
             )
         )
-    return rows
+    return TaskPage(
+        rows=rows,
+        span=Span.of(shown.number, TASKS_PER_PAGE, paginator.count, len(rows)),
+        verdicts=dag_verdicts(dag, [(t.pk, t.task_id, t.args) for t in shown.object_list]),
+    )

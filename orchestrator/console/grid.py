@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from orchestrator import sql
 from orchestrator.console.mapped import counts_text, worst_state
+from orchestrator.console.paging import Span
 from orchestrator.console.text import attempt_label, duration, seconds_between
 from orchestrator.models import Dag, DagRun, TaskInstance
 from retries.states import UNFINISHED_RUN_STATES, TaskState
@@ -87,22 +88,7 @@ class Grid:
     task_ids: list[str]  # the page's
     runs: list[GridRun]  # oldest first, as a timeline reads
     active: bool
-    page: int = 1
-    pages: int = 1
-    first: int = 1  # 1-based positions of the page's tasks among them all
-    total: int = 0
-
-    @property
-    def previous(self) -> int | None:
-        return self.page - 1 if self.page > 1 else None
-
-    @property
-    def next(self) -> int | None:
-        return self.page + 1 if self.page < self.pages else None
-
-    @property
-    def last(self) -> int:
-        return self.first + len(self.task_ids) - 1
+    span: Span  # the page's tasks among them all
 
     @property
     def legend(self) -> list[tuple[str, str]]:
@@ -129,7 +115,7 @@ def build(dag: Dag, *, limit: int = RECENT_RUNS, now: datetime | None = None, pa
     now = now or timezone.now()
     runs = list(DagRun.objects.filter(dag=dag).order_by("-queued_at", "-id")[:limit])[::-1]
     run_pks = [r.pk for r in runs]
-    task_ids, total, page, pages = _page_of_tasks(dag, run_pks, page)
+    task_ids, total, page = _page_of_tasks(dag, run_pks, page)
     by_run = _cells_by_run(run_pks, task_ids)
     seconds = [run_seconds(run, now) for run in runs]
     longest = max((s for s in seconds if s), default=0.0)
@@ -151,18 +137,17 @@ def build(dag: Dag, *, limit: int = RECENT_RUNS, now: datetime | None = None, pa
             )
         )
     return Grid(task_ids=task_ids, runs=grid_runs, active=any(r.state in UNFINISHED_RUN_STATES for r in runs),
-                page=page, pages=pages, first=(page - 1) * TASKS_PER_PAGE + 1, total=total)
+                span=Span.of(page, TASKS_PER_PAGE, total, len(task_ids)))
 
 
-def _page_of_tasks(dag: Dag, run_pks: list[int], page: int) -> tuple[list[str], int, int, int]:
-    """The task ids of grid page `page` (clamped), the number of rows in all, the page and the
-    number of pages, in one query: the DAG's tasks in order, then those removed from it since
+def _page_of_tasks(dag: Dag, run_pks: list[int], page: int) -> tuple[list[str], int, int]:
+    """The task ids of grid page `page` (clamped), the number of rows in all and the page, in one query: the DAG's tasks in order, then those removed from it since
     that the runs shown still have."""
     rows = _task_rows(dag, run_pks, page)
     if not rows and page > 1:  # past the last page (a stale link): show the first
         page, rows = 1, _task_rows(dag, run_pks, 1)
     total = rows[0][1] if rows else 0
-    return [task_id for task_id, _ in rows], total, page, max(1, -(-total // TASKS_PER_PAGE))
+    return [task_id for task_id, _ in rows], total, page
 
 
 def _task_rows(dag: Dag, run_pks: list[int], page: int) -> list[tuple]:

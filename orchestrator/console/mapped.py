@@ -14,6 +14,7 @@ from typing import Any
 from django.db.models import Count
 
 from orchestrator.console.choices import Operator
+from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label
 from orchestrator.models import DagRun, TaskInstance
 from retries.states import TaskState
@@ -74,23 +75,6 @@ def state_counts(run: DagRun, task_id: str) -> dict[str, int]:
     return dict(rows)
 
 
-@dataclass(frozen=True)
-class InstancePage:
-    number: int
-    pages: int
-    first: int  # 1-based positions of the rows shown among those filtered
-    last: int
-    total: int
-
-    @property
-    def previous(self) -> int | None:
-        return self.number - 1 if self.number > 1 else None
-
-    @property
-    def next(self) -> int | None:
-        return self.number + 1 if self.number < self.pages else None
-
-
 def overview(
     run: DagRun, task_id: str, counts: Mapping[str, int], base_url: str, operator: Operator,
     state_filter: str = "", page: int = 1,
@@ -100,8 +84,7 @@ def overview(
     if state_filter not in counts:
         state_filter = "" if state_filter not in {s.value for s in TaskState} else state_filter
     total = counts.get(state_filter, 0) if state_filter else sum(counts.values())
-    pages = max(1, -(-total // INSTANCES_PER_PAGE))
-    number = min(max(page, 1), pages)
+    number = min(max(page, 1), page_count(total, INSTANCES_PER_PAGE))
     shown = TaskInstance.objects.filter(dag_run=run, task_id=task_id, map_index__gte=0)
     if state_filter:
         shown = shown.filter(state=state_filter)
@@ -119,7 +102,7 @@ def overview(
     ]
     return {
         "instances": rows,
-        "page": InstancePage(number, pages, start + 1 if rows else 0, start + len(rows), total),
+        "page": Span.of(number, INSTANCES_PER_PAGE, total, len(rows)),
         "counts": counts_text(counts),
         "state_counts": sorted(counts.items(), key=lambda item: WORST_FIRST.index(TaskState(item[0]))),
         "state_filter": state_filter,

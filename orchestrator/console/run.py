@@ -12,6 +12,7 @@ from django.urls import reverse
 from orchestrator.console import rootcause
 from orchestrator.console.attempts import AttemptView, attempt_view, dead_lettered_at
 from orchestrator.console.choices import ActionChoice, Operator, choice
+from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label, pretty_json
 from orchestrator.documents import in_task_order
 from orchestrator.models import DagRun, TaskInstance
@@ -102,21 +103,12 @@ def context(run: DagRun, operator: Operator, *, action_error: str = "", notice: 
     """The context of the run page and of its #run-body partial: one page of its tasks."""
     counts = dict(run.task_instances.order_by().values_list("state").annotate(n=Count("id")))
     total = sum(counts.values())
-    pages = max(1, -(-total // RUN_PAGE_SIZE))
-    page = min(max(1, page), pages)
+    page = min(max(1, page), page_count(total, RUN_PAGE_SIZE))
     offset = (page - 1) * RUN_PAGE_SIZE
     views = task_instance_views(run, operator, offset=offset, limit=RUN_PAGE_SIZE)
     return {
-        "task_page": {
-            "number": page,
-            "pages": pages,
-            "first": offset + 1 if total else 0,
-            "last": offset + len(views),
-            "total": total,
-            "previous": page - 1 if page > 1 else None,
-            "next": page + 1 if page < pages else None,
-            "state_counts": sorted(counts.items()),
-        },
+        "task_page": Span.of(page, RUN_PAGE_SIZE, total, len(views)),
+        "task_counts": "({})".format(", ".join(f"{state} {n}" for state, n in sorted(counts.items()))),
         "dag": run.dag,
         "run": run,
         "finished": run.state in FINISHED_RUN_STATES,

@@ -34,8 +34,9 @@ def spec_verdicts(spec: Mapping[str, Any]) -> list[Verdict]:
     return verdicts(spec["default_args"], [(t["task_id"], t["args"], t["deadlines"]) for t in spec["tasks"]], spec["deadlines"])
 
 
-def dag_verdicts(dag: Any) -> list[Verdict]:
-    """The same verdicts for a DAG in the database (its page and the admin)."""
+def dag_verdicts(dag: Any, tasks: Iterable[tuple[int, str, Mapping[str, Any]]] | None = None) -> list[Verdict]:
+    """The same verdicts for a DAG in the database (its page and the admin): of every task, or
+    only of `tasks`, (pk, task_id, own args), as the DAG page passes the page of tasks it shows."""
     from deadlines.models import DeadlineDefinition
 
     rows = DeadlineDefinition.objects.filter(dag=dag).order_by("id").values_list("task_id", "reference", "interval")
@@ -43,9 +44,10 @@ def dag_verdicts(dag: Any) -> list[Verdict]:
     for task_pk, reference, interval in rows:
         by_task.setdefault(task_pk, []).append({"reference": reference, "interval": interval})
     if not by_task:
-        return []  # no deadline, nothing to fit: a 10,000-task DAG's page need not read its tasks' arguments
-    tasks = [(task_id, args, by_task.get(pk, [])) for pk, task_id, args in dag.tasks.values_list("pk", "task_id", "args")]
-    return verdicts(dag.default_args, tasks, by_task.get(None, []))
+        return []  # no deadline, nothing to fit: no task's arguments need reading
+    if tasks is None:
+        tasks = dag.tasks.order_by("position", "id").values_list("pk", "task_id", "args")
+    return verdicts(dag.default_args, [(task_id, args, by_task.get(pk, [])) for pk, task_id, args in tasks], by_task.get(None, []))
 
 
 def warning_text(verdict: Verdict) -> str:

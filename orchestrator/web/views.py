@@ -25,7 +25,6 @@ from orchestrator.console.text import pretty_json
 from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
 from orchestrator.models import AuditLog, Dag, DagRun
 from orchestrator.querystring import parse_limit
-from orchestrator.specs.budget import dag_verdicts
 from orchestrator.web import backfills as backfill_pages
 from orchestrator.web.pages import STOP_POLLING, is_htmx, lookup, polled, require
 from retries.states import Category, Reason
@@ -54,17 +53,19 @@ def dag_list(request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "web/dag_list.html", {"rows": dags.dag_rows()})
 
 
-def _grid_page(request: HttpRequest) -> int:
-    """?grid_page=N: which page of the DAG's tasks the grid shows (1 when absent or bad)."""
-    raw = request.GET.get("grid_page", "1")
+def _page_number(request: HttpRequest, name: str = "page") -> int:
+    """?page=N, or the DAG page's ?grid_page=N and ?tasks_page=N (1 when absent or not a positive
+    number: a bad link still shows the page)."""
+    raw = request.GET.get(name, "1")
     return int(raw) if raw.isdigit() and len(raw) < 9 else 1
 
 
 def _dag_context(request: HttpRequest, dag: Dag, **extra: Any) -> dict[str, Any]:
-    dag_grid = grid.build(dag, limit=RECENT_RUNS, page=_grid_page(request))
+    dag_grid = grid.build(dag, limit=RECENT_RUNS, page=_page_number(request, "grid_page"))
+    tasks = dags.task_page(dag, _page_number(request, "tasks_page"))
     return {
         "dag": dag,
-        "tasks": dags.task_rows(dag),
+        "tasks": tasks,
         "grid": dag_grid,
         "runs": dag_grid.runs[::-1],
         "deadline_chart": charts.deadline_history([r.run for r in dag_grid.runs]),
@@ -73,7 +74,7 @@ def _dag_context(request: HttpRequest, dag: Dag, **extra: Any) -> dict[str, Any]
         "dag_deadline_history": dag_deadline_history(dag),
         "default_args": pretty_json(dag.default_args),
         "backfills": backfill_pages.recent_backfills(dag),
-        "budget": dag_verdicts(dag),
+        "budget": tasks.verdicts,
         "form": {},
         **extra,
     }
@@ -85,7 +86,7 @@ def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
     """The DAG page; an htmx poll gets the #dag-grid partial, and status 286 once no run is active."""
     dag = lookup(actions.find_dag, dag_id)
     if is_htmx(request):
-        dag_grid = grid.build(dag, limit=RECENT_RUNS, page=_grid_page(request))
+        dag_grid = grid.build(dag, limit=RECENT_RUNS, page=_page_number(request, "grid_page"))
         status = 200 if dag_grid.active else STOP_POLLING
         return TemplateResponse(request, "web/dag_detail.html#dag_grid", {"dag": dag, "grid": dag_grid}, status=status)
     return TemplateResponse(request, "web/dag_detail.html", _dag_context(request, dag))
@@ -118,12 +119,6 @@ def dag_pause(request: HttpRequest, dag_id: str) -> HttpResponse:
     dag = lookup(actions.find_dag, dag_id)
     actions.set_paused(dag, request.user, paused=request.POST.get("paused") == "1")
     return HttpResponseRedirect(reverse("web:dag_detail", args=[dag.dag_id]), status=303)
-
-
-def _page_number(request: HttpRequest) -> int:
-    """?page=N (1 when absent or not a positive number: a bad link still shows the run)."""
-    raw = request.GET.get("page", "1")
-    return int(raw) if raw.isdigit() and len(raw) < 9 else 1
 
 
 @login_required

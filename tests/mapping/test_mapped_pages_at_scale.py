@@ -6,8 +6,6 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from orchestrator.console.grid import TASKS_PER_PAGE
 from orchestrator.console.mapped import INSTANCES_PER_PAGE
@@ -15,6 +13,7 @@ from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import Task, TaskInstance
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory
+from tests.pages import get_counted
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]
 
@@ -32,18 +31,11 @@ def _mapped_run(width: int, extra_tasks: int = 0):
     return dag, run
 
 
-def _queries(client, url: str) -> tuple[int, str]:
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url)
-    assert response.status_code == 200
-    return len(queries.captured_queries), response.content.decode()
-
-
 def test_the_grid_costs_the_same_for_1000_instances_and_600_tasks_as_for_10(alice_client):
     counts = []
     for width, tasks in ((10, 10), (1000, 600)):
         dag, _ = _mapped_run(width, tasks)
-        n, page = _queries(alice_client, f"/dags/{dag.dag_id}/")
+        n, page = get_counted(alice_client, f"/dags/{dag.dag_id}/")
         counts.append(n)
         # one cell for the mapped task, coloured by its worst instance, its counts in the title
         assert f'title="load: {width} instances: 1 failed, ' in page
@@ -52,11 +44,11 @@ def test_the_grid_costs_the_same_for_1000_instances_and_600_tasks_as_for_10(alic
     assert counts[0] == counts[1], counts
     # the second page of the 601 tasks (load, t0 ... t599): the next TASKS_PER_PAGE
     n = TASKS_PER_PAGE
-    _, second = _queries(alice_client, f"/dags/{dag.dag_id}/?grid_page=2")
+    _, second = get_counted(alice_client, f"/dags/{dag.dag_id}/?grid_page=2")
     assert 'id="grid-pager"' in second and f"Tasks {n + 1}–{2 * n} of 601" in second
     assert f'data-task-id="t{n - 1}"' in second and f'data-task-id="t{2 * n - 1}"' not in second
     assert f'data-task-id="t{n - 2}"' not in second  # on the first page
-    _, last = _queries(alice_client, f"/dags/{dag.dag_id}/?grid_page=9999")  # past the end: the first page
+    _, last = get_counted(alice_client, f"/dags/{dag.dag_id}/?grid_page=9999")  # past the end: the first page
     assert f"Tasks 1–{n} of 601" in last
 
 
@@ -65,13 +57,13 @@ def test_the_mapped_task_page_costs_the_same_for_1000_instances_as_for_10(alice_
     for width in (10, 1000):
         dag, run = _mapped_run(width)
         url = f"/dags/{dag.dag_id}/runs/{quote(run.run_id, safe='')}/tasks/load"
-        n, page = _queries(alice_client, url)
+        n, page = get_counted(alice_client, url)
         counts.append(n)
         assert f"{width} instances: 1 failed, {width // 2 - 1} queued, {width // 2} success" in page
         assert page.count("data-map-index=") == min(width, INSTANCES_PER_PAGE)
         assert "Clear the 1 failed" in page and f"Mark all {width} failed" in page
     assert counts[0] == counts[1], counts
-    _, second = _queries(alice_client, f"{url}?state=success&page=2")
+    _, second = get_counted(alice_client, f"{url}?state=success&page=2")
     assert "Instances 201–400 of 500 success" in second
     assert 'data-map-index="700"' in second and 'data-map-index="1"' not in second
 
@@ -79,6 +71,6 @@ def test_the_mapped_task_page_costs_the_same_for_1000_instances_as_for_10(alice_
 def test_the_grid_still_shows_a_task_removed_from_the_dag_after_its_tasks(alice_client):
     dag, _ = _mapped_run(3, 2)
     Task.objects.filter(dag=dag, task_id="t0").delete()  # its instance keeps its history, definition null
-    _, page = _queries(alice_client, f"/dags/{dag.dag_id}/")
+    _, page = get_counted(alice_client, f"/dags/{dag.dag_id}/")
     rows = [row.split('"')[0] for row in page.split('data-task-id="')[1:]]
     assert sorted(rows[:2]) == ["load", "t1"] and rows[2:] == ["t0"]  # the DAG's tasks, then the removed one

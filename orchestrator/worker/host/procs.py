@@ -8,7 +8,7 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -30,13 +30,13 @@ def become_undumpable() -> bool:
     return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
-def zombie_children(parent: int) -> list[int]:
-    """Children of `parent` that have ended and wait to be reaped."""
-    found: list[int] = []
+def _process_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/<pid>/stat after the command name) of every process, skipping
+    those that end while they are read; nothing where /proc cannot be read."""
     try:
         entries = list(os.scandir("/proc"))
     except OSError:
-        return found
+        return
     for entry in entries:
         if not entry.name.isdigit():
             continue
@@ -45,10 +45,13 @@ def zombie_children(parent: int) -> list[int]:
                 text = stat.read().decode(errors="replace")
         except OSError:
             continue
-        fields = text[text.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[0] == "Z" and int(fields[1]) == parent:
-            found.append(int(entry.name))
-    return found
+        # The command name is in parentheses and may itself hold spaces or parentheses.
+        yield int(entry.name), text[text.rfind(")") + 2 :].split()
+
+
+def zombie_children(parent: int) -> list[int]:
+    """Children of `parent` that have ended and wait to be reaped."""
+    return [pid for pid, fields in _process_stats() if len(fields) > 1 and fields[0] == "Z" and int(fields[1]) == parent]
 
 
 def reap_orphans(keep: set[int]) -> int:
@@ -91,19 +94,7 @@ def live_members(pgid: int) -> list[int]:
     """Processes of the group that are still running (zombies are dead and not counted)."""
     if not os.path.isdir("/proc"):
         return [pgid] if signal_group(pgid, 0) else []
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                text = stat.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+    return [pid for pid, fields in _process_stats() if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X")]
 
 
 def reap_group(pgid: int) -> bool:
