@@ -272,3 +272,34 @@ def test_a_task_state_change_the_database_refuses_is_a_value_error_in_the_task(w
     assert a.result.startswith("the database refused it:") and REFUSAL in a.result, a.result
     assert dict(TaskStateEntry.objects.filter(task_instance=a).values_list("key", "value")) == {"ok": 2}
     nothing_left_active()
+
+
+def test_a_heartbeat_one_row_refuses_stops_only_that_task(worker, make_dag, refuse):
+    """Three tasks on one worker; the database refuses the heartbeat of one of them (its row
+    only). The heartbeat finds that row: the other two keep their leases past the outage
+    tolerance and succeed at their first try; the refused one is kept for the tolerance (1 s
+    here), then killed before the scheduler presumes it lost (worker_lost, platform), and its
+    retry succeeds at try 1."""
+    dag = make_dag(
+        [
+            {"task_id": "a", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 14}},
+            {"task_id": "b", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 60}},
+            {"task_id": "c", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 14}},
+        ],
+        retries=0,
+    )
+    run = trigger(dag)
+    refuse(f"OLD.id = {instance(run, 'b').pk} AND OLD.state = 'running' AND NEW.state = 'running' AND NEW.pid = OLD.pid", table="orchestrator_taskinstance")
+    proc = worker(ORCHESTRATOR_DB_OUTAGE_TOLERANCE="1", ORCHESTRATOR_WORKER_CONCURRENCY="3")
+    started = time.monotonic()
+    b = settle(run, "b", ("success",), timeout=60)
+    lost, retried = b.attempts.order_by("attempt_token")
+    assert (lost.kind, lost.context["category"], lost.context["reason"]) == ("platform", "infrastructure", "worker_lost")
+    assert (retried.state, b.try_number) == ("success", 1)
+    assert time.monotonic() - started < 40  # the 60 s task did not run to its end
+    for task_id in ("a", "c"):
+        ti = settle(run, task_id, ("success",), timeout=40)
+        attempt = ti.attempts.get()  # never stopped, never retried
+        assert (attempt.state, attempt.result, ti.try_number, ti.infrastructure_try_number) == ("success", "done", 1, 0), task_id
+    nothing_left_active()
+    assert proc.poll() is None
