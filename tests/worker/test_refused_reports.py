@@ -33,17 +33,15 @@ REFUSAL = "refused by the test"
 def refuse() -> Iterator[Callable[[str], Callable[[], None]]]:
     """`refuse(when)`: the database refuses every UPDATE of an attempt row (or `event` of a row
     of `table`) for which `when` (SQL over OLD and NEW, the same in both databases) holds;
-    returns what removes it again."""
+    returns what removes it again. PostgreSQL only: `body` (plpgsql) instead of the refusal."""
     removers: list[Callable[[], None]] = []
 
-    def install(when: str, table: str = "orchestrator_taskattempt", event: str = "UPDATE") -> Callable[[], None]:
+    def install(when: str, table: str = "orchestrator_taskattempt", event: str = "UPDATE", body: str = "") -> Callable[[], None]:
         name = f"refuse_{uuid.uuid4().hex[:10]}"
+        body = body or f"RAISE EXCEPTION '{REFUSAL}' USING ERRCODE = '22000';"
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
-                cursor.execute(
-                    f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
-                    f"$$ BEGIN RAISE EXCEPTION '{REFUSAL}' USING ERRCODE = '22000'; END $$"
-                )
+                cursor.execute(f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$")
                 cursor.execute(
                     f"CREATE TRIGGER {name} BEFORE {event} ON {table} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {name}()"
                 )
@@ -303,3 +301,46 @@ def test_a_heartbeat_one_row_refuses_stops_only_that_task(worker, make_dag, refu
         assert (attempt.state, attempt.result, ti.try_number, ti.infrastructure_try_number) == ("success", "done", 1, 0), task_id
     nothing_left_active()
     assert proc.poll() is None
+
+
+def test_a_spooled_report_that_times_out_every_time_is_set_aside_and_its_lease_let_go(worker, make_dag, refuse, tmp_path):
+    """Every write of the attempt's outcome outlasts the worker's statement timeout (a trigger
+    sleeps): not a lost connection, and not passing. The report is spooled, retried for
+    ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE (2 s here), then taken as refused: its bare
+    failure times out too, so it is set aside (with why) and its lease let go; once the writes
+    are fast again the scheduler finds the attempt lost and the retry succeeds at try 1."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a statement timeout is PostgreSQL's")
+    dag = make_dag([{"task_id": "a", "python_callable": T + "succeed"}], retries=0)
+    run = trigger(dag)
+    pk = instance(run, "a").pk
+    when = f"OLD.task_instance_id = {pk} AND OLD.infrastructure_try_number = 0 AND NEW.state IN ('success', 'failed')"
+    allow = refuse(when, body="PERFORM pg_sleep(2); RETURN NEW;")
+    spool, counted = tmp_path / "spool", set_aside_count()
+    proc = worker(
+        ORCHESTRATOR_SPOOL_DIR=str(spool),
+        ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT="0.3",
+        ORCHESTRATOR_REPORT_PATIENCE="1",
+        ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE="2",
+    )
+    first = settle(run, "a", ("running",), timeout=30)
+    # No scheduler pass meanwhile: the worker alone must end it.
+    aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
+    wait_until(Path(f"{aside}.reason").exists, timeout=40, message="the report that kept timing out set aside")
+    assert "statement timeout" in Path(f"{aside}.reason").read_text()
+    assert json.loads(aside.read_text())["success"] is True  # the report as spooled, for whoever looks
+    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
+    assert not list((spool / proc_spool_name(spool)).glob("ti-*.json"))  # nothing left waiting
+    allow()
+    a = settle(run, "a", ("success",), timeout=40)
+    lost, retried = a.attempts.order_by("attempt_token")
+    assert (lost.kind, lost.context["reason"]) == ("platform", "worker_lost")
+    assert (retried.state, a.try_number) == ("success", 1)
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def proc_spool_name(spool: Path) -> str:
+    """The running worker's own spool directory (the only one but `set-aside`)."""
+    (own,) = [path.name for path in spool.iterdir() if path.is_dir() and path.name != "set-aside"]
+    return own
