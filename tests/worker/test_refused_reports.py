@@ -344,3 +344,41 @@ def proc_spool_name(spool: Path) -> str:
     """The running worker's own spool directory (the only one but `set-aside`)."""
     (own,) = [path.name for path in spool.iterdir() if path.is_dir() and path.name != "set-aside"]
     return own
+
+
+def test_the_heartbeat_finds_the_rows_that_refuse_it_among_many(refuse):
+    """Three rows of forty refuse the heartbeat: one beat records every other one's, and keeps
+    only those three as through an outage (leases in Redis); once their refusal has lasted the
+    outage tolerance they are kept no longer, while the others' heartbeats go on."""
+    from django.utils import timezone
+
+    from orchestrator.engine import leases
+    from orchestrator.models import Dag, DagRun
+    from orchestrator.redis_conn import get_redis
+    from orchestrator.worker.host.heartbeat import Heartbeats
+
+    dag = Dag.objects.create(dag_id="wide")
+    run = DagRun.objects.create(dag=dag, run_id="r", logical_date=timezone.now(), queued_at=timezone.now())
+    TaskInstance.objects.bulk_create(TaskInstance(dag_run=run, task_id=f"t{i}", state="running", attempt_token=1) for i in range(40))
+    ids = sorted(TaskInstance.objects.values_list("id", flat=True))
+    bad = {ids[3], ids[17], ids[38]}
+    refuse(f"OLD.id IN ({', '.join(map(str, bad))}) AND NEW.heartbeat_at IS NOT NULL", table="orchestrator_taskinstance")
+    heartbeats = Heartbeats(interval=0.2, timeout=30, outage_tolerance=0.5, holder="test", db_wait=10)
+    watched = {pk: heartbeats.watch(pk, 1) for pk in ids}
+    try:
+        heartbeats.beat()
+        assert heartbeats.database_lost_at is None  # the database answered: no outage
+        assert {pk for pk, lease in watched.items() if lease.db_refused_at is not None} == bad
+        assert set(TaskInstance.objects.filter(heartbeat_at__isnull=True).values_list("id", flat=True)) == bad
+        assert leases.held(get_redis(), [(pk, 1) for pk in ids]) == {(pk, 1) for pk in bad}
+        refused_since = {pk: watched[pk].lease_from for pk in bad}
+        time.sleep(0.6)
+        TaskInstance.objects.update(heartbeat_at=None)
+        heartbeats.beat()  # past the tolerance: the refused ones' leases are no longer renewed
+        assert {pk: watched[pk].lease_from for pk in bad} == refused_since
+        assert set(TaskInstance.objects.filter(heartbeat_at__isnull=True).values_list("id", flat=True)) == bad
+        assert not any(lease.refused for lease in watched.values())  # refused by the database, not superseded
+    finally:
+        heartbeats.stop()
+        heartbeats._database.shutdown(wait=True)  # its thread's connection closed before the database is dropped
+        get_redis().delete(*(leases.KEY.format(task_instance_id=pk, token=1) for pk in bad))

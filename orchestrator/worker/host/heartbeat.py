@@ -225,7 +225,8 @@ class Heartbeats:
         for thread in (self._thread, self._rq_thread):
             if thread is not None:
                 thread.join(timeout=self.interval + self.db_wait + 1)
-        self._database.submit(connection.close)  # that thread's own connection
+        # That thread's own connection: `connection.close` looked up here would be this thread's.
+        self._database.submit(_close_connection)
         self._database.shutdown(wait=False)
 
     def _run(self) -> None:
@@ -248,6 +249,10 @@ class Heartbeats:
                 failing = True
             else:
                 failing = False
+
+
+def _close_connection() -> None:
+    connection.close()
 
 
 Attempt = tuple[int, int]
