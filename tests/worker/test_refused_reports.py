@@ -120,7 +120,7 @@ def test_a_success_refused_and_its_failure_too_is_set_aside_and_the_task_runs_ag
     first = settle(run, "a", ("running",), timeout=30)
     # No scheduler pass meanwhile: its finding the attempt lost would be refused just the same.
     aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(Path(f"{aside}.reason").exists, timeout=30, message="the refused report set aside")
+    wait_until(aside.exists, timeout=30, message="the refused report set aside")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
     assert json.loads(aside.read_text())["context"]["metadata"]["exception_type"] == "UnstorableOutcome"
     wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
@@ -176,7 +176,7 @@ def test_a_handshake_refused_with_its_failure_too_is_set_aside_and_the_task_runs
     proc = worker(ORCHESTRATOR_SPOOL_DIR=str(spool))
     first = settle(run, "a", ("queued",), timeout=30)
     aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(Path(f"{aside}.reason").exists, timeout=30, message="the refused handshake's report set aside")
+    wait_until(aside.exists, timeout=30, message="the refused handshake's report set aside")
     kept = json.loads(aside.read_text())["context"]
     assert (kept["reason"], kept["metadata"]["pre_execution_reason"]) == ("pre_execution_failure", "start_error")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
@@ -217,7 +217,7 @@ def test_a_spooled_report_the_database_refuses_is_set_aside_and_the_ones_behind_
     wait_until(lambda: TaskInstance.objects.get(pk=b.pk).state == "success", timeout=30, message="b's report delivered")
     assert TaskInstance.objects.get(pk=b.pk).result == "b"
     aside = tmp_path / "spool" / "set-aside" / f"ti-{a.pk}-{a.attempt_token}.json"
-    wait_until(Path(f"{aside}.reason").exists, timeout=10, message="a's report set aside")
+    wait_until(aside.exists, timeout=10, message="a's report set aside")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
     wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
     assert TaskInstance.objects.get(pk=a.pk).state == "running"  # nothing of it recorded: the scheduler's to find lost
@@ -326,7 +326,7 @@ def test_a_spooled_report_that_times_out_every_time_is_set_aside_and_its_lease_l
     first = settle(run, "a", ("running",), timeout=30)
     # No scheduler pass meanwhile: the worker alone must end it.
     aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(Path(f"{aside}.reason").exists, timeout=40, message="the report that kept timing out set aside")
+    wait_until(aside.exists, timeout=40, message="the report that kept timing out set aside")
     assert "statement timeout" in Path(f"{aside}.reason").read_text()
     assert json.loads(aside.read_text())["success"] is True  # the report as spooled, for whoever looks
     wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
