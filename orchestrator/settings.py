@@ -50,6 +50,9 @@ _NUMBERS: dict[str, tuple[type, float | int]] = {
     "ORCHESTRATOR_LISTENER_TIMEOUT": (float, 10.0),
     # How long a worker retries a report before it spools the outcome to disk.
     "ORCHESTRATOR_REPORT_PATIENCE": (float, 15.0),
+    # A spooled report whose deliveries fail with the same error that is no lost connection (a
+    # statement timeout, a deadlock, a locked database) for this long is taken as refused.
+    "ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE": (float, 300.0),
     # A task's result (JSON-encoded) larger than this fails its attempt as invalid_result.
     "ORCHESTRATOR_RESULT_MAX_BYTES": (int, 65536),
     # A mapped task's source with more items than this fails the task as invalid_expand.
@@ -295,6 +298,7 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
 ORCHESTRATOR_WORKER_CONCURRENCY = max(1, _number("ORCHESTRATOR_WORKER_CONCURRENCY"))
 ORCHESTRATOR_DB_OUTAGE_TOLERANCE = _number("ORCHESTRATOR_DB_OUTAGE_TOLERANCE")
 ORCHESTRATOR_REPORT_PATIENCE = _number("ORCHESTRATOR_REPORT_PATIENCE")
+ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE = _number("ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE")
 ORCHESTRATOR_TASK_STATE_MAX_BYTES = _number("ORCHESTRATOR_TASK_STATE_MAX_BYTES")
 ORCHESTRATOR_LISTENER_TIMEOUT = _number("ORCHESTRATOR_LISTENER_TIMEOUT")
 ORCHESTRATOR_QUEUE_STORM_WINDOW = _number("ORCHESTRATOR_QUEUE_STORM_WINDOW")

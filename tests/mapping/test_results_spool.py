@@ -12,7 +12,7 @@ from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import TaskInstance
 from orchestrator.worker.classify import Outcome, Verdict
 from orchestrator.worker.host.job import deliver_spooled, report_record
-from orchestrator.worker.host.spool import Spool
+from orchestrator.worker.host.spool import Spool, Streaks
 from orchestrator.worker.host.supervisor import Supervised
 from retries.context import ExecutionContext
 from retries.states import Reason, Source
@@ -24,9 +24,11 @@ WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", p
 
 
 def _runtime() -> SimpleNamespace:
-    """What deliver_spooled uses of a worker: its database calls and its leases."""
+    """What deliver_spooled uses of a worker: its database calls, its leases, its spool's count
+    of repeated errors."""
     return SimpleNamespace(db=SimpleNamespace(call=lambda f, *a, **k: f(*a, **k)),
-                           heartbeats=SimpleNamespace(forget_attempt=lambda *a: None))
+                           heartbeats=SimpleNamespace(forget_attempt=lambda *a: None),
+                           spool=SimpleNamespace(streaks=Streaks()))
 
 
 def _spool_success(tmp_path, ti: TaskInstance, token: int, result) -> Spool:

@@ -33,17 +33,15 @@ REFUSAL = "refused by the test"
 def refuse() -> Iterator[Callable[[str], Callable[[], None]]]:
     """`refuse(when)`: the database refuses every UPDATE of an attempt row (or `event` of a row
     of `table`) for which `when` (SQL over OLD and NEW, the same in both databases) holds;
-    returns what removes it again."""
+    returns what removes it again. PostgreSQL only: `body` (plpgsql) instead of the refusal."""
     removers: list[Callable[[], None]] = []
 
-    def install(when: str, table: str = "orchestrator_taskattempt", event: str = "UPDATE") -> Callable[[], None]:
+    def install(when: str, table: str = "orchestrator_taskattempt", event: str = "UPDATE", body: str = "") -> Callable[[], None]:
         name = f"refuse_{uuid.uuid4().hex[:10]}"
+        body = body or f"RAISE EXCEPTION '{REFUSAL}' USING ERRCODE = '22000';"
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
-                cursor.execute(
-                    f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
-                    f"$$ BEGIN RAISE EXCEPTION '{REFUSAL}' USING ERRCODE = '22000'; END $$"
-                )
+                cursor.execute(f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$")
                 cursor.execute(
                     f"CREATE TRIGGER {name} BEFORE {event} ON {table} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {name}()"
                 )
@@ -122,7 +120,7 @@ def test_a_success_refused_and_its_failure_too_is_set_aside_and_the_task_runs_ag
     first = settle(run, "a", ("running",), timeout=30)
     # No scheduler pass meanwhile: its finding the attempt lost would be refused just the same.
     aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(Path(f"{aside}.reason").exists, timeout=30, message="the refused report set aside")
+    wait_until(aside.exists, timeout=30, message="the refused report set aside")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
     assert json.loads(aside.read_text())["context"]["metadata"]["exception_type"] == "UnstorableOutcome"
     wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
@@ -178,7 +176,7 @@ def test_a_handshake_refused_with_its_failure_too_is_set_aside_and_the_task_runs
     proc = worker(ORCHESTRATOR_SPOOL_DIR=str(spool))
     first = settle(run, "a", ("queued",), timeout=30)
     aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(Path(f"{aside}.reason").exists, timeout=30, message="the refused handshake's report set aside")
+    wait_until(aside.exists, timeout=30, message="the refused handshake's report set aside")
     kept = json.loads(aside.read_text())["context"]
     assert (kept["reason"], kept["metadata"]["pre_execution_reason"]) == ("pre_execution_failure", "start_error")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
@@ -219,7 +217,7 @@ def test_a_spooled_report_the_database_refuses_is_set_aside_and_the_ones_behind_
     wait_until(lambda: TaskInstance.objects.get(pk=b.pk).state == "success", timeout=30, message="b's report delivered")
     assert TaskInstance.objects.get(pk=b.pk).result == "b"
     aside = tmp_path / "spool" / "set-aside" / f"ti-{a.pk}-{a.attempt_token}.json"
-    wait_until(Path(f"{aside}.reason").exists, timeout=10, message="a's report set aside")
+    wait_until(aside.exists, timeout=10, message="a's report set aside")
     assert REFUSAL in Path(f"{aside}.reason").read_text()
     wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
     assert TaskInstance.objects.get(pk=a.pk).state == "running"  # nothing of it recorded: the scheduler's to find lost
@@ -272,3 +270,115 @@ def test_a_task_state_change_the_database_refuses_is_a_value_error_in_the_task(w
     assert a.result.startswith("the database refused it:") and REFUSAL in a.result, a.result
     assert dict(TaskStateEntry.objects.filter(task_instance=a).values_list("key", "value")) == {"ok": 2}
     nothing_left_active()
+
+
+def test_a_heartbeat_one_row_refuses_stops_only_that_task(worker, make_dag, refuse):
+    """Three tasks on one worker; the database refuses the heartbeat of one of them (its row
+    only). The heartbeat finds that row: the other two keep their leases past the outage
+    tolerance and succeed at their first try; the refused one is kept for the tolerance (1 s
+    here), then killed before the scheduler presumes it lost (worker_lost, platform), and its
+    retry succeeds at try 1."""
+    dag = make_dag(
+        [
+            {"task_id": "a", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 14}},
+            {"task_id": "b", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 60}},
+            {"task_id": "c", "python_callable": T + "sleep_unless_retried", "op_kwargs": {"seconds": 14}},
+        ],
+        retries=0,
+    )
+    run = trigger(dag)
+    refuse(f"OLD.id = {instance(run, 'b').pk} AND OLD.state = 'running' AND NEW.state = 'running' AND NEW.pid = OLD.pid", table="orchestrator_taskinstance")
+    proc = worker(ORCHESTRATOR_DB_OUTAGE_TOLERANCE="1", ORCHESTRATOR_WORKER_CONCURRENCY="3")
+    started = time.monotonic()
+    b = settle(run, "b", ("success",), timeout=60)
+    lost, retried = b.attempts.order_by("attempt_token")
+    assert (lost.kind, lost.context["category"], lost.context["reason"]) == ("platform", "infrastructure", "worker_lost")
+    assert (retried.state, b.try_number) == ("success", 1)
+    assert time.monotonic() - started < 40  # the 60 s task did not run to its end
+    for task_id in ("a", "c"):
+        ti = settle(run, task_id, ("success",), timeout=40)
+        attempt = ti.attempts.get()  # never stopped, never retried
+        assert (attempt.state, attempt.result, ti.try_number, ti.infrastructure_try_number) == ("success", "done", 1, 0), task_id
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def test_a_spooled_report_that_times_out_every_time_is_set_aside_and_its_lease_let_go(worker, make_dag, refuse, tmp_path):
+    """Every write of the attempt's outcome outlasts the worker's statement timeout (a trigger
+    sleeps): not a lost connection, and not passing. The report is spooled, retried for
+    ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE (2 s here), then taken as refused: its bare
+    failure times out too, so it is set aside (with why) and its lease let go; once the writes
+    are fast again the scheduler finds the attempt lost and the retry succeeds at try 1."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a statement timeout is PostgreSQL's")
+    dag = make_dag([{"task_id": "a", "python_callable": T + "succeed"}], retries=0)
+    run = trigger(dag)
+    pk = instance(run, "a").pk
+    when = f"OLD.task_instance_id = {pk} AND OLD.infrastructure_try_number = 0 AND NEW.state IN ('success', 'failed')"
+    allow = refuse(when, body="PERFORM pg_sleep(2); RETURN NEW;")
+    spool, counted = tmp_path / "spool", set_aside_count()
+    proc = worker(
+        ORCHESTRATOR_SPOOL_DIR=str(spool),
+        ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT="0.3",
+        ORCHESTRATOR_REPORT_PATIENCE="1",
+        ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE="2",
+    )
+    first = settle(run, "a", ("running",), timeout=30)
+    # No scheduler pass meanwhile: the worker alone must end it.
+    aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
+    wait_until(aside.exists, timeout=40, message="the report that kept timing out set aside")
+    assert "statement timeout" in Path(f"{aside}.reason").read_text()
+    assert json.loads(aside.read_text())["success"] is True  # the report as spooled, for whoever looks
+    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
+    assert not list((spool / proc_spool_name(spool)).glob("ti-*.json"))  # nothing left waiting
+    allow()
+    a = settle(run, "a", ("success",), timeout=40)
+    lost, retried = a.attempts.order_by("attempt_token")
+    assert (lost.kind, lost.context["reason"]) == ("platform", "worker_lost")
+    assert (retried.state, a.try_number) == ("success", 1)
+    nothing_left_active()
+    assert proc.poll() is None
+
+
+def proc_spool_name(spool: Path) -> str:
+    """The running worker's own spool directory (the only one but `set-aside`)."""
+    (own,) = [path.name for path in spool.iterdir() if path.is_dir() and path.name != "set-aside"]
+    return own
+
+
+def test_the_heartbeat_finds_the_rows_that_refuse_it_among_many(refuse):
+    """Three rows of forty refuse the heartbeat: one beat records every other one's, and keeps
+    only those three as through an outage (leases in Redis); once their refusal has lasted the
+    outage tolerance they are kept no longer, while the others' heartbeats go on."""
+    from django.utils import timezone
+
+    from orchestrator.engine import leases
+    from orchestrator.models import Dag, DagRun
+    from orchestrator.redis_conn import get_redis
+    from orchestrator.worker.host.heartbeat import Heartbeats
+
+    dag = Dag.objects.create(dag_id="wide")
+    run = DagRun.objects.create(dag=dag, run_id="r", logical_date=timezone.now(), queued_at=timezone.now())
+    TaskInstance.objects.bulk_create(TaskInstance(dag_run=run, task_id=f"t{i}", state="running", attempt_token=1) for i in range(40))
+    ids = sorted(TaskInstance.objects.values_list("id", flat=True))
+    bad = {ids[3], ids[17], ids[38]}
+    refuse(f"OLD.id IN ({', '.join(map(str, bad))}) AND NEW.heartbeat_at IS NOT NULL", table="orchestrator_taskinstance")
+    heartbeats = Heartbeats(interval=0.2, timeout=30, outage_tolerance=0.5, holder="test", db_wait=10)
+    watched = {pk: heartbeats.watch(pk, 1) for pk in ids}
+    try:
+        heartbeats.beat()
+        assert heartbeats.database_lost_at is None  # the database answered: no outage
+        assert {pk for pk, lease in watched.items() if lease.db_refused_at is not None} == bad
+        assert set(TaskInstance.objects.filter(heartbeat_at__isnull=True).values_list("id", flat=True)) == bad
+        assert leases.held(get_redis(), [(pk, 1) for pk in ids]) == {(pk, 1) for pk in bad}
+        refused_since = {pk: watched[pk].lease_from for pk in bad}
+        time.sleep(0.6)
+        TaskInstance.objects.update(heartbeat_at=None)
+        heartbeats.beat()  # past the tolerance: the refused ones' leases are no longer renewed
+        assert {pk: watched[pk].lease_from for pk in bad} == refused_since
+        assert set(TaskInstance.objects.filter(heartbeat_at__isnull=True).values_list("id", flat=True)) == bad
+        assert not any(lease.refused for lease in watched.values())  # refused by the database, not superseded
+    finally:
+        heartbeats.stop()
+        heartbeats._database.shutdown(wait=True)  # its thread's connection closed before the database is dropped
+        get_redis().delete(*(leases.KEY.format(task_instance_id=pk, token=1) for pk in bad))

@@ -13,7 +13,7 @@ from orchestrator import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.models import TaskInstance
-from orchestrator.worker.host.spool import Spool, set_aside_entries
+from orchestrator.worker.host.spool import REPEATED_DELIVERIES, Retry, Spool, Streaks, set_aside_entries
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
 
@@ -93,6 +93,38 @@ def test_the_database_being_away_stops_the_drain_and_keeps_every_file(tmp_path):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.integration
+def test_a_report_told_to_wait_keeps_its_file_and_the_ones_behind_it_are_delivered(tmp_path):
+    spool = Spool(tmp_path, "host.1")
+    first, second = spool.put(record(1, 1)), spool.put(record(2, 1))
+
+    def deliver(report: dict) -> bool:
+        if report["task_instance_id"] == 1:
+            raise Retry("OperationalError: canceling statement due to statement timeout")
+        return True
+
+    assert spool.drain(deliver) == 1
+    assert first.exists() and not second.exists()
+    assert not (tmp_path / "set-aside").exists()
+    spool.close()
+
+
+def test_an_error_counts_as_repeated_after_the_tolerance_and_enough_deliveries():
+    streaks, attempt = Streaks(), (1, 1)
+    timeout = "OperationalError 57014"
+    # Within the tolerance: waits, however many deliveries failed.
+    assert not any(streaks.failed(attempt, timeout, tolerance=10, now=float(t)) for t in range(10))
+    assert streaks.failed(attempt, timeout, tolerance=10, now=10.0)
+    # Another error starts its own streak; so does a cleared one.
+    assert not streaks.failed(attempt, "OperationalError 40P01", tolerance=10, now=30.0)
+    streaks.clear(attempt)
+    assert not streaks.failed(attempt, timeout, tolerance=10, now=50.0)
+    # One failure long ago and one now are no repetition: REPEATED_DELIVERIES at least.
+    assert REPEATED_DELIVERIES == 3
+    assert not streaks.failed(attempt, timeout, tolerance=10, now=100.0)
+    assert streaks.failed(attempt, timeout, tolerance=10, now=101.0)
+    assert not streaks.failed((2, 1), timeout, tolerance=0, now=101.0)  # each report its own
+
+
 def test_a_worker_sets_aside_what_the_database_refuses_and_delivers_the_rest(worker, make_dag, tmp_path, admin_client):
     """A real worker adopts an ended worker's spool: the report the database refuses is set
     aside (with its reason, counted, on the workers page), the one behind it is delivered."""

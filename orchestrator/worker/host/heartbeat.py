@@ -5,6 +5,12 @@ Every interval it sends one fenced statement for every attempt the worker holds
 (`reporting.heartbeat_many`); an attempt whose row no longer matches (a newer dispatch, an
 operator's mark) is refused, and its supervisor kills its task at once.
 
+A statement the database refuses for another reason than a lost connection (a trigger, a
+constraint, bad data in one row) is split in halves until the rows at fault are found, so one
+such row never stops the heartbeat of the others. Only the attempts whose own row refuses it are
+kept as through an outage (their leases in Redis, for the outage tolerance since their refusal
+began; their statements sent one by one after the others), then they stop.
+
 It also keeps each attempt's lease. The scheduler presumes a task lost when its database
 heartbeat is HEARTBEAT_TIMEOUT old and no lease of it is alive in Redis. So while the database
 is out of reach but Redis is not, the heartbeat renews the attempts' leases in Redis instead
@@ -30,10 +36,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 import redis
-from django.db import InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from orchestrator.engine import leases, reporting
 from orchestrator.redis_conn import get_redis
+from orchestrator.sanitise import error_text
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +53,16 @@ class AttemptLease:
     margin: float
     lease_from: float = field(default_factory=time.monotonic)  # the claim just recorded a heartbeat
     refused: bool = False  # the attempt is no longer current
+    # Since when the database refuses this attempt's own heartbeat (not for want of a connection).
+    db_refused_at: float | None = None
 
     def expired(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
         return now - self.lease_from >= self.timeout - self.margin
+
+    def refusal_outlasted(self, now: float, tolerance: float) -> bool:
+        """Its heartbeat has been refused for the outage tolerance: its lease is kept no longer."""
+        return self.db_refused_at is not None and now - self.db_refused_at >= tolerance
 
 
 class Heartbeats:
@@ -122,10 +135,11 @@ class Heartbeats:
         """Send the heartbeat statement (unless one is still in flight) and wait `db_wait` for
         it; False when the database failed or did not answer in time."""
         if self._in_flight is None:
-            self._in_flight = (self._database.submit(_heartbeat_many, attempts), leases, sent)
+            suspects = frozenset((lease.task_instance_id, lease.token) for lease in leases if lease.db_refused_at is not None)
+            self._in_flight = (self._database.submit(_heartbeat_many, attempts, suspects), leases, sent)
         future, sent_leases, sent_at = self._in_flight
         try:
-            refused = future.result(timeout=self.db_wait)
+            superseded, refused = future.result(timeout=self.db_wait)
         except FutureTimeout:
             if self.database_lost_at is None:
                 log.warning("the database did not answer a heartbeat within %.1fs", self.db_wait)
@@ -134,8 +148,8 @@ class Heartbeats:
             self._in_flight = None
             return False
         except Exception:
-            # Refused for another reason (a constraint, a trigger): kept as through an outage,
-            # for the outage tolerance at most. Its traceback once, not every interval.
+            # Not the database's answer (a row's refusal is found by `_heartbeat_many`): kept as
+            # through an outage, for the outage tolerance at most. Its traceback once.
             log.error("the heartbeat statement failed", exc_info=self.database_lost_at is None)
             self._in_flight = None
             return False
@@ -143,17 +157,46 @@ class Heartbeats:
             if self._in_flight is not None and self._in_flight[0].done():
                 self._in_flight = None
         for lease in sent_leases:
-            if (lease.task_instance_id, lease.token) in refused:
+            attempt = (lease.task_instance_id, lease.token)
+            if attempt in superseded:
                 lease.refused = True
+            elif attempt in refused:
+                if lease.db_refused_at is None:
+                    lease.db_refused_at = sent_at
+                    log.error(
+                        "the database refused the heartbeat of task instance %s attempt %s: %s; its lease is kept in Redis "
+                        "for the outage tolerance at most", *attempt, refused[attempt],
+                    )  # fmt: skip
             else:
+                lease.db_refused_at = None
                 lease.lease_from = max(lease.lease_from, sent_at)
+        self._keep_refused([lease for lease in sent_leases if (lease.task_instance_id, lease.token) in refused], sent_at)
         if sent_at != sent:
             return False  # the answer to an older beat: this one still needs a lease from somewhere
         self.database_lost_at = None
         return True
 
+    def _keep_refused(self, refused: list[AttemptLease], sent: float) -> None:
+        """The attempts whose own row refuses the heartbeat: their leases renewed in Redis, as
+        through an outage, until their refusal has lasted the outage tolerance; then their
+        leases run out and their supervisors stop them before any scheduler presumes them lost."""
+        kept = [lease for lease in refused if not lease.refusal_outlasted(sent, self.outage_tolerance)]
+        if not kept:
+            return
+        try:
+            attempts = [(lease.task_instance_id, lease.token) for lease in kept]
+            leases.renew(get_redis(socket_timeout=self.redis_wait), attempts, ttl=self.timeout, holder=self.holder)
+        except redis.RedisError:
+            log.warning("could not keep the leases of %d attempts whose heartbeat the database refuses", len(kept))
+            return
+        for lease in kept:
+            lease.lease_from = max(lease.lease_from, sent)
+
     def _keep_in_redis(self, leases_: list[AttemptLease], attempts: list[tuple[int, int]], sent: float) -> bool:
-        """The database is away: renew the leases in Redis, within the outage tolerance."""
+        """The database is away: renew the leases in Redis, within the outage tolerance (an
+        attempt whose own row refused its heartbeat for that long is no longer kept)."""
+        leases_ = [lease for lease in leases_ if not lease.refusal_outlasted(sent, self.outage_tolerance)]
+        attempts = [(lease.task_instance_id, lease.token) for lease in leases_]
         if self.database_lost_at is None:
             self.database_lost_at = sent
             log.warning("the database is unreachable; keeping the leases of %d attempts in Redis", len(attempts))
@@ -182,7 +225,8 @@ class Heartbeats:
         for thread in (self._thread, self._rq_thread):
             if thread is not None:
                 thread.join(timeout=self.interval + self.db_wait + 1)
-        self._database.submit(connection.close)  # that thread's own connection
+        # That thread's own connection: `connection.close` looked up here would be this thread's.
+        self._database.submit(_close_connection)
         self._database.shutdown(wait=False)
 
     def _run(self) -> None:
@@ -207,9 +251,40 @@ class Heartbeats:
                 failing = False
 
 
-def _heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
+def _close_connection() -> None:
+    connection.close()
+
+
+Attempt = tuple[int, int]
+
+
+def _heartbeat_many(attempts: list[Attempt], suspects: frozenset[Attempt]) -> tuple[set[Attempt], dict[Attempt, str]]:
+    """The heartbeat of `attempts`: returns those superseded, and those whose own row the
+    database refused (with why). The attempts refused before (`suspects`) go one by one after
+    the others, so a row that goes on refusing costs one statement a beat, not a search."""
+    superseded: set[Attempt] = set()
+    refused: dict[Attempt, str] = {}
+    others = [attempt for attempt in attempts if attempt not in suspects]
     try:
-        return reporting.heartbeat_many(attempts)
+        for group in ([others] if others else []) + [[attempt] for attempt in attempts if attempt in suspects]:
+            _beat_or_bisect(group, superseded, refused)
     except (OperationalError, InterfaceError):
         connection.close()  # a broken connection is not kept for the next beat
         raise
+    return superseded, refused
+
+
+def _beat_or_bisect(attempts: list[Attempt], superseded: set[Attempt], refused: dict[Attempt, str]) -> None:
+    """One statement for `attempts`; refused (not for want of a connection), each half again,
+    down to the rows at fault."""
+    try:
+        superseded.update(reporting.heartbeat_many(attempts))
+    except (OperationalError, InterfaceError):
+        raise  # the database is away (or timed out): an outage for all, not one row's refusal
+    except DatabaseError as exc:
+        if len(attempts) == 1:
+            refused[attempts[0]] = error_text(exc)
+            return
+        half = len(attempts) // 2
+        _beat_or_bisect(attempts[:half], superseded, refused)
+        _beat_or_bisect(attempts[half:], superseded, refused)

@@ -24,9 +24,10 @@ from orchestrator.outputstore import output_store
 from orchestrator.sanitise import clean_fields, error_text
 from orchestrator.templating import render
 from orchestrator.worker import failpoints
-from orchestrator.worker.classify import Outcome, Stop, Verdict, classify
+from orchestrator.worker.classify import Outcome, Stop, Verdict, classify, db_connection_failure
 from orchestrator.worker.host.runtime import WorkerRuntime, default_worker_name, runtime
 from orchestrator.worker.host.shutdown import SHUTDOWN
+from orchestrator.worker.host.spool import Retry
 from orchestrator.worker.host.supervisor import Plan, Supervised, Supervisor, SupervisorSettings
 from orchestrator.worker.task.runner import context_environment
 from retries.context import ExecutionContext
@@ -330,25 +331,60 @@ def deliver(shared: WorkerRuntime, record: dict[str, Any]) -> str:
 
 def deliver_spooled(shared: WorkerRuntime, record: dict[str, Any]) -> bool:
     """The spool's delivery: True once the database took the report (or refused it as stale).
-    Raises while the database is unreachable; a report it refuses otherwise is delivered bare
+    Raises while the database is unreachable. A report it refuses otherwise is delivered bare
     (`refused_record`), and if even that is refused the error is raised for the spool to set the
-    file aside, the lease let go."""
+    file aside, the lease let go. An error that may pass (a statement timeout, a deadlock, a
+    locked database) is retried (`Retry`) until the same one has lasted
+    ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE: then it counts as a refusal."""
+    attempt = (record["task_instance_id"], record["token"])
     try:
-        described = deliver(shared, record)
-    except (OperationalError, InterfaceError):
+        try:
+            described = deliver(shared, record)
+        except Exception as exc:
+            if not _refused(shared, attempt, exc):
+                raise
+            log.exception("the database refused the spooled report of task instance %s attempt %s", *attempt)
+            described = deliver(shared, refused_record(record, exc))
+    except Retry:
         raise
     except Exception as exc:
-        log.exception("the database refused the spooled report of task instance %s attempt %s", record["task_instance_id"], record["token"])
-        try:
-            described = deliver(shared, refused_record(record, exc))
-        except (OperationalError, InterfaceError):
+        if not _refused(shared, attempt, exc):
             raise
-        except Exception:
-            shared.heartbeats.forget_attempt(record["task_instance_id"], record["token"])
-            raise
-    shared.heartbeats.forget_attempt(record["task_instance_id"], record["token"])
-    log.info("delivered the spooled report of task instance %s attempt %s: %s", record["task_instance_id"], record["token"], described)
+        shared.spool.streaks.clear(attempt)
+        shared.heartbeats.forget_attempt(*attempt)
+        if isinstance(exc, (OperationalError, InterfaceError)):
+            raise RepeatedError(error_text(exc)) from exc  # not "the database is away": set aside
+        raise
+    shared.spool.streaks.clear(attempt)
+    shared.heartbeats.forget_attempt(*attempt)
+    log.info("delivered the spooled report of task instance %s attempt %s: %s", *attempt, described)
     return True
+
+
+class RepeatedError(Exception):
+    """A spooled report's deliveries failed with the same error for the whole tolerance."""
+
+
+def _refused(shared: WorkerRuntime, attempt: tuple[int, int], exc: Exception) -> bool:
+    """Whether the database refused the delivery: an error that is no OperationalError, or one
+    that is no lost connection but has repeated for ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE.
+    Raises `Retry` for such an error until then; False for a lost connection."""
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return True
+    if isinstance(exc, InterfaceError) or db_connection_failure(exc)[0]:
+        return False
+    tolerance = float(settings.ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE)
+    if shared.spool.streaks.failed(attempt, _error_kind(exc), tolerance):
+        log.error("task instance %s attempt %s: its spooled report failed with %s for %.0fs; taken as refused", *attempt, exc, tolerance)
+        return True
+    raise Retry(error_text(exc)) from exc
+
+
+def _error_kind(exc: BaseException) -> str:
+    """What makes two errors the same: PostgreSQL's SQLSTATE (a deadlock's message names
+    processes that differ every time), else the message."""
+    sqlstate = getattr(exc.__cause__, "sqlstate", None) or getattr(exc.__cause__, "pgcode", None)
+    return f"{type(exc).__name__} {sqlstate}" if sqlstate else error_text(exc)
 
 
 def _metadata(worker: WorkerInfo) -> dict[str, str]:

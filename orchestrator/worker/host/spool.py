@@ -15,7 +15,10 @@ harmless; a newer attempt simply wins).
 A file the database refuses for any reason but a lost connection (or that cannot be read) is
 set aside (`set-aside/`, with a `.reason` file beside it), counted in
 `orchestrator_spool_set_aside_total` and listed for the workers page; the files behind it are
-delivered all the same.
+delivered all the same. So is one whose deliveries fail, again and again, with the same error
+that may pass but has not (a statement timeout, a deadlock, SQLite's "database is locked"):
+`Streaks` says when it has lasted ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE; until then the
+file waits (`Retry`) and the files behind it are tried.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,6 +43,42 @@ LOCK_FILE = ".lock"
 # The newest set-aside reports, for the workers page (a Redis list, newest first).
 SET_ASIDE_KEY = "orchestrator:spool:set_aside"
 SET_ASIDE_SHOWN = 100
+# A report is taken as refused after this many deliveries at least (and the tolerance's seconds)
+# failed with the same error: one slow delivery followed by a long wait is no repetition.
+REPEATED_DELIVERIES = 3
+
+
+class Retry(Exception):
+    """This report waits for the next drain (its delivery failed with an error that may pass);
+    the reports behind it are tried now."""
+
+
+@dataclass
+class _Streak:
+    error: str
+    since: float
+    deliveries: int = 1
+
+
+class Streaks:
+    """How long each spooled report's deliveries have failed with one same error that is no
+    lost connection: a lease must not be kept for ever for a report no database will take."""
+
+    def __init__(self) -> None:
+        self._streaks: dict[tuple[int, int], _Streak] = {}
+
+    def failed(self, attempt: tuple[int, int], error: str, tolerance: float, now: float | None = None) -> bool:
+        """One more delivery of `attempt` failed with `error`; True once deliveries have failed
+        with it for `tolerance` seconds and REPEATED_DELIVERIES times at least."""
+        now = time.monotonic() if now is None else now
+        streak = self._streaks.get(attempt)
+        if streak is None or streak.error != error:
+            streak = self._streaks[attempt] = _Streak(error, now, 0)
+        streak.deliveries += 1
+        return streak.deliveries >= REPEATED_DELIVERIES and now - streak.since >= tolerance
+
+    def clear(self, attempt: tuple[int, int]) -> None:
+        self._streaks.pop(attempt, None)
 
 
 def namespace_of(worker_name: str) -> str:
@@ -60,6 +100,7 @@ class Spool:
         except BlockingIOError:
             self._lock.close()
             raise RuntimeError(f"another live worker already spools in {self.directory}") from None
+        self.streaks = Streaks()  # of the spool thread's deliveries
 
     def close(self) -> None:
         self._lock.close()
@@ -94,7 +135,8 @@ class Spool:
     def drain(self, deliver: Callable[[dict[str, Any]], bool]) -> int:
         """Try to deliver every spooled report; `deliver` returns True when the database took it
         (or refused it as stale) and raises while the database is unreachable, which stops the
-        drain. Any other error sets that one file aside and the drain goes on."""
+        drain; `Retry` keeps that one file for the next drain. Any other error sets that one
+        file aside and the drain goes on."""
         delivered = 0
         for path, record in self.pending():
             if record is None:
@@ -105,6 +147,9 @@ class Spool:
             except (OperationalError, InterfaceError):
                 log.warning("spooled report %s still waits for the database", path.name)
                 return delivered
+            except Retry as exc:
+                log.warning("spooled report %s waits for the next try: %s", path.name, exc)
+                continue
             except Exception as exc:
                 log.exception("spooled report %s was refused; set aside", path.name)
                 self.set_aside_file(path, f"{type(exc).__name__}: {exc}")
