@@ -7,7 +7,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator.engine import reporting, sql, storms
+from orchestrator import sql
+from orchestrator.engine import reporting, storms
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import TaskInstance
 from retries.states import TaskState
