@@ -118,7 +118,7 @@ def _insert_instances(run: DagRun) -> None:
                 [*(constants[field.name] for field in fields if field.name not in varying), *(varying[field.name] for field in arrays)],
             )
         else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
-            columns = [varying[field.name] if field.name in varying else None for field in fields]
+            columns = [varying.get(field.name) for field in fields]
             rows = [
                 [constants[field.name] if column is None else column[at] for field, column in zip(fields, columns)]
                 for at in range(len(varying["task_id"]))
