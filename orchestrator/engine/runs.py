@@ -195,8 +195,7 @@ def advance_run(
         for ti in due:
             ti.dag_run = run
         due.sort(key=lambda ti: -ti.priority_weight)  # stable: by id within a weight
-        chunk = dispatch_chunk()
-        due, later = due[:chunk], due[chunk:]
+        due, later = due[:FIRST_DISPATCH_CHUNK], due[FIRST_DISPATCH_CHUNK:]
         # Pools, limits and circuits decide which of the ready tasks go now.
         dispatched = dispatch_ready(run, due, now)
         finished = _finish_if_done(run, outcome, now)
@@ -207,15 +206,12 @@ def advance_run(
     return dispatched + sum(dispatched_later), finished
 
 
-# A wide run's due tasks are dispatched in committed chunks of this many: the first with the
-# run's settling, the others each in a transaction of its own after that commit. The first
-# tasks' jobs reach Redis (and a worker) while the rest are still being written, instead of
-# after one transaction that writes them all.
+# A wide run's due tasks are dispatched in committed chunks: the first (enough to fill a few
+# workers' slots) with the run's settling, the others, of DISPATCH_CHUNK each, in a transaction
+# of their own after that commit. The first tasks' jobs reach Redis (and a worker) while the
+# rest are still being written, instead of after one transaction that writes them all.
+FIRST_DISPATCH_CHUNK = 100
 DISPATCH_CHUNK = 500
-
-
-def dispatch_chunk() -> int:
-    return DISPATCH_CHUNK
 
 
 def dispatch_later(dag_run_id: int, due: list[TaskInstance], now: datetime) -> int:
@@ -230,9 +226,8 @@ def dispatch_later(dag_run_id: int, due: list[TaskInstance], now: datetime) -> i
     looks for runs with due tasks, dispatches it: the error is logged, never raised into the
     caller, whose own change is committed already."""
     dispatched = 0
-    size = dispatch_chunk()
-    for start in range(0, len(due), size):
-        chunk = due[start : start + size]
+    for start in range(0, len(due), DISPATCH_CHUNK):
+        chunk = due[start : start + DISPATCH_CHUNK]
         try:
             with transaction.atomic():
                 run = _locked_run(dag_run_id, skip_locked=False)

@@ -21,6 +21,7 @@ CHUNK = 10
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
+    monkeypatch.setattr(runs, "FIRST_DISPATCH_CHUNK", CHUNK)
     monkeypatch.setattr(runs, "DISPATCH_CHUNK", CHUNK)
 
 
