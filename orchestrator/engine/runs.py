@@ -166,6 +166,10 @@ def advance_run(
     `ended` names the task whose end calls this (a report): then only that task's downstream
     is settled and the rest of the run is counted in SQL, so a report costs the same however
     wide its run is. Without it (the scheduler, an operator action) the whole run is read.
+
+    The first FIRST_DISPATCH_CHUNK due tasks are dispatched in this transaction, the rest once it
+    commits (`dispatch_later`), so a wide run's first jobs are on Redis before the rest are
+    written; the count returned includes them when this is the outermost transaction.
     """
     now = now or shared_now()
     later: list[TaskInstance] = []  # due tasks past the first chunk: dispatched after the commit
