@@ -21,7 +21,7 @@ no worker (`python -c pass`, a warm fork). Then, in this order:
              running): the pass over the active task instances with the history in the tables
   failures   the failures page through Django's test client (server time), windows 24h, 7d, 30d,
              and 30d with reason=task_exception (the filter that reads attempts)
-  clean      `manage.py db_clean --older-than --clean-days` in a child process: its longest
+  clean      `manage.py db_clean --older-than --clean-days [--max-duty --clean-duty]` in a child process: its longest
              transaction by its own report, how long each of its transactions stays open
              (pg_stat_activity, sampled every 50 ms), and meanwhile schedule_once() in this
              process every --clean-pass-every seconds: the pass's time while the clean deletes
@@ -85,6 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=7, help="timed scheduler passes and page loads; the median counts (default 7)")
     parser.add_argument("--clean-days", type=float, default=30.0, help="db_clean --older-than (default 30)")
     parser.add_argument("--clean-pass-every", type=float, default=2.0, help="seconds between scheduler passes during the clean (default 2)")
+    parser.add_argument("--clean-duty", default=None, help="db_clean --max-duty (default: db_clean's own, ORCHESTRATOR_RETENTION_DUTY)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one scheduler pass and one failures page load")
     parser.add_argument("--json", default=None, help="write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the database (prints its URL) instead of dropping it")
@@ -386,6 +387,8 @@ def clean_phase(dag, args: argparse.Namespace, env: dict[str, str]) -> dict[str,
     older = TaskAttempt.objects.filter(task_instance__dag_run__end_date__lt=cutoff).count()
     print(f"\n== db_clean --older-than {args.clean_days:g}: {older:,} attempts of runs that ended before the cut-off")
     argv = [sys.executable, str(MANAGE), "db_clean", "--older-than", str(args.clean_days)]
+    if args.clean_duty is not None:
+        argv += ["--max-duty", str(args.clean_duty)]
     passes: list[dict[str, Any]] = []
     with TransactionWatch(env["DATABASE_URL"]) as watch:
         began = time.monotonic()

@@ -78,6 +78,8 @@ _NUMBERS: dict[str, tuple[type, float | int]] = {
     # are deleted; 0 = never. Failed runs may be kept longer (0 = as long as the others).
     "ORCHESTRATOR_RETENTION_DAYS": (float, 0.0),
     "ORCHESTRATOR_RETENTION_KEEP_FAILED_DAYS": (float, 0.0),
+    # The share of the time `manage.py db_clean` spends deleting (it pauses the rest), over 0, at most 1.
+    "ORCHESTRATOR_RETENTION_DUTY": (float, 0.5),
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
@@ -254,6 +256,9 @@ ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS = env("ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS")
 ORCHESTRATOR_SCHEDULER_INTERVAL = _number("ORCHESTRATOR_SCHEDULER_INTERVAL")
 ORCHESTRATOR_RETENTION_DAYS = _number("ORCHESTRATOR_RETENTION_DAYS")
 ORCHESTRATOR_RETENTION_KEEP_FAILED_DAYS = _number("ORCHESTRATOR_RETENTION_KEEP_FAILED_DAYS")
+ORCHESTRATOR_RETENTION_DUTY = _number("ORCHESTRATOR_RETENTION_DUTY")
+if not 0 < ORCHESTRATOR_RETENTION_DUTY <= 1:
+    raise ImproperlyConfigured(f"ORCHESTRATOR_RETENTION_DUTY={ORCHESTRATOR_RETENTION_DUTY!r} must be over 0 and at most 1")
 ORCHESTRATOR_LOG_HEAD_BYTES = _number("ORCHESTRATOR_LOG_HEAD_BYTES")
 ORCHESTRATOR_LOG_TAIL_BYTES = _number("ORCHESTRATOR_LOG_TAIL_BYTES")
 # Where each attempt's whole output (up to the cap) is kept as files; unset or "none": nowhere,

@@ -10,10 +10,19 @@ The output store's files of the deleted attempts are deleted once their rows' de
 (a crash in between leaves files no row names, never a row whose file is gone too early).
 
 It works in small transactions: each deletes at most `batch` task instances (with their
-attempts and deadlines) and is timed; the batch grows while a transaction takes less than a
-tenth of `lock_budget` and shrinks when it takes more than half, so no transaction holds its
-locks (on SQLite, the write lock) for more than about `lock_budget` seconds, and the engine
-goes on meanwhile. A run's row goes last, once its task instances are gone.
+attempts and deadlines) and is timed (`next_batch`). Half of `lock_budget` is the target: a
+transaction that took longer shrinks the next batch at once to what would have fit (under load
+one slow transaction is enough to react, not several halvings), and one that took under a tenth
+of the target doubles it. So no transaction holds its locks (on SQLite, the write lock) for
+much more than the target, and the engine goes on meanwhile. A run's row goes last, once its
+task instances are gone.
+
+With `duty` under 1 the clean also paces itself: after each transaction it pauses in
+proportion to the time that transaction took (`pause_after`), so that it keeps busy at most
+that share of the time (of a core, with its database backend) and leaves the rest to the
+scheduler and the workers. `manage.py db_clean` paces (`--max-duty`,
+ORCHESTRATOR_RETENTION_DUTY); the scheduler's own clean-up step, a few transactions inside a
+pass, does not.
 """
 from __future__ import annotations
 
@@ -48,6 +57,7 @@ class CleanReport:
     deadlines: int = 0
     transactions: int = 0
     longest_transaction: float = 0.0
+    paused: float = 0.0  # seconds spent pausing (the duty cycle)
 
 
 def cutoffs(now: datetime, older_than_days: float, keep_failed_days: float | None) -> tuple[datetime, datetime]:
@@ -83,31 +93,55 @@ def clean(
     lock_budget: float = 1.0,
     batch: int = 500,
     max_transactions: int | None = None,
+    duty: float = 1.0,
+    pause: Callable[[float], None] = time.sleep,
     progress: Callable[[CleanReport], None] | None = None,
 ) -> CleanReport:
     """Delete the finished runs past their cut-off in small timed transactions (see the module).
     `max_transactions` stops early (the scheduler's step does a few per pass); the rest is
-    deleted by the next call."""
+    deleted by the next call. `duty` (0 < duty <= 1) is the share of the time spent working:
+    under 1, each transaction is followed by `pause(seconds)`."""
+    if not 0 < duty <= 1:
+        raise ValueError(f"duty must be greater than 0 and at most 1, got {duty!r}")
     report = CleanReport()
     while max_transactions is None or report.transactions < max_transactions:
+        started = time.monotonic()
         run_ids = list(old_runs(cutoff, failed_cutoff).values_list("pk", flat=True)[:RUNS_PER_ROUND])
         if not run_ids:
             break
-        started = time.monotonic()
+        began = time.monotonic()
         with transaction.atomic():
             done = _delete_batch(run_ids, cutoff, failed_cutoff, batch, report)
-        elapsed = time.monotonic() - started
+        elapsed = time.monotonic() - began
         report.transactions += 1
         report.longest_transaction = max(report.longest_transaction, elapsed)
-        if elapsed < lock_budget / 10:
-            batch = min(MAX_BATCH, batch * 2)
-        elif elapsed > lock_budget / 2:
-            batch = max(MIN_BATCH, batch // 2)
+        batch = next_batch(batch, elapsed, lock_budget)
         if progress is not None:
             progress(report)
         if not done:
             break
+        rest = pause_after(time.monotonic() - started, duty)
+        if rest > 0:
+            pause(rest)
+            report.paused += rest
     return report
+
+
+def next_batch(batch: int, elapsed: float, lock_budget: float) -> int:
+    """The next transaction's batch after one of `batch` task instances took `elapsed` seconds:
+    over the target (half the lock budget), at once what would have fit; well under it, twice
+    as many."""
+    target = lock_budget / 2
+    if elapsed > target:
+        return max(MIN_BATCH, min(batch - 1, int(batch * target / elapsed)))
+    if elapsed < target / 10:
+        return min(MAX_BATCH, batch * 2)
+    return batch
+
+
+def pause_after(worked: float, duty: float) -> float:
+    """The pause after `worked` seconds that keeps the share of time working at `duty`."""
+    return worked * (1 - duty) / duty
 
 
 def _delete_batch(run_ids: list[int], cutoff: datetime, failed_cutoff: datetime, batch: int, report: CleanReport) -> bool:

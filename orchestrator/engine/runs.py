@@ -25,7 +25,7 @@ from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
-from orchestrator.taskconfig import effective_args
+from orchestrator.taskconfig import merge_args
 from retries.states import FAILED_TASK_STATES, FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, RunState, TaskState, TriggerRule
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,8 @@ def create_run(
     triggered_by: str = "",
     backfill: Backfill | None = None,
 ) -> DagRun:
-    """Insert the run and one task instance per task, in one transaction."""
+    """Insert the run and one task instance per task, in one transaction: a run is never seen
+    with only some of its task instances."""
     now = now or shared_now()
     with transaction.atomic():
         run = DagRun.objects.create(
@@ -59,28 +60,75 @@ def create_run(
             triggered_by=triggered_by,
             backfill=backfill,
         )
-        instances = []
-        for task in dag.tasks.all():
-            task.dag = dag
-            args = effective_args(task)
-            limits = limit_args(task.args, dag.default_args)
-            instances.append(
-                TaskInstance(
-                    dag_run=run,
-                    definition=task,
-                    task_id=task.task_id,
-                    max_tries=int(args["retries"]) + 1,
-                    infrastructure_retry_limit=int(args["infrastructure_retry_limit"]),
-                    queue=str(args["queue"]),
-                    pool=limits["pool"],
-                    pool_slots=int(limits["pool_slots"]),
-                    priority_weight=int(limits["priority_weight"]),
-                    circuit=limits["circuit"],
-                )
-            )
-        TaskInstance.objects.bulk_create(instances)
+        _insert_instances(run)
         lifecycle.run_created(run, now)
     return run
+
+
+def _insert_instances(run: DagRun) -> None:
+    """One task instance (state none) per task of the run's DAG.
+
+    `bulk_create` builds a model object per row and prepares every column of every row: most of
+    a 10,000-task trigger's creation. Here the columns that are the same for every instance are
+    prepared once and each row adds only its own (its task and what its arguments say); on
+    PostgreSQL one INSERT ... SELECT over one array per such column, on SQLite one prepared
+    INSERT run for every row."""
+    dag = run.dag
+    varying: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "definition", "task_id", "max_tries", "infrastructure_retry_limit", "queue", "pool", "pool_slots", "priority_weight", "circuit"
+        )
+    }
+    for pk, task_id, task_args in dag.tasks.order_by("position", "id").values_list("pk", "task_id", "args"):
+        args = merge_args(dag.default_args, task_args)
+        limits = limit_args(task_args, dag.default_args)
+        row = {
+            "definition": pk,
+            "task_id": task_id,
+            "max_tries": int(args["retries"]) + 1,
+            "infrastructure_retry_limit": int(args["infrastructure_retry_limit"]),
+            "queue": str(args["queue"]),
+            "pool": limits["pool"],
+            "pool_slots": int(limits["pool_slots"]),
+            "priority_weight": int(limits["priority_weight"]),
+            "circuit": limits["circuit"],
+        }
+        for name, value in row.items():
+            varying[name].append(value)
+    if not varying["task_id"]:
+        return
+    fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
+    template = TaskInstance(dag_run=run)
+    constants = {
+        field.name: field.get_db_prep_save(field.pre_save(template, True), connection) for field in fields if field.name not in varying
+    }
+    quote = connection.ops.quote_name
+    insert = f"INSERT INTO {quote(TaskInstance._meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # One statement, one array per varying column: thousands of rows of parameters would
+            # cost the server seconds of parsing and planning.
+            arrays = [field for field in fields if field.name in varying]
+            select = [f"u.{quote(field.column)}" if field.name in varying else "%s" for field in fields]
+            cursor.execute(
+                f"{insert} SELECT {', '.join(select)} FROM unnest("
+                + ", ".join(f"%s::{_array_type(field)}[]" for field in arrays)
+                + f") AS u({', '.join(quote(field.column) for field in arrays)})",
+                [*(constants[field.name] for field in fields if field.name not in varying), *(varying[field.name] for field in arrays)],
+            )
+        else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
+            columns = [varying.get(field.name) for field in fields]
+            rows = [
+                [constants[field.name] if column is None else column[at] for field, column in zip(fields, columns)]
+                for at in range(len(varying["task_id"]))
+            ]
+            cursor.executemany(f"{insert} VALUES ({sql.placeholders(len(fields))})", rows)
+
+
+def _array_type(field: Any) -> str:
+    """The PostgreSQL type of an array of this column's values (a varchar's length left out)."""
+    return "text" if field.get_internal_type() == "CharField" else str(field.db_type(connection))
 
 
 def create_manual_run(
@@ -118,8 +166,14 @@ def advance_run(
     `ended` names the task whose end calls this (a report): then only that task's downstream
     is settled and the rest of the run is counted in SQL, so a report costs the same however
     wide its run is. Without it (the scheduler, an operator action) the whole run is read.
+
+    The first FIRST_DISPATCH_CHUNK due tasks are dispatched in this transaction, the rest once it
+    commits (`dispatch_later`), so a wide run's first jobs are on Redis before the rest are
+    written; the count returned includes them when this is the outermost transaction.
     """
     now = now or shared_now()
+    later: list[TaskInstance] = []  # due tasks past the first chunk: dispatched after the commit
+    dispatched_later: list[int] = []
     with transaction.atomic():
         run = _locked_run(dag_run_id, skip_locked=skip_locked)
         if run is None or run.state not in (RunState.QUEUED, RunState.RUNNING):
@@ -142,11 +196,57 @@ def advance_run(
             _apply(_decide(removed, lambda ti: []), now)
             due = [ti for ti in due if ti not in removed]
             outcome = _outcome_counted(run)
-        # Pools, limits and circuits decide which of the ready tasks go now.
         for ti in due:
             ti.dag_run = run
+        due.sort(key=lambda ti: -ti.priority_weight)  # stable: by id within a weight
+        due, later = due[:FIRST_DISPATCH_CHUNK], due[FIRST_DISPATCH_CHUNK:]
+        # Pools, limits and circuits decide which of the ready tasks go now.
         dispatched = dispatch_ready(run, due, now)
-        return dispatched, _finish_if_done(run, outcome, now)
+        finished = _finish_if_done(run, outcome, now)
+        if later:
+            # Registered after the first chunk's enqueue: its jobs are on Redis before the next
+            # chunk is written.
+            transaction.on_commit(lambda: dispatched_later.append(dispatch_later(dag_run_id, later, now)))
+    return dispatched + sum(dispatched_later), finished
+
+
+# A wide run's due tasks are dispatched in committed chunks: the first (enough to fill a few
+# workers' slots) with the run's settling, the others, of DISPATCH_CHUNK each, in a transaction
+# of their own after that commit. The first tasks' jobs reach Redis (and a worker) while the
+# rest are still being written, instead of after one transaction that writes them all.
+FIRST_DISPATCH_CHUNK = 100
+DISPATCH_CHUNK = 500
+
+
+def dispatch_later(dag_run_id: int, due: list[TaskInstance], now: datetime) -> int:
+    """Dispatch the rest of a run's due tasks, a chunk per transaction, once the transaction that
+    settled them committed; returns how many went.
+
+    Each chunk locks the run again and goes only while the run is running and its DAG not
+    paused. Every dispatch is fenced by the (state, token) it was read with, so a task someone
+    else dispatched or cleared meanwhile is left alone, and pools, limits and circuits admit
+    each chunk under their locks as they would any dispatch. Whatever is not dispatched here
+    (an error, a crash between chunks) stays scheduled, and the next scheduler pass, which
+    looks for runs with due tasks, dispatches it: the error is logged, never raised into the
+    caller, whose own change is committed already."""
+    dispatched = 0
+    for start in range(0, len(due), DISPATCH_CHUNK):
+        chunk = due[start : start + DISPATCH_CHUNK]
+        try:
+            with transaction.atomic():
+                run = _locked_run(dag_run_id, skip_locked=False)
+                if run is None or run.state != RunState.RUNNING or (run.dag.paused and run.backfill_id is None):
+                    return dispatched
+                for ti in chunk:
+                    ti.dag_run = run
+                went = dispatch_ready(run, chunk, now)
+        except Exception:
+            log.exception(
+                "could not dispatch %d due task(s) of run %s; the next scheduler pass will", len(due) - start, dag_run_id
+            )
+            return dispatched
+        dispatched += went
+    return dispatched
 
 
 def _locked_run(dag_run_id: int, *, skip_locked: bool) -> DagRun | None:

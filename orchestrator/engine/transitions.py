@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
 from orchestrator import sql
@@ -48,15 +49,16 @@ def transition_sql(
 
 
 def transition_many(rows: Iterable[tuple[int, int, str]], **changes: Any) -> set[int]:
-    """Apply the same `changes` (plain values) to many task instances in one statement per
-    CHUNK rows, each fenced by the (attempt token, state) it was read with; return the ids that
+    """Apply the same `changes` (plain values) to many task instances in one statement (SQLite:
+    one per CHUNK rows), each fenced by the (attempt token, state) it was read with; return the ids that
     won. `rows` are (id, token, state)."""
     rows = list(rows)
     changes.setdefault("updated_at", timezone.now())
     assigned, values = sql.assignments(TaskInstance, changes)
     won: set[int] = set()
-    for start in range(0, len(rows), CHUNK):
-        chunk = rows[start : start + CHUNK]
+    step = max(1, len(rows)) if connection.vendor == "postgresql" else CHUNK  # PostgreSQL: arrays, any length
+    for start in range(0, len(rows), step):
+        chunk = rows[start : start + step]
         statement = f"UPDATE {TaskInstance._meta.db_table} SET {assigned} WHERE {fenced(len(chunk))} RETURNING id"
         won.update(pk for (pk,) in sql.fetch(statement, values + fence_params(chunk), [None]))
     return won
@@ -67,10 +69,17 @@ CHUNK = 500
 
 
 def fenced(n: int) -> str:
-    """The WHERE clause fencing n rows by (id, attempt token, state); portable to PostgreSQL and
-    SQLite (row values against VALUES)."""
+    """The WHERE clause fencing n rows by (id, attempt token, state). PostgreSQL: against three
+    arrays (one parameter each: a 500-row list of VALUES cost more to send, split and plan than
+    to run); SQLite: row values against VALUES."""
+    if connection.vendor == "postgresql":
+        return "(id, attempt_token, state) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[]))"
     return f"(id, attempt_token, state) IN (VALUES {', '.join(['(%s, %s, %s)'] * n)})"
 
 
 def fence_params(rows: Iterable[tuple[int, int, str]]) -> list[Any]:
+    """The parameters of `fenced` for these (id, token, state) rows."""
+    if connection.vendor == "postgresql":
+        rows = list(rows)
+        return [[pk for pk, _, _ in rows], [token for _, token, _ in rows], [str(state) for _, _, state in rows]]
     return [value for pk, token, state in rows for value in (pk, token, str(state))]

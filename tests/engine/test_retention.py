@@ -149,3 +149,68 @@ def test_it_deletes_the_stored_output_of_the_attempts_it_deletes(settings, tmp_p
     assert store.size(keys[old.pk], "stdout") is None and store.size(keys[old.pk], "stderr") is None
     assert store.read(keys[recent.pk], "stdout", 0, 100) == b"out of " + recent.run_id.encode()
     assert not store.path(keys[old.pk], "stdout").exists()
+
+
+def test_a_slow_transaction_shrinks_the_next_batch_at_once():
+    """Over the target (half the lock budget) the batch becomes what would have fit, in one step."""
+    from orchestrator.engine.retention import MAX_BATCH, MIN_BATCH, next_batch
+
+    assert next_batch(3000, elapsed=1.5, lock_budget=1.0) == 1000
+    assert next_batch(3000, elapsed=30.0, lock_budget=1.0) == MIN_BATCH
+    assert next_batch(3000, elapsed=0.51, lock_budget=1.0) < 3000
+    assert next_batch(1000, elapsed=0.01, lock_budget=1.0) == 2000
+    assert next_batch(MAX_BATCH, elapsed=0.01, lock_budget=1.0) == MAX_BATCH
+    assert next_batch(1000, elapsed=0.3, lock_budget=1.0) == 1000
+
+
+def test_the_pause_keeps_the_share_of_time_working_at_the_duty():
+    from orchestrator.engine.retention import pause_after
+
+    assert pause_after(0.2, 0.5) == pytest.approx(0.2)
+    assert pause_after(0.2, 0.25) == pytest.approx(0.6)
+    assert pause_after(0.2, 1.0) == 0
+
+
+def test_it_pauses_after_each_transaction_in_proportion_to_its_time():
+    """With a duty of 0.5 it pauses about as long as it worked, after every transaction."""
+    import time
+
+    from orchestrator.engine import retention
+
+    dag = DagFactory()
+    for i in range(12):
+        TaskFactory(dag=dag, task_id=f"t{i}")
+    run = create_manual_run(dag)
+    DagRun.objects.filter(pk=run.pk).update(state="success", end_date=timezone.now() - timedelta(days=9))
+    cutoff, failed_cutoff = retention.cutoffs(timezone.now(), 5, None)
+    pauses: list[tuple[float, float]] = []  # (the pause, the time worked since the last one)
+    last = [time.monotonic()]
+
+    def pause(seconds: float) -> None:
+        pauses.append((seconds, time.monotonic() - last[0]))
+        time.sleep(seconds)
+        last[0] = time.monotonic()
+
+    report = retention.clean(cutoff, failed_cutoff, batch=5, duty=0.5, pause=pause)
+    assert not DagRun.objects.exists()
+    assert len(pauses) == report.transactions >= 3
+    assert report.paused == pytest.approx(sum(p for p, _ in pauses))
+    for paused, worked in pauses:
+        assert 0.5 * worked <= paused <= worked
+
+
+@pytest.mark.parametrize("value", ["0", "-0.5", "1.5", "often", "nan", "0.5\x00"])
+def test_it_refuses_a_bad_duty_and_changes_nothing(value):
+    dag = _dag()
+    _finished_run(dag, fail=False, ended_days_ago=10)
+    with pytest.raises(CommandError, match="--max-duty must be"):
+        call_command("db_clean", "--older-than", "5", "--max-duty", value, stdout=StringIO())
+    assert DagRun.objects.count() == 1
+
+
+def test_a_duty_of_one_never_pauses():
+    dag = _dag()
+    _finished_run(dag, fail=False, ended_days_ago=10)
+    out = StringIO()
+    call_command("db_clean", "--older-than", "5", "--max-duty", "1", stdout=out)
+    assert "deleted 1 runs" in out.getvalue() and "paused 0.0 s" in out.getvalue()

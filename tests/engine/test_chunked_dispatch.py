@@ -1,0 +1,129 @@
+"""A wide run's due tasks are dispatched in committed chunks: the first chunk's jobs reach Redis
+before the next chunk is written, and what a failure between chunks leaves stays scheduled for
+the next scheduler pass, never lost and never dispatched twice."""
+from __future__ import annotations
+
+import pytest
+from rq import Queue
+
+from orchestrator.engine import runs
+from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.scheduler import schedule_once
+from orchestrator.models import Pool, TaskAttempt, TaskInstance, job_id_for
+from orchestrator.redis_conn import get_redis
+from retries.states import TaskState, WaitKind
+from tests.engine.factories import DagFactory, TaskFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]
+
+CHUNK = 10
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(runs, "FIRST_DISPATCH_CHUNK", CHUNK)
+    monkeypatch.setattr(runs, "DISPATCH_CHUNK", CHUNK)
+
+
+def _wide_dag(n: int, **args):
+    dag = DagFactory(dag_id=f"wide{n}")
+    for i in range(n):
+        TaskFactory(dag=dag, task_id=f"t{i:03d}", upstream=[], args=args)
+    return dag
+
+
+def _jobs() -> list[str]:
+    return Queue("default", connection=get_redis()).job_ids
+
+
+def _assert_dispatched_once(run) -> None:
+    """Every task queued with token 1, one attempt row and one job each."""
+    tis = list(TaskInstance.objects.filter(dag_run=run))
+    assert {(ti.state, ti.attempt_token, ti.try_number) for ti in tis} == {(TaskState.QUEUED, 1, 1)}
+    assert TaskAttempt.objects.filter(task_instance__dag_run=run).count() == len(tis)
+    assert sorted(_jobs()) == sorted(job_id_for(ti.pk, 1) for ti in tis)
+
+
+def test_the_first_chunk_is_on_redis_before_the_last_chunk_is_written(monkeypatch):
+    dag = _wide_dag(35)
+    seen: list[tuple[int, int, int]] = []  # (tasks in the chunk, jobs on Redis, tasks queued) as each chunk begins
+    real = runs.dispatch_ready
+
+    def watched(run, due, now):
+        seen.append((len(due), len(_jobs()), TaskInstance.objects.filter(dag_run=run, state=TaskState.QUEUED).count()))
+        return real(run, due, now)
+
+    monkeypatch.setattr(runs, "dispatch_ready", watched)
+    run = create_manual_run(dag)
+    # Jobs reach Redis only after their transaction commits: each chunk began with the earlier
+    # chunks committed and on Redis.
+    assert seen == [(10, 0, 0), (10, 10, 10), (10, 20, 20), (5, 30, 30)]
+    _assert_dispatched_once(run)
+
+
+def test_the_scheduler_pass_counts_every_chunk():
+    dag = _wide_dag(25)
+    from django.utils import timezone
+
+    from orchestrator.engine.runs import create_run
+
+    run = create_run(dag, run_type="manual", logical_date=timezone.now())
+    assert runs.advance_run(run.pk) == (25, False)
+    _assert_dispatched_once(run)
+
+
+def test_a_failure_between_chunks_leaves_the_rest_scheduled_for_the_next_pass(monkeypatch):
+    """The second chunk's transaction fails after writing its dispatches (as a crash before its
+    commit would): they roll back, the trigger still returns, the first chunk's jobs are on
+    Redis, and the next scheduler pass dispatches the rest, each task once."""
+    dag = _wide_dag(25)
+    real = runs.dispatch_ready
+    calls = []
+
+    def crashing(run, due, now):
+        went = real(run, due, now)
+        calls.append(went)
+        if len(calls) == 2:
+            raise RuntimeError("injected: the process died before this chunk committed")
+        return went
+
+    monkeypatch.setattr(runs, "dispatch_ready", crashing)
+    run = create_manual_run(dag)
+    states = sorted(TaskInstance.objects.filter(dag_run=run).values_list("state", flat=True))
+    assert states.count(TaskState.QUEUED) == 10 and states.count(TaskState.SCHEDULED) == 15
+    assert len(_jobs()) == 10
+    assert TaskAttempt.objects.filter(task_instance__dag_run=run).count() == 10
+    assert set(TaskInstance.objects.filter(dag_run=run, state=TaskState.SCHEDULED).values_list("attempt_token", flat=True)) == {0}
+
+    monkeypatch.setattr(runs, "dispatch_ready", real)
+    schedule_once()
+    _assert_dispatched_once(run)
+
+
+def test_a_pool_admits_exactly_its_slots_across_chunks():
+    Pool.objects.create(name="narrow", slots=3)
+    dag = _wide_dag(25, pool="narrow")
+    run = create_manual_run(dag)
+    tis = list(TaskInstance.objects.filter(dag_run=run))
+    assert sum(ti.state == TaskState.QUEUED for ti in tis) == 3
+    held = [ti for ti in tis if ti.state == TaskState.SCHEDULED]
+    assert len(held) == 22 and all(ti.waiting_for["kind"] == WaitKind.POOL and ti.waiting_for["name"] == "narrow" for ti in held)
+    assert len(_jobs()) == 3
+
+
+def test_the_rest_waits_when_the_dag_is_paused_between_chunks(monkeypatch):
+    dag = _wide_dag(25)
+    real = runs.dispatch_ready
+    calls = []
+
+    def pausing(run, due, now):
+        went = real(run, due, now)
+        calls.append(went)
+        if len(calls) == 1:
+            type(dag).objects.filter(pk=dag.pk).update(paused=True)  # committed with the first chunk
+        return went
+
+    monkeypatch.setattr(runs, "dispatch_ready", pausing)
+    run = create_manual_run(dag)
+    assert calls == [10]
+    assert TaskInstance.objects.filter(dag_run=run, state=TaskState.SCHEDULED).count() == 15
