@@ -16,7 +16,6 @@ import pytest
 from django.utils import timezone
 
 from orchestrator import actions, backfills
-from orchestrator.engine.runs import create_manual_run
 from orchestrator.models import Task, TaskInstance
 from orchestrator.outputstore import output_store
 from orchestrator.redis_conn import get_redis
@@ -39,7 +38,7 @@ TRACEBACK = "Traceback (most recent call last):\n" + "".join(
 LOOK = os.environ.get("LOOK_DIR")
 
 
-def _story(tmp_path: Path) -> dict[str, str]:
+def _story() -> dict[str, str]:
     """The data; the pages to look at, by name."""
     alice = operator(staff=True)
     dag = DagFactory(dag_id=DAG_ID, description=f"Settles the day. {SCRIPT} {UNBROKEN}", default_args={"retries": 1, "retry_delay": 0.1, "retry_jitter": "none", "poison_threshold": 2})
@@ -107,7 +106,7 @@ def _story(tmp_path: Path) -> dict[str, str]:
 def test_what_tasks_wrote_stays_text_and_every_page_fits(live_server, browser_page, settings, tmp_path):
     settings.ORCHESTRATOR_TASK_OUTPUT_DIR = str(tmp_path / "outputs")
     with own_connections():
-        pages = _story(tmp_path)
+        pages = _story()
         page = browser_page
         errors: list[str] = []
         too_wide: list[str] = []
