@@ -120,7 +120,10 @@ def test_what_tasks_wrote_stays_text_and_every_page_fits(live_server, browser_pa
         errors: list[str] = []
         too_wide: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        login(page, live_server.url)
+        login(page, live_server.url, pages["dag"])
+        # 1,000 instances: a count the 14 px square holds; the title has the exact counts
+        cell = page.locator("a.sq[title^='load_file:']").first
+        assert cell.inner_text() == "1k" and cell.get_attribute("title").startswith("load_file: 1000 instances: ")
         for scheme in ("light", "dark"):
             page.emulate_media(color_scheme=scheme)
             for width in (1280, 390):
