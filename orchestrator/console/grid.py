@@ -71,6 +71,12 @@ class Cell:
     waiting: str  # '' or what the task waits for, e.g. "pool default"
     instances: int = 0  # a mapped task's number of instances (0: not mapped)
 
+    @property
+    def instances_label(self) -> str:
+        """The count as the 14 px square can hold it: up to three characters ("450", "1k",
+        "12k"); the title has the exact counts."""
+        return str(self.instances) if self.instances < 1000 else f"{self.instances // 1000}k"
+
 
 @dataclass
 class GridRun:

@@ -2,6 +2,7 @@
 the dry run's preview before anything exists, the progress page and its buttons."""
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def fits(page, width: int) -> None:
 
 
 def shot(page, name: str) -> None:
+    if os.environ.get("UPDATE_SCREENSHOTS") != "1":  # like the other browser tests: docs change only when asked
+        return
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 

@@ -5,7 +5,9 @@ happens on the page.
 """
 from __future__ import annotations
 
+import json
 import os
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from rq import Worker
 from orchestrator import actions
 from orchestrator.models import AuditLog, TaskInstance
 from orchestrator.redis_conn import get_redis
+from orchestrator.worker.host.spool import SET_ASIDE_KEY
 from tests.api.factories import DagFactory, TaskFactory, chain_dag, fail, fail_until_failed, instance, make_run
 from tests.api.personas import PASSWORD
 from tests.browser.conftest import own_connections
@@ -131,8 +134,21 @@ PAGES = {
 }
 
 
+@pytest.fixture
+def set_aside_report():
+    """A report a worker set aside (the workers page lists it), removed after the test: Redis
+    outlives it."""
+    get_redis().lpush(SET_ASIDE_KEY, json.dumps({
+        "worker_name": "reports-worker-1", "file": "/var/spool/orchestrator/set-aside/1842-7.json",
+        "reason": "IntegrityError: insert or update on table \"orchestrator_taskattempt\" violates foreign key constraint",
+        "task_instance_id": 1842, "token": 7, "at": time.time(),
+    }))
+    yield
+    get_redis().delete(SET_ASIDE_KEY)
+
+
 @pytest.mark.timeout(600)  # 32 page loads and screenshots on a shared machine
-def test_pages_fit_the_viewport_and_screenshots(live_server, watched, spawn):
+def test_pages_fit_the_viewport_and_screenshots(live_server, watched, spawn, set_aside_report):
     """Nothing wider than the viewport at 1,440 px and at phone width; with UPDATE_SCREENSHOTS=1
     the README's screenshots (1,440 px, light and dark) and the phone ones (390 px, light)."""
     with own_connections():
