@@ -43,9 +43,6 @@ def counts_text(counts: Mapping[str, int]) -> str:
     return f"{total} instance{'' if total == 1 else 's'}: {', '.join(parts)}"
 
 
-def is_mapped(instances: list[TaskInstance]) -> bool:
-    return any(ti.map_index >= 0 for ti in instances)
-
 
 @dataclass(frozen=True)
 class InstanceRow:

@@ -218,7 +218,7 @@ def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", not
         "dag": dag,
         "run": run,
         "ti": ti,
-        "finished": _settled(ti),
+        "finished": _settled(ti.state),
         "attempt_label": attempt_label(ti.try_number, ti.max_tries),
         "waiting": waiting_text(getattr(ti, "waiting_for", None)),
         "attempts": attempts,
@@ -244,12 +244,8 @@ def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", not
     }
 
 
-def _settled(ti: TaskInstance) -> bool:
-    """Whether the task will not move by itself (finished or dead-lettered): its page stops polling."""
-    return _settled_state(ti.state)
-
-
-def _settled_state(state: str) -> bool:
+def _settled(state: str) -> bool:
+    """Whether a task in `state` will not move by itself (finished or dead-lettered): its page stops polling."""
     return state not in IN_FLIGHT_TASK_STATES and state != TaskState.NONE
 
 
@@ -279,7 +275,7 @@ def mapped_context(
         "ti": TaskInstance.objects.filter(dag_run=run, task_id=task_id).only("id", "task_id", "map_index", "state").order_by("map_index").first(),
         "label": task_id,
         "mapped": overview,
-        "finished": all(_settled_state(state) for state in counts),
+        "finished": all(_settled(state) for state in counts),
         "action_error": action_error,
         "notice": notice,
         "instance_query": f"?{urlencode(query)}" if query else "",

@@ -76,6 +76,16 @@ def set_aside_count() -> int:
     return sum(n for _, n in metrics.read(metrics.SPOOL_SET_ASIDE))
 
 
+
+def set_aside(spool: Path, pk: int, token: int, counted: int, *, why: str, timeout: float) -> Path:
+    """Wait for the report of attempt (pk, token) to be set aside in `spool`, saying `why`, and
+    counted once more than `counted`; its path."""
+    aside = spool / "set-aside" / f"ti-{pk}-{token}.json"
+    wait_until(aside.exists, timeout=timeout, message=f"the report of {pk}-{token} set aside")
+    assert why in Path(f"{aside}.reason").read_text()
+    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
+    return aside
+
 def test_a_success_the_database_refuses_ends_as_the_classified_failure_and_the_run_moves_on(worker, make_dag, refuse):
     """The success is refused: the same attempt ends as application/task_exception
     (UnstorableOutcome, `report_refused` saying why), charged to the user; its lease goes with
@@ -119,11 +129,8 @@ def test_a_success_refused_and_its_failure_too_is_set_aside_and_the_task_runs_ag
     proc = worker(ORCHESTRATOR_SPOOL_DIR=str(spool))
     first = settle(run, "a", ("running",), timeout=30)
     # No scheduler pass meanwhile: its finding the attempt lost would be refused just the same.
-    aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(aside.exists, timeout=30, message="the refused report set aside")
-    assert REFUSAL in Path(f"{aside}.reason").read_text()
+    aside = set_aside(spool, pk, first.attempt_token, counted, why=REFUSAL, timeout=30)
     assert json.loads(aside.read_text())["context"]["metadata"]["exception_type"] == "UnstorableOutcome"
-    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
     allow()
     a = settle(run, "a", ("success",), timeout=40)
     lost, retried = a.attempts.order_by("attempt_token")
@@ -175,12 +182,9 @@ def test_a_handshake_refused_with_its_failure_too_is_set_aside_and_the_task_runs
     spool, counted = tmp_path / "spool", set_aside_count()
     proc = worker(ORCHESTRATOR_SPOOL_DIR=str(spool))
     first = settle(run, "a", ("queued",), timeout=30)
-    aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(aside.exists, timeout=30, message="the refused handshake's report set aside")
+    aside = set_aside(spool, pk, first.attempt_token, counted, why=REFUSAL, timeout=30)
     kept = json.loads(aside.read_text())["context"]
     assert (kept["reason"], kept["metadata"]["pre_execution_reason"]) == ("pre_execution_failure", "start_error")
-    assert REFUSAL in Path(f"{aside}.reason").read_text()
-    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
     assert instance(run, "a").state == "queued"  # nothing of it was recorded
     allow()
     a = settle(run, "a", ("success",), timeout=40)
@@ -216,10 +220,7 @@ def test_a_spooled_report_the_database_refuses_is_set_aside_and_the_ones_behind_
     worker(ORCHESTRATOR_SPOOL_DIR=str(tmp_path / "spool"))
     wait_until(lambda: TaskInstance.objects.get(pk=b.pk).state == "success", timeout=30, message="b's report delivered")
     assert TaskInstance.objects.get(pk=b.pk).result == "b"
-    aside = tmp_path / "spool" / "set-aside" / f"ti-{a.pk}-{a.attempt_token}.json"
-    wait_until(aside.exists, timeout=10, message="a's report set aside")
-    assert REFUSAL in Path(f"{aside}.reason").read_text()
-    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
+    set_aside(tmp_path / "spool", a.pk, a.attempt_token, counted, why=REFUSAL, timeout=10)
     assert TaskInstance.objects.get(pk=a.pk).state == "running"  # nothing of it recorded: the scheduler's to find lost
 
 
@@ -325,11 +326,8 @@ def test_a_spooled_report_that_times_out_every_time_is_set_aside_and_its_lease_l
     )
     first = settle(run, "a", ("running",), timeout=30)
     # No scheduler pass meanwhile: the worker alone must end it.
-    aside = spool / "set-aside" / f"ti-{pk}-{first.attempt_token}.json"
-    wait_until(aside.exists, timeout=40, message="the report that kept timing out set aside")
-    assert "statement timeout" in Path(f"{aside}.reason").read_text()
+    aside = set_aside(spool, pk, first.attempt_token, counted, why="statement timeout", timeout=40)
     assert json.loads(aside.read_text())["success"] is True  # the report as spooled, for whoever looks
-    wait_until(lambda: set_aside_count() == counted + 1, timeout=5, message="the set-aside report counted")
     assert not list((spool / proc_spool_name(spool)).glob("ti-*.json"))  # nothing left waiting
     allow()
     a = settle(run, "a", ("success",), timeout=40)
