@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from deadlines import references
@@ -75,6 +76,15 @@ def tasks_queued(task_instances: list[TaskInstance], now: datetime) -> None:
 def task_started(task_instance: TaskInstance, now: datetime) -> None:
     """A task reported running: create its task_started_at deadlines (first start only)."""
     _create_task_deadlines(task_instance, Reference.TASK_STARTED_AT, now)
+
+
+def start_deadlines_exist_sql(task_instance: str) -> tuple[str, list[Any]]:
+    """An SQL expression (with its parameters): whether the task instance aliased
+    `task_instance` has task_started_at deadline definitions, for a claim to read with the rest."""
+    return (
+        f"EXISTS (SELECT 1 FROM deadlines_deadlinedefinition sd WHERE sd.task_id = {task_instance}.definition_id AND sd.reference = %s)",
+        [str(Reference.TASK_STARTED_AT)],
+    )
 
 
 def has_start_deadlines(task_instance_id: int) -> bool:

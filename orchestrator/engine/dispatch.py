@@ -1,8 +1,8 @@
 """Handing task instances to the workers: a new attempt token, an attempt row, an RQ job.
 
 A run's ready tasks are dispatched together (`dispatch_many`): one fenced UPDATE for all of
-them, one INSERT of their attempt rows and, once the transaction commits, one Redis pipeline
-for their jobs. A fan-out of hundreds of tasks costs a handful of statements, not hundreds.
+them, one INSERT of their attempt rows (on PostgreSQL in the same statement) and, once the
+transaction commits, one Redis pipeline for their jobs. A fan-out of hundreds of tasks costs a handful of statements, not hundreds.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from django.utils import timezone
 from rq import Queue
 
 from deadlines import lifecycle
+from orchestrator import sql
 from orchestrator.engine import enqueuing
 from orchestrator.engine.transitions import CHUNK, fence_params, fenced, transition
 from orchestrator.models import TaskAttempt, TaskInstance, job_id_for
@@ -90,8 +91,14 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
     before = {ti.pk: _before(ti) for ti in tis}
     params: list[Any] = [str(TaskState.QUEUED), False, _db_datetime(now), _db_datetime(timezone.now())]
     params += fence_params((ti.pk, ti.attempt_token, ti.state) for ti in tis)
+    statement = _DISPATCH_SQL.format(fence=fenced(len(tis)))
+    with_attempts = connection.vendor == "postgresql"
+    if with_attempts:  # the attempt rows in the same statement, from what the UPDATE returns
+        insert, insert_params = _attempts_insert(now)
+        statement = f"WITH dispatched AS ({statement}), inserted AS ({insert}) SELECT * FROM dispatched"
+        params += insert_params
     with connection.cursor() as cursor:
-        cursor.execute(_DISPATCH_SQL.format(fence=fenced(len(tis))), params)
+        cursor.execute(statement, params)
         returned = cursor.fetchall()
     if not returned:
         return 0
@@ -101,22 +108,49 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
         ti.state, ti.attempt_token, ti.try_number, ti.queued_at = TaskState.QUEUED, token, try_number, now
         ti.retry_is_platform, ti.next_retry_at, ti.waiting_for = False, None, None
         queued.append(ti)
-        attempts.append(
-            TaskAttempt(
-                task_instance_id=pk,
-                attempt_token=token,
-                try_number=try_number,
-                infrastructure_try_number=infrastructure_try_number,
-                kind=AttemptKind.USER,
-                state=TaskAttempt.State.QUEUED,
-                queued_at=now,
-            )
-        )
+        attempts.append(_new_attempt(pk, token, try_number, infrastructure_try_number, now))
         jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk], queued_at=now))
-    TaskAttempt.objects.bulk_create(attempts)
+    if not with_attempts:
+        TaskAttempt.objects.bulk_create(attempts)
     lifecycle.tasks_queued(queued, now)
     transaction.on_commit(lambda: enqueue_all(jobs))
     return len(returned)
+
+
+def _new_attempt(task_instance_id: int, token: int, try_number: int, infrastructure_try_number: int, now: datetime) -> TaskAttempt:
+    """A dispatched attempt's row, as it starts: queued, a user's try (a platform retry is
+    classified when it ends)."""
+    return TaskAttempt(
+        task_instance_id=task_instance_id,
+        attempt_token=token,
+        try_number=try_number,
+        infrastructure_try_number=infrastructure_try_number,
+        kind=AttemptKind.USER,
+        state=TaskAttempt.State.QUEUED,
+        queued_at=now,
+    )
+
+
+# The columns of a new attempt that come from its task's dispatch (the `dispatched` rows).
+_FROM_DISPATCH = {"task_instance": "id", "attempt_token": "attempt_token", "try_number": "try_number",
+                  "infrastructure_try_number": "infrastructure_try_number"}
+
+
+def _attempts_insert(now: datetime) -> tuple[str, list[Any]]:
+    """An `INSERT ... SELECT` of a new attempt row (`_new_attempt`) for each row of `dispatched`,
+    with its parameters: every other column as the model's defaults give it, cast to its type."""
+    template = _new_attempt(0, 0, 0, 0, now)
+    columns, values, params = [], [], []
+    for field in sql.concrete_fields(TaskAttempt):
+        if field.primary_key:
+            continue
+        columns.append(connection.ops.quote_name(field.column))
+        if field.name in _FROM_DISPATCH:
+            values.append(f"dispatched.{_FROM_DISPATCH[field.name]}")
+        else:
+            values.append(f"%s::{field.db_type(connection)}")
+            params.append(field.get_db_prep_save(getattr(template, field.attname), connection))
+    return f"INSERT INTO {TaskAttempt._meta.db_table} ({', '.join(columns)}) SELECT {', '.join(values)} FROM dispatched", params
 
 
 def _before(ti: TaskInstance) -> dict[str, Any]:
@@ -159,8 +193,8 @@ def enqueue_all(jobs: Iterable[QueuedJob]) -> int:
         with redis.pipeline() as pipe:
             for queue_name, queued in by_queue.items():
                 Queue(queue_name, connection=redis).enqueue_many([_job_data(job) for job in queued], pipeline=pipe)
+            enqueuing.end(pipe, markers)  # with the jobs: one round trip
             pipe.execute()
-        enqueuing.end(redis, markers)
     except Exception as exc:
         everything = [job for queued in by_queue.values() for job in queued]
         log.warning("could not enqueue %d job(s) (%s); they wait for the next dispatch", len(everything), exc)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from redis import Redis
+from redis.client import Pipeline
 
 # How long a marker outlives a dispatcher that died before removing it.
 MARKER_SECONDS = 60
@@ -31,7 +32,8 @@ def begin(redis: Redis, batches: Iterable[tuple[str, datetime]]) -> list[str]:
     return keys
 
 
-def end(redis: Redis, keys: list[str]) -> None:
+def end(redis: Redis | Pipeline, keys: list[str]) -> None:
+    """The batches are in their queues (or, in a pipeline, will be with the jobs it holds)."""
     if keys:
         redis.delete(*keys)
 

@@ -124,13 +124,19 @@ class Claimed:
     results: dict[str, Any] = field(default_factory=dict)
     queue: str = "default"  # what the claim's gate checks (engine/claimgate.py)
     circuit: str | None = None
+    # Read with the claim, so that starting the task reads nothing else when there is nothing:
+    task_state_epoch: int = 0
+    has_task_state: bool = False  # some task state is stored (to read for the task)
+    has_start_deadlines: bool = True  # task_started_at deadlines to create with the handshake
 
 
 _CLAIM_SQL = """
 SELECT ti.task_id, ti.attempt_token, ti.try_number, ti.infrastructure_try_number, ti.definition_id,
        r.run_id, r.logical_date, r.conf, d.dag_id, d.default_args,
        t.python_callable, t.bash_command, t.op_kwargs, t.args,
-       ti.map_index, ti.map_item, ti.dag_run_id, t.upstream, t.expand, ti.queue, ti.circuit
+       ti.map_index, ti.map_item, ti.dag_run_id, t.upstream, t.expand, ti.queue, ti.circuit,
+       ti.task_state_epoch, EXISTS (SELECT 1 FROM orchestrator_taskstateentry e WHERE e.task_instance_id = ti.id),
+       {start_deadlines}
 FROM orchestrator_taskinstance ti
 JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
 JOIN orchestrator_dag d ON d.id = r.dag_id
@@ -144,7 +150,8 @@ def _claim_fields() -> list:
     return [ti("task_id"), ti("attempt_token"), ti("try_number"), ti("infrastructure_try_number"), None,
             run("run_id"), run("logical_date"), run("conf"), dag("dag_id"), dag("default_args"),
             task("python_callable"), task("bash_command"), task("op_kwargs"), task("args"),
-            ti("map_index"), ti("map_item"), None, task("upstream"), task("expand"), ti("queue"), ti("circuit")]
+            ti("map_index"), ti("map_item"), None, task("upstream"), task("expand"), ti("queue"), ti("circuit"),
+            ti("task_state_epoch"), None, None]
 
 
 def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
@@ -156,10 +163,12 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
     with transaction.atomic():
         if not _move_attempt(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder):
             return None
-        (row,) = sql.fetch(_CLAIM_SQL, [task_instance_id], _claim_fields())
+        start_deadlines, deadline_params = lifecycle.start_deadlines_exist_sql("ti")
+        (row,) = sql.fetch(_CLAIM_SQL.format(start_deadlines=start_deadlines), [*deadline_params, task_instance_id], _claim_fields())
         (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
          dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
-         map_index, map_item, dag_run_id, upstream, expand, queue, circuit) = row
+         map_index, map_item, dag_run_id, upstream, expand, queue, circuit,
+         task_state_epoch, has_task_state, has_start_deadlines) = row
         results = upstream_results(dag_run_id, upstream) if upstream else {}
     mapped = {name: map_item for name in expand} if expand and map_index >= 0 else {}
     return Claimed(
@@ -182,16 +191,23 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
         results=results,
         queue=queue,
         circuit=circuit,
+        task_state_epoch=task_state_epoch,
+        has_task_state=bool(has_task_state),
+        has_start_deadlines=bool(has_start_deadlines),
     )
 
 
-def mark_running(task_instance_id: int, token: int, *, pid: int | None = None, now: datetime | None = None) -> bool:
-    """The task process's "running" handshake: from here on it is no pre-execution failure."""
+def mark_running(
+    task_instance_id: int, token: int, *, pid: int | None = None, now: datetime | None = None, has_start_deadlines: bool | None = None
+) -> bool:
+    """The task process's "running" handshake: from here on it is no pre-execution failure.
+
+    `has_start_deadlines`, when the claim read it, spares the handshake that read."""
     now = now or shared_now()
     # A deadline exists exactly when the state change that creates it does: same transaction.
     # (And like a claim, a handshake commits only if its worker is alive to commit it: the
     # task of a worker killed meanwhile never ran its user code, and is found as such.)
-    has_deadlines = lifecycle.has_start_deadlines(task_instance_id)
+    has_deadlines = lifecycle.has_start_deadlines(task_instance_id) if has_start_deadlines is None else has_start_deadlines
     with transaction.atomic():
         moved = _move_attempt(
             task_instance_id,
@@ -316,7 +332,10 @@ def report_success(
         if ended.has_deadlines:
             lifecycle.task_finished(task_instance_id, now)
         if moves_run:
-            _advance_within(ended.dag_run_id, now, ended=ended.task_id)
+            # Its row is locked by the move: a task that is not mapped is its run's only
+            # instance of that task, and it is `success` now.
+            states = [str(TaskState.SUCCESS)] if ended.map_index < 0 else None
+            _advance_within(ended.dag_run_id, now, ended=ended.task_id, ended_states=states)
     if not moves_run and (
         (ended.unfinished_others < NEAR_THE_END and _run_is_over(ended))
         or (_has_downstream(ended) and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id))
@@ -352,26 +371,30 @@ class _Ended:
     circuit: str | None
     has_deadlines: bool
     unfinished_others: int  # other tasks of the run not finished yet, counted up to NEAR_THE_END
+    map_index: int = -1
 
     @classmethod
     def read(cls, task_instance_id: int) -> _Ended:
         ti, dag = functools.partial(sql.column_field, TaskInstance), functools.partial(sql.column_field, Dag)
         finished = [str(state) for state in FINISHED_TASK_STATES]
-        ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, unfinished_others),) = sql.fetch(
+        ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, unfinished_others, map_index),) = sql.fetch(
             f"""
             SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
                    EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id),
                    (SELECT count(*) FROM (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
-                           AND o.id <> ti.id AND o.state NOT IN ({sql.placeholders(len(finished))}) LIMIT %s) AS others)
+                           AND o.id <> ti.id AND o.state NOT IN ({sql.placeholders(len(finished))}) LIMIT %s) AS others),
+                   ti.map_index
             FROM orchestrator_taskinstance ti
             JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
             JOIN orchestrator_dag d ON d.id = r.dag_id
             WHERE ti.id = %s
             """,
             [*finished, NEAR_THE_END, task_instance_id],
-            [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None, None],
+            [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None, None, None],
         )
-        return cls(task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines), unfinished_others)
+        return cls(
+            task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines), unfinished_others, map_index
+        )
 
 
 def _run_may_move_on(ended: _Ended) -> bool:
@@ -394,12 +417,12 @@ def _upstream_task_ids(dag_pk: int, version: datetime) -> frozenset[str]:
     return graph_of(dag_pk, version).upstream_task_ids
 
 
-def _advance_within(dag_run_id: int, now: datetime, *, ended: str) -> None:
+def _advance_within(dag_run_id: int, now: datetime, *, ended: str, ended_states: list[str] | None = None) -> None:
     """Dispatch the run's ready tasks in the report's own transaction: one commit for both, and
     no scheduler pass on the way from one task to the next. If moving the run on fails, its
     savepoint is rolled back, the report still commits and the next scheduler pass does it."""
     try:
-        advance_run(dag_run_id, now, ended=ended)
+        advance_run(dag_run_id, now, ended=ended, ended_states=ended_states)
     except Exception:
         log.exception("could not advance run %s with the report; the next scheduler pass will", dag_run_id)
 

@@ -153,7 +153,12 @@ def create_manual_run(
 
 
 def advance_run(
-    dag_run_id: int, now: datetime | None = None, *, skip_locked: bool = False, ended: str | None = None
+    dag_run_id: int,
+    now: datetime | None = None,
+    *,
+    skip_locked: bool = False,
+    ended: str | None = None,
+    ended_states: list[str] | None = None,
 ) -> tuple[int, bool]:
     """Start the run, settle tasks whose upstreams are done, dispatch ready ones, end the run.
 
@@ -166,6 +171,8 @@ def advance_run(
     `ended` names the task whose end calls this (a report): then only that task's downstream
     is settled and the rest of the run is counted in SQL, so a report costs the same however
     wide its run is. Without it (the scheduler, an operator action) the whole run is read.
+    `ended_states`, when the caller knows them, are the states of every instance of `ended`
+    (a task that is not mapped has one): they are then not read again.
 
     The first FIRST_DISPATCH_CHUNK due tasks are dispatched in this transaction, the rest once it
     commits (`dispatch_later`), so a wide run's first jobs are on Redis before the rest are
@@ -190,12 +197,13 @@ def advance_run(
             due = [ti for ti in instances if _due(ti, now)]
             outcome = run_outcome([ti.state for ti in instances])
         else:
-            _settle_downstream_of(run, ended, now)
+            _settle_downstream_of(run, ended, now, ended_states)
             due = _due_instances_of(run, now)
             removed = [ti for ti in due if _removed_while_waiting(ti)]
             _apply(_decide(removed, lambda ti: []), now)
             due = [ti for ti in due if ti not in removed]
-            outcome = _outcome_counted(run)
+            # A task due to run is not finished: the run cannot be over, nothing to count.
+            outcome = None if due else _outcome_counted(run)
         for ti in due:
             ti.dag_run = run
         due.sort(key=lambda ti: -ti.priority_weight)  # stable: by id within a weight
@@ -387,12 +395,15 @@ def _removed_while_waiting(ti: TaskInstance) -> bool:
     return ti.definition is None and ti.state in WAITING_TO_RUN_STATES
 
 
-def _settle_downstream_of(run: DagRun, ended: str, now: datetime) -> None:
+def _settle_downstream_of(run: DagRun, ended: str, now: datetime, ended_states: list[str] | None = None) -> None:
     """Settle only what the end of task `ended` can decide: its waiting downstream tasks, and
     theirs in turn when one is decided without running (upstream_failed, skipped, removed).
     The rest of the run is not read."""
     graph = dag_graph(run.dag)
-    frontier = _states_of(run, [ended])  # the tasks just ended or decided: their instances' states
+    if not graph.downstream.get(ended):
+        return
+    # The tasks just ended or decided: their instances' states.
+    frontier = {ended: ended_states} if ended_states else _states_of(run, [ended])
     while frontier:
         downstream = sorted({d for task_id in frontier for d in graph.downstream.get(task_id, ())})
         waiting = _waiting_instances(run, downstream)
@@ -488,6 +499,8 @@ def upstream_states(run: DagRun, upstream: list[str], known: dict[str, list[str]
     the newest ends are what can decide now. Otherwise every upstream's state is read. An
     upstream with no task instance (removed from the DAG) counts as removed.
     """
+    if all(task_id in known for task_id in upstream):
+        return [state for task_id in upstream for state in known[task_id]]  # a chain's step: read already
     if len(upstream) > FEW_UPSTREAMS:
         wanted = set(upstream)
         open_tasks = sql.fetch(
@@ -530,6 +543,8 @@ def downstream_may_settle(dag_run_id: int, graph: DagGraph, succeeded: str) -> b
         if graph.trigger_rule.get(task_id) == TriggerRule.ONE_SUCCESS:
             return True
         upstream = graph.upstream.get(task_id, frozenset())
+        if upstream <= {succeeded}:
+            return True  # it waits for nothing else: no need to look at the run
         if open_tasks is None:
             open_tasks = {
                 name for (name,) in sql.fetch(

@@ -48,6 +48,14 @@ def start(task_instance_id: int, dag_id: str, run_id: str, task_id: str) -> Star
     return Start(entries=entries, idempotency_key=idempotency_key(task_instance_id, dag_id, run_id, task_id, epoch))
 
 
+def start_claimed(task_instance_id: int, dag_id: str, run_id: str, task_id: str, epoch: int, has_entries: bool) -> Start | None:
+    """The start of a claimed attempt without a read, when its claim saw no task state stored
+    (most tasks): None when there are entries to read (`start`)."""
+    if has_entries:
+        return None
+    return Start(entries={}, idempotency_key=idempotency_key(task_instance_id, dag_id, run_id, task_id, epoch))
+
+
 def apply(task_instance_id: int, token: int, changes: Iterable[dict[str, Any]], *, now: datetime | None = None) -> bool:
     """Store changes (in order) made by the attempt `token`; False, changing nothing, when that
     attempt is no longer the current running one.

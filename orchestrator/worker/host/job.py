@@ -63,6 +63,8 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
         return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
     state = None
     if ti.python_callable:
+        state = taskstate.start_claimed(ti.pk, ti.dag_id, ti.run_id, ti.task_id, ti.task_state_epoch, ti.has_task_state)
+    if ti.python_callable and state is None:
         load = lambda: shared.db.call(taskstate.start, ti.pk, ti.dag_id, ti.run_id, ti.task_id)  # noqa: E731
         try:
             state = _with_db_retries(load, patience=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE))
@@ -182,6 +184,7 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         kill_grace=float(args["kill_grace"]),
         command=("bash", "-c", render(claimed.bash_command or "", context, claimed.mapped)) if direct else None,
         command_env=context_environment(context) if direct else {},
+        has_start_deadlines=claimed.has_start_deadlines,
     )
 
 

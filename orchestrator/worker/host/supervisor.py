@@ -65,6 +65,8 @@ class Plan:
     # is then recorded before it starts, and no Python runs in its process.
     command: tuple[str, ...] | None = None
     command_env: dict[str, str] = field(default_factory=dict)
+    # Whether its handshake creates task_started_at deadlines (None: the handshake reads it).
+    has_start_deadlines: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,7 @@ class Supervisor:
         attempt is no longer current, None when the database did not answer or refused it
         (`handshake_refused` then says why)."""
         try:
-            return bool(self.db(reporting.mark_running, self.plan.task_instance_id, self.plan.token, pid=None))
+            return bool(self._mark_running(pid=None))
         except (OperationalError, InterfaceError):
             self.handshake_ambiguous = True  # it may have committed all the same
             log.warning("could not record that %s is running; starting it the usual way", self._label())
@@ -501,7 +503,7 @@ class Supervisor:
         if self.handshake_at is not None or self.stopping is not None or self.proc.exited():
             return  # a handshake read after the process died must not mark it running
         try:
-            won = self.db(reporting.mark_running, self.plan.task_instance_id, self.plan.token, pid=self.proc.pid)
+            won = self._mark_running(pid=self.proc.pid)
         except (OperationalError, InterfaceError):
             self.handshake_ambiguous = True  # it may have committed all the same
             now = time.monotonic()
@@ -527,6 +529,10 @@ class Supervisor:
             return
         self.handshake_at = time.monotonic()
         send(self.control_fd, {"type": "go"})
+
+    def _mark_running(self, *, pid: int | None) -> bool:
+        plan = self.plan
+        return bool(self.db(reporting.mark_running, plan.task_instance_id, plan.token, pid=pid, has_start_deadlines=plan.has_start_deadlines))
 
     def _earlier_handshake_committed(self) -> bool:
         """A handshake whose answer was lost (the connection broke after its commit) is refused
