@@ -287,3 +287,19 @@ def hostile_output(kind: str, records: str | None = None, context: dict[str, Any
     if kind == "nul_result":
         return "a\x00b"
     raise ValueError(f"unknown kind {kind!r}")
+
+
+def print_unterminated_then_succeed(text: str) -> str:
+    """Prints without a newline (left in Python's buffer) and succeeds at once: its output must
+    reach the report, which is made before its process has ended."""
+    print(text, end="")
+    sys.stderr.write(text)
+    return "done"
+
+
+def succeed_leaving_a_child(marker: str) -> str:
+    """Succeeds while a child it started (in its group) sleeps on: the child must not outlive
+    the attempt, though the success is reported before the task's process is over."""
+    child = subprocess.Popen(["sleep", "60"])
+    Path(marker).write_text(str(child.pid))
+    return "done"

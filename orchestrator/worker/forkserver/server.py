@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 MAX_MESSAGE = 1 << 20  # a spawn request: the task's environment, well under a megabyte
@@ -81,6 +82,7 @@ class ForkServer:
         os.set_blocking(self.wakeup_read, False)
         self.selector = selectors.DefaultSelector()
         self.alive_until: float | None = None  # monotonic; None until the worker first says so
+        self.spare: _Spare | None = None  # the next task process, forked ahead (`fork_spare`)
         self.expired: set[int] = set()  # children killed because the worker's lease ran out
 
     # --- the loop -------------------------------------------------------------------------------
@@ -137,20 +139,70 @@ class ForkServer:
         if request.get("lease"):
             renewed = time.monotonic() + float(request["lease"])
             self.alive_until = renewed if self.alive_until is None else max(self.alive_until, renewed)
+        forked = not request.get("argv")
         try:
-            pid = _spawn_command(request, fds) if request.get("argv") else os.fork()
+            pid = self._hand_to_spare(request, fds) if forked else None
+            if pid is None:
+                pid = _spawn_command(request, fds) if not forked else os.fork()
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
             self._send({"op": "spawn_failed", "id": request["id"], "error": f"{type(exc).__name__}: {exc}"})
             return
         if pid == 0:
-            _become_task_process(request, fds, server_pid=os.getppid())  # never returns
+            _prepare_task_process(server_pid=os.getppid())
+            _become_task_process(request, fds)  # never returns
         for fd in fds:
             os.close(fd)
         self.children[pid] = None
         self._watch(pid)
         self._send({"op": "spawned", "id": request["id"], "pid": pid})
+        if forked:
+            self.fork_spare()  # for the next attempt, now that this one is on its way
+
+    # --- the spare: the next task process, forked ahead ---------------------------------------------
+
+    def fork_spare(self) -> None:
+        """Fork the next task process before it is asked for: a spawn then only hands it its
+        descriptors and environment, and the fork (a copy of this process's page tables) and the
+        child's set-up are off the way from one task to the next."""
+        if self.spare is not None:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            print(f"fork server: could not fork a spare task process: {exc}", file=sys.stderr, flush=True)
+            return
+        if pid == 0:
+            ours.close()
+            _wait_as_spare(theirs, server_pid=os.getppid())  # never returns
+        theirs.close()
+        self.spare = _Spare(pid, ours)
+
+    def _hand_to_spare(self, request: dict[str, Any], fds: list[int]) -> int | None:
+        """Give the spare this attempt; its pid, or None when there is no live spare to take it."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        try:
+            socket.send_fds(spare.sock, [json.dumps({"env": request["env"]}).encode()], fds)
+        except OSError:
+            _kill_task(spare.pid)  # it died, or cannot hear: the attempt gets a fresh fork
+            _reap(spare.pid)
+            return None
+        finally:
+            spare.sock.close()
+        return spare.pid
+
+    def _drop_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.sock.close()  # end-of-file: it exits
+            _kill_task(spare.pid)
+            _reap(spare.pid)
 
     def _wait(self) -> float:
         """Sleep until the next thing to do: at most a second, never past the lease."""
@@ -220,6 +272,7 @@ class ForkServer:
 
     def _kill_everything(self) -> None:
         """The worker died: no task of it may outlive it, nor anything its tasks started."""
+        self._drop_spare()
         for pid in list(self.children):
             _kill_task(pid)
         for pid in list(self.children):
@@ -254,17 +307,62 @@ def _kill_task(pid: int) -> None:
             pass
 
 
-def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: int) -> None:
-    """In the forked child: become the attempt's task process. Never returns."""
-    code = 1
+@dataclass
+class _Spare:
+    pid: int
+    sock: socket.socket  # where its attempt's descriptors and environment are sent
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _prepare_task_process(server_pid: int) -> None:
+    """In a forked child, before it knows its attempt: what every task process is."""
     try:
         os.setsid()  # its own session and process group: one signal reaches all it starts
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
-        from orchestrator.worker.task.runner import run_forked, set_parent_death_signal
+        from orchestrator.worker.task.runner import set_parent_death_signal
 
         set_parent_death_signal(server_pid)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+
+
+def _wait_as_spare(sock: socket.socket, server_pid: int) -> None:
+    """In a spare: get ready, then wait for an attempt (its descriptors and environment) and
+    become its task process; exit if the server lets it go. Never returns."""
+    _prepare_task_process(server_pid)
+    for fd in _open_fds():  # nothing of the server's may wait here, nor reach the task
+        if fd > 2 and fd != sock.fileno():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, FDS_PER_SPAWN)
+    except OSError:
+        os._exit(0)
+    if not data or len(fds) != FDS_PER_SPAWN:
+        os._exit(0)
+    _become_task_process(json.loads(data), fds)
+
+
+def _become_task_process(request: dict[str, Any], fds: list[int]) -> None:
+    """In the forked child, prepared (`_prepare_task_process`): become the attempt's task
+    process. Never returns."""
+    code = 1
+    try:
+        from orchestrator.worker.task.runner import run_forked
+
         stdout_fd, stderr_fd, control_fd, message_fd = fds
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -360,5 +458,7 @@ def main(argv: list[str]) -> None:
     global _SETPRIV
     _SETPRIV = direct_spawner()
     sock.send(json.dumps({"op": "ready", "pid": os.getpid(), "direct": _SETPRIV is not None}).encode())
-    ForkServer(sock).serve()
+    server = ForkServer(sock)
+    server.fork_spare()
+    server.serve()
 

@@ -94,12 +94,19 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
         # it (lost) instead of it being kept alive for ever by this worker's heartbeat.
         shared.heartbeats.forget_attempt(ti.pk, token)
         raise
+    try:
+        return _report_supervised(shared, ti.pk, token, supervised)
+    finally:
+        supervised.finish()  # a success is reported before its process is over: reap it now
+
+
+def _report_supervised(shared: WorkerRuntime, task_instance_id: int, token: int, supervised: Supervised) -> str:
     if supervised.superseded:
-        shared.spool.keep_changes(ti.pk, token, [])  # fenced out anyway
-        shared.heartbeats.forget_attempt(ti.pk, token)
-        log.warning("task instance %s attempt %s was superseded; nothing reported", ti.pk, token)
+        shared.spool.keep_changes(task_instance_id, token, [])  # fenced out anyway
+        shared.heartbeats.forget_attempt(task_instance_id, token)
+        log.warning("task instance %s attempt %s was superseded; nothing reported", task_instance_id, token)
         return "superseded"
-    return _report(shared, ti.pk, token, classify(supervised.outcome), supervised)
+    return _report(shared, task_instance_id, token, classify(supervised.outcome), supervised)
 
 
 def _held(shared: WorkerRuntime, ti: Claimed) -> bool:

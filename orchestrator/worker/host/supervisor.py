@@ -94,6 +94,9 @@ class Supervised:
     output_truncated: bool = False
     # Task state changes the database could not take yet, in order: stored before the outcome.
     task_state_changes: list[dict[str, Any]] = field(default_factory=list)
+    # What is left to do once the outcome is reported: a success is reported while its process
+    # is still exiting, which is then watched to its end, reaped and released here.
+    finish: Callable[[], None] = field(default=lambda: None)
 
 
 @dataclass
@@ -168,12 +171,14 @@ class Supervisor:
         self.final_before_stop = True
         self.superseded = False
         self.stopped_by_operator = False  # marked failed by an operator: stopping it for them
+        self.succeeded_first = False  # it succeeded: reported before its process is over
+        self.oom_before: int | None = None  # the machine's OOM kills when the attempt began
 
     # --- the attempt --------------------------------------------------------------------------
 
     def run(self) -> Supervised:
         metadata: dict[str, Any] = {"worker_name": self.worker.worker_name, "hostname": self.worker.hostname}
-        oom_before = oom_kill_count()
+        self.oom_before = oom_kill_count()
         # The lease outlives this call: the job forgets it once the outcome is recorded.
         self.lease = self.heartbeats.watch(self.plan.task_instance_id, self.plan.token)
         direct = self.plan.command is not None and self._can_start_directly()
@@ -202,8 +207,19 @@ class Supervisor:
             return Supervised(superseded=False, outcome=outcome)
         try:
             self._supervise()
-        finally:
+        except BaseException:
             self._finish()
+            raise
+        if self.succeeded_first:
+            # Its process is only exiting: the report goes now, the rest after it (`finish`).
+            self._take_waiting_output()
+            supervised = self._supervised(metadata)
+            supervised.finish = self._finish_after_success
+            return supervised
+        self._finish()
+        return self._supervised(metadata)
+
+    def _supervised(self, metadata: dict[str, Any]) -> Supervised:
         assert self.proc is not None and self.streams is not None
         metadata["pid"] = self.proc.pid
         stop = None
@@ -228,7 +244,7 @@ class Supervisor:
             stdout_tail=self.streams.stdout.tail_text() if self.plan.is_bash else "",
             stdout_truncated=self.streams.stdout.truncated,
             result_max_bytes=int(self.plan.payload.get("result_max_bytes", 65536)),
-            oom_kills_before=oom_before,
+            oom_kills_before=self.oom_before,
             oom_kills_after=oom_kill_count(),
             metadata=metadata,
         )
@@ -318,10 +334,52 @@ class Supervisor:
         except Exception:  # only for operators' eyes: the started command must not go unwatched
             log.warning("could not record the pid of %s", self._label(), exc_info=True)
 
+    def _succeeded(self) -> bool:
+        """A Python task sent its success (the runner flushes its output first) before any stop:
+        nothing it does from here can change its outcome, and its output is in the pipes."""
+        return (
+            not self.plan.is_bash
+            and self.handshake_at is not None
+            and self.stopping is None
+            and self.final is not None
+            and self.final.get("type") == "success"
+        )
+
+    def _finish_after_success(self) -> None:
+        """After the report of a success sent before its process ended: watch the process to its
+        end as for any task (killed EXIT_AFTER_OUTCOME_SECONDS after its outcome if it hangs),
+        then its group's stragglers, then reap and close everything."""
+        assert self.proc is not None
+        try:
+            while not self.proc.exited():
+                self._pump(TICK)
+                self._enforce(time.monotonic())
+            self._let_stragglers_go()
+        finally:
+            self._finish()
+
+    def _take_waiting_output(self) -> None:
+        """Read what is waiting in the output pipes now, without waiting for more."""
+        assert self.streams is not None
+        for fd in (self.stdout_fd, self.stderr_fd):
+            while fd in self.streams.open_fds:
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    chunk = b""
+                self._take_output(fd, chunk)
+
     def _supervise(self) -> None:
         assert self.proc is not None and self.lease is not None  # both set by run() first
         while not self.superseded:
             self._pump(TICK)
+            if self._succeeded():
+                # Its process is still exiting (tearing down a copy of the fork server takes
+                # about a millisecond): the report need not wait for that.
+                self.succeeded_first = True
+                return
             if self.lease.refused and not self.stopped_by_operator:
                 self._on_refused()
             elif self.lease.expired() and not self.stopped_by_operator:
@@ -422,19 +480,24 @@ class Supervisor:
                 if self.streams.messages.eof:
                     self._close_stream(fd)
                 continue
-            stream = "stdout" if fd == self.stdout_fd else "stderr"
-            capture = self.streams.stdout if fd == self.stdout_fd else self.streams.stderr
             try:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
                 continue
             except OSError:
                 chunk = b""
-            if chunk:
-                capture.feed(chunk)
-                self.streams.stored.feed(stream, chunk)
-            else:
-                self._close_stream(fd)
+            self._take_output(fd, chunk)
+
+    def _take_output(self, fd: int, chunk: bytes) -> None:
+        """Keep a chunk of stdout or stderr; an empty one is the end of that stream."""
+        assert self.streams is not None
+        if not chunk:
+            self._close_stream(fd)
+            return
+        stream = "stdout" if fd == self.stdout_fd else "stderr"
+        capture = self.streams.stdout if fd == self.stdout_fd else self.streams.stderr
+        capture.feed(chunk)
+        self.streams.stored.feed(stream, chunk)
 
     def _close_stream(self, fd: int) -> None:
         assert self.streams is not None

@@ -186,6 +186,9 @@ def run_forked(control_fd: int, message_fd: int) -> int:
         traceback.print_exc()
         send(message_fd, {"type": "failure", "exception": exception_facts(exc)})
         return 1
+    # Everything it printed is in the pipes before its outcome: a success is reported as soon
+    # as the supervisor reads it, without waiting for this process to end.
+    flush_output()
     send(message_fd, outcome)
     return 0 if outcome["type"] == "success" else 1
 
@@ -257,14 +260,18 @@ def _terminate_handler(task: PythonTask | BashTask, inbox: ControlInbox, message
     return handle
 
 
-def exit_now(code: int) -> NoReturn:
-    """Flush what the task printed, then end the process at once (no atexit, no cleanup of
-    state shared with the fork server)."""
+def flush_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush what the task printed, then end the process at once (no atexit, no cleanup of
+    state shared with the fork server)."""
+    flush_output()
     os._exit(code)
 
 

@@ -1,0 +1,105 @@
+"""The next task process, forked ahead by the fork server (the spare), and a success reported
+while its process is still exiting: what neither may change. A killed spare costs nothing but a
+fresh fork; a spare holds nothing of the server's and dies with the worker; a success's output
+is whole in its report; and what its process leaves behind is killed and reaped after it."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.faults.conftest import T, children_of, settle_runs, zombies_of
+from tests.faults.invariants import attempts_of
+from tests.faults.test_fork_server import _fork_server
+from tests.worker.conftest import instance, trigger
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+QUICK = {"python_callable": "tests.worker.tasks.succeed"}
+
+
+def _spare_of(server: int) -> int:
+    """The fork server's one child that runs no task: the spare, waiting for its attempt."""
+
+    def found() -> int | None:
+        live = [pid for pid in children_of(server) if pid not in zombies_of(server)]
+        return live[0] if len(live) == 1 else None
+
+    return wait_until(found, timeout=30, message=f"the spare of fork server {server}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_killed_spare_costs_the_next_task_nothing_but_a_fresh_fork(worker, make_dag):
+    dag = make_dag([{"task_id": "first", **QUICK}])
+    proc = worker()
+    first = trigger(dag)
+    settle_runs([first], timeout=60)
+    server = _fork_server(proc.pid)
+    spare = _spare_of(server)
+    os.kill(spare, signal.SIGKILL)
+
+    second = trigger(dag)
+    settle_runs([second], timeout=30)
+    ti = instance(second, "first")
+    assert ti.state == "success"
+    assert attempts_of(ti) == [("user", "success", None, 1, 0)]  # no platform retry
+    wait_until(lambda: not zombies_of(server), timeout=10, message="the killed spare reaped")
+    assert _spare_of(server) != spare  # a new one waits for the next task
+    assert proc.poll() is None
+
+
+def test_a_spare_holds_nothing_of_the_server_and_dies_with_the_worker(worker, make_dag):
+    dag = make_dag([{"task_id": "first", **QUICK}])
+    proc = worker()
+    run = trigger(dag)
+    settle_runs([run], timeout=60)
+    server = _fork_server(proc.pid)
+    spare = _spare_of(server)
+    # Standard input, output and error, and its own socket to the server: nothing else (not the
+    # server's socket to the worker, nor its wake-up pipe).
+    descriptors = {int(fd): os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd")}
+    beyond_stdio = {fd: target for fd, target in descriptors.items() if fd > 2}
+    assert len(beyond_stdio) == 1 and next(iter(beyond_stdio.values())).startswith("socket:"), descriptors
+    # Its own session, like any task process: a signal to the worker's group does not reach it.
+    assert os.getsid(spare) == spare
+
+    proc.kill()
+    proc.wait(timeout=10)
+    wait_until(lambda: not _alive(spare) and not _alive(server), timeout=10, message="the spare gone with its worker")
+
+
+def test_a_successs_output_is_whole_though_it_is_reported_before_its_process_ends(worker, make_dag):
+    dag = make_dag([{"task_id": "t", "python_callable": T + "print_unterminated_then_succeed", "op_kwargs": {"text": "no newline"}}])
+    worker()
+    run = trigger(dag)
+    settle_runs([run], timeout=60)
+    attempt = instance(run, "t").attempts.get()
+    assert attempt.state == "success" and attempt.result == "done"
+    assert attempt.stdout == "no newline"
+    assert attempt.stderr == "no newline"
+
+
+def test_what_a_success_leaves_in_its_group_is_killed_and_its_process_reaped(worker, make_dag, tmp_path):
+    marker = tmp_path / "child"
+    dag = make_dag([{"task_id": "t", "python_callable": T + "succeed_leaving_a_child", "op_kwargs": {"marker": str(marker)}}])
+    proc = worker()
+    run = trigger(dag)
+    settle_runs([run], timeout=60)
+    assert instance(run, "t").state == "success"
+    child = int(marker.read_text())
+    wait_until(lambda: not _alive(child), timeout=10, message=f"the task's child {child} killed")
+    server = _fork_server(proc.pid)
+    # The task's process is reaped (released by the worker): only the spare is left.
+    wait_until(lambda: not zombies_of(server) and len(children_of(server)) == 1, timeout=10, message="the task process reaped")
+    time.sleep(0.5)
+    assert not zombies_of(proc.pid)
