@@ -73,25 +73,42 @@ def _move_attempt(
     (the attempt's UPDATE in a WITH clause), atomic by itself; elsewhere it is two, and the
     caller runs them in a transaction (`_atomic_move`), so the two rows never disagree.
     """
+    return _move_attempt_then(task_instance_id, token, expected, task_changes, attempt_changes) is not None
+
+
+def _move_attempt_then(
+    task_instance_id: int,
+    token: int,
+    expected: frozenset[TaskState],
+    task_changes: dict[str, Any],
+    attempt_changes: dict[str, Any],
+    then: tuple[str, list[Any], list[Any]] | None = None,
+) -> list[tuple] | None:
+    """`_move_attempt`, then the query `then` (its SQL, parameters and fields, as `sql.fetch`
+    takes them) if the move won: its rows, or None when the move lost. On PostgreSQL the query
+    is part of the move's statement (it sees the rows as they were before the move)."""
     statement = transition_sql(task_instance_id, expected=expected, token=token, changes=task_changes)
     if statement is None:
-        return False
+        return None
     task_sql, params = statement
     assigned, attempt_params = sql.assignments(TaskAttempt, attempt_changes)
     attempt_sql = f"UPDATE {TaskAttempt._meta.db_table} SET {assigned} WHERE task_instance_id = %s AND attempt_token = %s"
     attempt_params += [task_instance_id, token]
     if connection.vendor == "postgresql":
-        ((moved,),) = sql.fetch(
-            f"WITH moved AS ({task_sql} RETURNING id), attempt AS ({attempt_sql} AND EXISTS (SELECT 1 FROM moved))"
-            " SELECT count(*) FROM moved",
-            params + attempt_params,
-            [None],
-        )
-        return moved == 1
+        moves = f"WITH moved AS ({task_sql} RETURNING id), attempt AS ({attempt_sql} AND EXISTS (SELECT 1 FROM moved))"
+        if then is None:
+            ((moved,),) = sql.fetch(f"{moves} SELECT count(*) FROM moved", params + attempt_params, [None])
+            return [] if moved == 1 else None
+        query, query_params, fields = then
+        rows = sql.fetch(f"{moves} {query} AND EXISTS (SELECT 1 FROM moved)", params + attempt_params + query_params, fields)
+        return rows or None
     if sql.execute(task_sql, params) != 1:
-        return False
+        return None
     sql.execute(attempt_sql, attempt_params)
-    return True
+    if then is None:
+        return []
+    query, query_params, fields = then
+    return sql.fetch(query, query_params, fields)
 
 
 def _atomic_move() -> Any:
@@ -160,11 +177,13 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
     holder = {"hostname": worker.hostname, "worker_name": worker.worker_name, "pid": worker.pid}
     # In a transaction even where the move is one statement: a worker killed while its claim
     # waits on a lock never commits it, and its job is found as never claimed.
+    start_deadlines, deadline_params = lifecycle.start_deadlines_exist_sql("ti")
+    what_it_runs = (_CLAIM_SQL.format(start_deadlines=start_deadlines), [*deadline_params, task_instance_id], _claim_fields())
     with transaction.atomic():
-        if not _move_attempt(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder):
+        rows = _move_attempt_then(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder, then=what_it_runs)
+        if rows is None:
             return None
-        start_deadlines, deadline_params = lifecycle.start_deadlines_exist_sql("ti")
-        (row,) = sql.fetch(_CLAIM_SQL.format(start_deadlines=start_deadlines), [*deadline_params, task_instance_id], _claim_fields())
+        (row,) = rows
         (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
          dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
          map_index, map_item, dag_run_id, upstream, expand, queue, circuit,

@@ -197,8 +197,7 @@ def advance_run(
             due = [ti for ti in instances if _due(ti, now)]
             outcome = run_outcome([ti.state for ti in instances])
         else:
-            _settle_downstream_of(run, ended, now, ended_states)
-            due = _due_instances_of(run, now)
+            due = _settle_downstream_of(run, ended, now, ended_states)
             removed = [ti for ti in due if _removed_while_waiting(ti)]
             _apply(_decide(removed, lambda ti: []), now)
             due = [ti for ti in due if ti not in removed]
@@ -395,24 +394,34 @@ def _removed_while_waiting(ti: TaskInstance) -> bool:
     return ti.definition is None and ti.state in WAITING_TO_RUN_STATES
 
 
-def _settle_downstream_of(run: DagRun, ended: str, now: datetime, ended_states: list[str] | None = None) -> None:
+def _settle_downstream_of(run: DagRun, ended: str, now: datetime, ended_states: list[str] | None = None) -> list[TaskInstance]:
     """Settle only what the end of task `ended` can decide: its waiting downstream tasks, and
     theirs in turn when one is decided without running (upstream_failed, skipped, removed).
-    The rest of the run is not read."""
+    The rest of the run is not read. Returns the run's tasks due to run now: those it made
+    ready, and those that were due already (read with its first waiting tasks, in one query)."""
     graph = dag_graph(run.dag)
-    if not graph.downstream.get(ended):
-        return
+    first_downstream = sorted(graph.downstream.get(ended, ()))
+    if not first_downstream:
+        return _due_instances_of(run, now)
     # The tasks just ended or decided: their instances' states.
     frontier = {ended: ended_states} if ended_states else _states_of(run, [ended])
-    while frontier:
-        downstream = sorted({d for task_id in frontier for d in graph.downstream.get(task_id, ())})
-        waiting = _waiting_instances(run, downstream)
+    waiting, due = _waiting_and_due_instances(run, first_downstream, now)
+    any_expanded = False
+    while True:
         for ti in waiting:
             ti.dag_run = run
         decided = _decide(waiting, functools.partial(_upstream_states_of, run, frontier))
-        expanded, _ = _expand_decided(decided, now)  # its instances are read as due below
+        expanded, _ = _expand_decided(decided, now)
+        any_expanded = any_expanded or bool(expanded)
         settled = _apply(decided, now) + expanded
+        due += [ti for ti in settled if _due(ti, now)]
         frontier = _states_of(run, sorted({ti.task_id for ti in settled if ti.state != TaskState.SCHEDULED}))
+        if not frontier:
+            break
+        waiting = _waiting_instances(run, sorted({d for task_id in frontier for d in graph.downstream.get(task_id, ())}))
+    if any_expanded:
+        return _due_instances_of(run, now)  # with the instances the expansion created
+    return sorted(due, key=lambda ti: ti.pk)
 
 
 def _upstream_states_of(run: DagRun, known: dict[str, list[str]], ti: TaskInstance) -> list[str]:
@@ -477,6 +486,22 @@ FEW_UPSTREAMS = 64
 UNFINISHED_PROBE = 100
 # Parameters per IN list (SQLite allows 32,766 per statement).
 _CHUNK = 5000
+
+
+def _waiting_and_due_instances(run: DagRun, task_ids: list[str], now: datetime) -> tuple[list[TaskInstance], list[TaskInstance]]:
+    """The run's tasks among `task_ids` that wait to be settled, and the run's tasks due to run
+    now (`_due_instances_of`), in one query."""
+    if len(task_ids) > _CHUNK:
+        return _waiting_instances(run, task_ids), _due_instances_of(run, now)
+    waiting_to_run = sorted(str(state) for state in WAITING_TO_RUN_STATES)
+    field = TaskInstance._meta.get_field("next_retry_at")
+    found = _instances_of(
+        run,
+        f" AND ((ti.state = %s AND ti.task_id IN ({sql.placeholders(len(task_ids))}))"
+        f" OR (ti.state IN ({sql.placeholders(len(waiting_to_run))}) AND (ti.next_retry_at IS NULL OR ti.next_retry_at <= %s)))",
+        [str(TaskState.NONE), *task_ids, *waiting_to_run, field.get_db_prep_save(now, connection)],
+    )
+    return [ti for ti in found if ti.state == TaskState.NONE], [ti for ti in found if ti.state != TaskState.NONE]
 
 
 def _waiting_instances(run: DagRun, task_ids: list[str]) -> list[TaskInstance]:

@@ -122,3 +122,80 @@ def test_one_success_runs_on_the_first_success_of_a_wide_fan_in():
     _start(ti)
     assert reporting.report_success(ti.pk, ti.attempt_token)
     assert _ti(run, "sink").state == TaskState.QUEUED
+
+
+def _statements(call) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        assert call()
+    return [q["sql"] for q in queries.captured_queries if q["sql"] not in ("BEGIN", "COMMIT") and "SAVEPOINT" not in q["sql"]]
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="the statement counts are PostgreSQL's")
+def test_a_chains_step_costs_a_fixed_few_statements():
+    """From one task of a chain to the next: the report reads nothing it already knows (the
+    ended task's state, the next one's only upstream), counts no outcome while a task is due,
+    and writes the next attempt's row with its dispatch; the claim reads what the attempt runs,
+    its task state and its start deadlines with its move; the handshake reads nothing."""
+    dag = DagFactory(dag_id="chain_cost")
+    for i in range(3):
+        TaskFactory(dag=dag, task_id=f"t{i}", upstream=[f"t{i - 1}"] if i else [])
+    run = create_manual_run(dag)
+    first = _ti(run, "t0")
+    _start(first)
+    assert reporting.report_success(first.pk, first.attempt_token)  # the DAG's edges are read once
+    second = _ti(run, "t1")
+    _start(second)
+    report = _statements(lambda: reporting.report_success(second.pk, second.attempt_token))
+    # Read the ended task; move it; lock the run; read the next one (and anything due); settle
+    # it; dispatch it with its attempt row; look for its queued deadlines.
+    assert len(report) == 7, "\n".join(s[:90] for s in report)
+    third = _ti(run, "t2")
+    assert third.state == TaskState.QUEUED
+    assert third.attempts.get().state == "queued"
+    claimed: list = []
+    claim = _statements(lambda: claimed.append(reporting.claim(third.pk, third.attempt_token, WORKER)) or claimed[0])
+    assert len(claim) == 2, claim  # the move with what it runs; its upstream's result
+    assert claimed[0].has_start_deadlines is False and claimed[0].has_task_state is False
+    assert claimed[0].results == {"t1": None}
+    handshake = _statements(
+        lambda: reporting.mark_running(third.pk, third.attempt_token, pid=1, has_start_deadlines=claimed[0].has_start_deadlines)
+    )
+    assert len(handshake) == 1, handshake
+
+
+def test_the_claim_says_what_the_handshake_must_create_and_the_handshake_creates_it():
+    """A task with a task_started_at deadline: its claim says so, and the handshake that takes
+    the claim's word for it creates the deadline in its own transaction; a task without one
+    creates none. Task state stored by an earlier attempt is seen by the claim too."""
+    from deadlines.models import Deadline, DeadlineDefinition
+    from orchestrator.engine import taskstate
+    from orchestrator.models import TaskStateEntry
+
+    dag = DagFactory(dag_id="start_deadlines")
+    watched = TaskFactory(dag=dag, task_id="watched")
+    TaskFactory(dag=dag, task_id="plain")
+    TaskFactory(dag=dag, task_id="resumed")
+    DeadlineDefinition.objects.create(dag=dag, task=watched, reference="task_started_at", interval=300, callback="notifier:log")
+    run = create_manual_run(dag)
+    for task_id, expected in (("watched", True), ("plain", False)):
+        ti = _ti(run, task_id)
+        claimed = reporting.claim(ti.pk, ti.attempt_token, WORKER)
+        assert claimed is not None and claimed.has_start_deadlines is expected
+        assert reporting.mark_running(ti.pk, ti.attempt_token, pid=1, has_start_deadlines=claimed.has_start_deadlines)
+        assert Deadline.objects.filter(task_instance=ti).exists() is expected
+        # No task state stored: the start needs no read, and is the start a read would give.
+        started = taskstate.start_claimed(ti.pk, dag.dag_id, run.run_id, task_id, claimed.task_state_epoch, claimed.has_task_state)
+        assert started == taskstate.start(ti.pk, dag.dag_id, run.run_id, task_id)
+
+    # A task whose earlier attempt stored task state (as a retry of it would find it).
+    resumed = _ti(run, "resumed")
+    TaskStateEntry.objects.create(
+        task_instance=resumed, key="cursor", value=7, written_at=resumed.queued_at, attempt_token=resumed.attempt_token,
+        try_number=resumed.try_number, infrastructure_try_number=resumed.infrastructure_try_number,
+    )
+    claimed = reporting.claim(resumed.pk, resumed.attempt_token, WORKER)
+    assert claimed is not None and claimed.has_task_state is True
+    assert taskstate.start_claimed(resumed.pk, dag.dag_id, run.run_id, "resumed", claimed.task_state_epoch, True) is None
+    assert taskstate.start(resumed.pk, dag.dag_id, run.run_id, "resumed").entries == {"cursor": 7}
+    fresh = reporting.claim(_ti(run, "plain").pk, 0, WORKER)  # already claimed: stale, no second move
+    assert fresh is None
