@@ -23,7 +23,7 @@ from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
 from orchestrator.engine.mapping import upstream_results
-from orchestrator.engine.runs import advance_run, advance_run_now, downstream_may_settle
+from orchestrator.engine.runs import UNFINISHED, advance_run, advance_run_now, downstream_may_settle
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
@@ -32,7 +32,6 @@ from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
 from retries.states import (
     CLAIM_FROM,
-    FINISHED_TASK_STATES,
     HEARTBEAT_FROM,
     MARK_RUNNING_FROM,
     REPORT_FAILURE_FROM,
@@ -331,10 +330,10 @@ def report_success(
 
 
 def _run_is_over(ended: _Ended) -> bool:
-    finished = [str(state) for state in FINISHED_TASK_STATES]
     return not sql.fetch(
-        f"SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state NOT IN ({sql.placeholders(len(finished))}) LIMIT 1",
-        [ended.dag_run_id, *finished],
+        f"SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state IN ({sql.placeholders(len(UNFINISHED))})"
+        " ORDER BY task_id LIMIT 1",
+        [ended.dag_run_id, *UNFINISHED],
         [None],
     )
 
@@ -356,19 +355,19 @@ class _Ended:
     @classmethod
     def read(cls, task_instance_id: int) -> _Ended:
         ti, dag = functools.partial(sql.column_field, TaskInstance), functools.partial(sql.column_field, Dag)
-        finished = [str(state) for state in FINISHED_TASK_STATES]
         ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, unfinished_others),) = sql.fetch(
             f"""
             SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
                    EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id),
                    (SELECT count(*) FROM (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
-                           AND o.id <> ti.id AND o.state NOT IN ({sql.placeholders(len(finished))}) LIMIT %s) AS others)
+                           AND o.id <> ti.id AND o.state IN ({sql.placeholders(len(UNFINISHED))})
+                           ORDER BY o.task_id LIMIT %s) AS others)
             FROM orchestrator_taskinstance ti
             JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
             JOIN orchestrator_dag d ON d.id = r.dag_id
             WHERE ti.id = %s
             """,
-            [*finished, NEAR_THE_END, task_instance_id],
+            [*UNFINISHED, NEAR_THE_END, task_instance_id],
             [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None, None],
         )
         return cls(task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines), unfinished_others)
