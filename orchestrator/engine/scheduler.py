@@ -28,12 +28,21 @@ from rq.utils import str_to_date
 from orchestrator.clock import db_now, shared_now
 from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules
 from orchestrator.engine.reporting import report_failure
-from orchestrator.engine.rules import Readiness, readiness, run_outcome
-from orchestrator.engine.runs import advance_run, create_run
+from orchestrator.engine.rules import Readiness, readiness
+from orchestrator.engine.runs import FEW_UPSTREAMS, UNFINISHED, UNFINISHED_PROBE, advance_run, create_run
 from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
-from retries.states import FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, PreExecutionReason, Reason, RunState, Source, TaskState
+from retries.states import (
+    FAILED_TASK_STATES,
+    WAITING_TO_RUN_STATES,
+    PreExecutionReason,
+    Reason,
+    RunState,
+    Source,
+    TaskState,
+    TriggerRule,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,55 +144,106 @@ def runs_needing_work(now: datetime) -> list[int]:
     """Unfinished runs that a locked advance_run() would change, found without locking any.
 
     Most runs on most passes wait for their workers; locking each of them just to find
-    that out made an idle pass cost milliseconds per run. Two indexed queries name the running
-    runs that could have work (a task waiting to be settled or dispatched, or no task left
-    unfinished); only their task instances are read, and `_has_work` decides. advance_run()
-    re-checks everything under its lock, so a stale read here only delays work by one pass.
+    that out made an idle pass cost milliseconds per run. Indexed queries name the runs that
+    could have work: queued, none of their tasks unfinished (to end), or a task waiting to be
+    settled or dispatched. Of those only the waiting tasks are read, and the states of the
+    upstreams of the ones waiting for them (`_settleable`). advance_run() re-checks everything
+    under its lock, so a stale read here only delays work by one pass.
     """
     needing = set(DagRun.objects.filter(state=RunState.QUEUED).values_list("pk", flat=True))
     running = DagRun.objects.filter(Q(dag__paused=False) | Q(backfill__isnull=False), state=RunState.RUNNING)
     waiting = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=[str(s) for s in WAITING_STATES])
-    unfinished = TaskInstance.objects.filter(dag_run=OuterRef("pk")).exclude(state__in=[str(s) for s in FINISHED_TASK_STATES])
-    candidates = set(running.filter(Exists(waiting)).values_list("pk", flat=True))
-    candidates |= set(running.filter(~Exists(unfinished)).values_list("pk", flat=True))
+    unfinished = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=UNFINISHED)
+    needing |= set(running.filter(~Exists(unfinished)).values_list("pk", flat=True))  # every task done: to end
+    candidates = set(running.filter(Exists(waiting)).values_list("pk", flat=True)) - needing
     if not candidates:
         return sorted(needing)
     rows = (
-        TaskInstance.objects.filter(dag_run_id__in=candidates)
+        TaskInstance.objects.filter(dag_run_id__in=candidates, state__in=[str(s) for s in WAITING_STATES])
         .order_by()
-        .values_list("dag_run_id", "task_id", "state", "next_retry_at", "definition_id", "definition__upstream", "definition__trigger_rule")
+        .values_list("dag_run_id", "state", "next_retry_at", "definition_id", "definition__upstream", "definition__trigger_rule")
     )
-    runs: dict[int, list[tuple]] = {run_id: [] for run_id in candidates}
-    for row in rows:
-        runs[row[0]].append(row)
-    for run_id, instances in runs.items():
-        if run_id not in needing and _has_work(instances, now):
-            needing.add(run_id)
+    to_settle: dict[int, list[tuple[list[str], str]]] = {}  # run -> its tasks waiting for their upstreams
+    for run_id, state, next_retry_at, definition_id, upstream, trigger_rule in rows:
+        if run_id in needing:
+            continue
+        if definition_id is None or (state != TaskState.NONE and (next_retry_at is None or next_retry_at <= now)):
+            needing.add(run_id)  # due, or removed from its DAG: to be dispatched, or removed
+        elif state == TaskState.NONE:
+            to_settle.setdefault(run_id, []).append((list(upstream or []), trigger_rule))
+    needing |= _settleable({run_id: tasks for run_id, tasks in to_settle.items() if run_id not in needing})
     return sorted(needing)
 
 
 # Task states that may let advance_run() do something: settle it, or dispatch it.
 WAITING_STATES = frozenset({TaskState.NONE}) | WAITING_TO_RUN_STATES
+# Trigger rules that wait while an upstream is unfinished, unless an upstream failed.
+_WAIT_WHILE_OPEN = frozenset({TriggerRule.ALL_SUCCESS, TriggerRule.NONE_FAILED, TriggerRule.ONE_FAILED})
 
 
-def _has_work(instances: list[tuple], now: datetime) -> bool:
-    states: dict[str, list[str]] = {}  # a mapped task has one state per instance
-    for _, task_id, state, *_ in instances:
-        states.setdefault(task_id, []).append(state)
-    if run_outcome(state for _, _, state, *_ in instances) is not None:
-        return True  # every task is done: the run must end
-    for _, _, state, next_retry_at, definition_id, upstream, trigger_rule in instances:
-        if state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (
-            definition_id is None or next_retry_at is None or next_retry_at <= now
-        ):
-            return True  # due, or removed from its DAG: to be dispatched, or removed
-        if state == TaskState.NONE:
-            if definition_id is None:
-                return True
-            upstream_states = [s for u in upstream or [] for s in states.get(u, [TaskState.REMOVED])]
-            if readiness(trigger_rule, upstream_states) is not Readiness.WAIT:
-                return True
-    return False
+def _settleable(to_settle: dict[int, list[tuple[list[str], str]]]) -> set[int]:
+    """The runs in which one of these waiting tasks (upstream, trigger rule) may be settled now.
+
+    The upstreams' states are read in one query for all the runs. A wide fan-in is first
+    checked against two bounded reads of its run (`_fan_ins_wait`), so the pass does not read
+    a 10,000-task run's every row each second while its sink waits for them."""
+    to_read: dict[int, list[tuple[list[str], str]]] = {}
+    for run_id, tasks in to_settle.items():
+        wide = [task for task in tasks if len(task[0]) > FEW_UPSTREAMS]
+        if wide and _fan_ins_wait(run_id, wide):
+            tasks = [task for task in tasks if len(task[0]) <= FEW_UPSTREAMS]
+        if tasks:
+            to_read[run_id] = tasks
+    states = _upstream_states({run_id: {name for upstream, _ in tasks for name in upstream} for run_id, tasks in to_read.items()})
+    return {
+        run_id
+        for run_id, tasks in to_read.items()
+        if any(
+            readiness(rule, [state for name in upstream for state in states.get((run_id, name), [TaskState.REMOVED])])
+            is not Readiness.WAIT
+            for upstream, rule in tasks
+        )
+    }
+
+
+def _fan_ins_wait(run_id: int, tasks: list[tuple[list[str], str]]) -> bool:
+    """Whether each of these tasks of the run must wait, told by its failed tasks and its first
+    unfinished ones: a task whose rule waits while an upstream is open waits while one is seen
+    open and (unless the rule is all_done) none failed. False: not known so, read the states."""
+    if any(rule not in _WAIT_WHILE_OPEN and rule != TriggerRule.ALL_DONE for _, rule in tasks):
+        return False
+    failed = set(TaskInstance.objects.filter(dag_run_id=run_id, state__in=FAILED).values_list("task_id", flat=True))
+    open_tasks = set(
+        TaskInstance.objects.filter(dag_run_id=run_id, state__in=UNFINISHED)
+        .order_by("task_id")  # as its index is (runs.UNFINISHED): read up to the limit, no further
+        .values_list("task_id", flat=True)[:UNFINISHED_PROBE]
+    )
+    for upstream, rule in tasks:
+        names = set(upstream)
+        if (rule != TriggerRule.ALL_DONE and failed & names) or not open_tasks & names:
+            return False
+    return True
+
+
+def _upstream_states(names_by_run: dict[int, set[str]]) -> dict[tuple[int, str], list[str]]:
+    """The states of these tasks' instances in their runs, each once (a mapped task has several)."""
+    states: dict[tuple[int, str], list[str]] = {}
+    names = sorted(set().union(*names_by_run.values()))
+    for start in range(0, len(names), NAMES_PER_QUERY):
+        rows = (
+            TaskInstance.objects.filter(dag_run_id__in=list(names_by_run), task_id__in=names[start : start + NAMES_PER_QUERY])
+            .order_by()
+            .values_list("dag_run_id", "task_id", "state")
+            .distinct()
+        )
+        for run_id, task_id, state in rows:
+            states.setdefault((run_id, task_id), []).append(state)
+    return states
+
+
+# Task names per query of their states (SQLite allows 32,766 parameters per statement).
+NAMES_PER_QUERY = 5000
+FAILED = sorted(str(state) for state in FAILED_TASK_STATES)
 
 
 # --- history ---------------------------------------------------------------------------------
