@@ -537,10 +537,18 @@ def downstream_may_settle(dag_run_id: int, graph: DagGraph, succeeded: str) -> b
     them is still open: then a fan-in's other upstreams' reports need not queue behind the run's
     lock. (Two last upstreams ending at once may each see the other open: each looks again
     after its commit, and the later one sees both ended.)"""
+    return fewest_open_upstreams(dag_run_id, graph, succeeded) == 0
+
+
+def fewest_open_upstreams(dag_run_id: int, graph: DagGraph, succeeded: str) -> int:
+    """`downstream_may_settle` as a number: 0 when one of the tasks downstream of `succeeded` may
+    be settled now, else the fewest upstreams seen open (other than `succeeded`) of any of them,
+    up to UNFINISHED_PROBE (also when it has no downstream task)."""
     open_tasks: set[str] | None = None
+    fewest = UNFINISHED_PROBE
     for task_id in graph.downstream.get(succeeded, ()):
         if graph.trigger_rule.get(task_id) == TriggerRule.ONE_SUCCESS:
-            return True
+            return 0
         upstream = graph.upstream.get(task_id, frozenset())
         if open_tasks is None:
             open_tasks = {
@@ -551,9 +559,11 @@ def downstream_may_settle(dag_run_id: int, graph: DagGraph, succeeded: str) -> b
                     [None],
                 )
             }
-        if not (open_tasks & upstream):
-            return True  # none of its upstreams seen open (the read is bounded: maybe more are)
-    return False
+        # none of its upstreams seen open: 0 (the read is bounded: maybe more are)
+        fewest = min(fewest, len(open_tasks & upstream))
+        if fewest == 0:
+            return 0
+    return fewest
 
 
 def _due_instances_of(run: DagRun, now: datetime) -> list[TaskInstance]:

@@ -122,3 +122,15 @@ def test_one_success_runs_on_the_first_success_of_a_wide_fan_in():
     _start(ti)
     assert reporting.report_success(ti.pk, ti.attempt_token)
     assert _ti(run, "sink").state == TaskState.QUEUED
+
+
+def test_a_crowded_fan_in_is_looked_at_once_per_report():
+    """A middle task whose sink waits for many other upstreams looks at them once, before its
+    end is recorded: so many cannot all be ending with it, so no second look after its commit."""
+    dag, middle = fan(150, "fan_crowded")
+    run = create_manual_run(dag)
+    _start(_ti(run, "root"))
+    root = _ti(run, "root")
+    assert reporting.report_success(root.pk, root.attempt_token)
+    statements = _queries_of_success(_ti(run, middle[0]))
+    assert len([s for s in statements if "task_id <>" in s]) == 1, statements
