@@ -21,7 +21,8 @@ from django.db import (
     connection,
     transaction,
 )
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from rq import Queue
 from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 
@@ -363,18 +364,53 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     _find_lost_jobs(now, db_time, report)
 
 
-def _failed_in_rq(waiting: list[tuple[int, int, datetime | None, str]]) -> set[str]:
-    """Which of the waiting jobs RQ has failed: one ZMSCORE per queue over its failed registry."""
-    by_queue: dict[str, list[str]] = {}
-    for pk, token, _, queue in waiting:
-        by_queue.setdefault(queue, []).append(job_id_for(pk, token))
-    failed: set[str] = set()
-    connection_ = get_redis()
-    for queue, job_ids in by_queue.items():
-        key = FailedJobRegistry(queue, connection=connection_).key
-        scores = cast("list[float | None]", connection_.zmscore(key, job_ids))  # redis-py types a reply as maybe-awaitable, for its async client too
-        failed.update(job_id for job_id, score in zip(job_ids, scores) if score is not None)
+def _failed_in_rq(unclaimed: QuerySet[TaskInstance]) -> list[tuple[int, int, datetime | None, str]]:
+    """The unclaimed task instances (id, token, queued_at, queue) whose job RQ has failed.
+
+    Read from RQ's failed registries, which hold few jobs (only those RQ itself failed, for a
+    day: a task's own failure is reported to the database), not by asking about every waiting
+    job (one read of those few, if any, by id): a backlog of
+    10,000 jobs cost each pass a read of 10,000 rows and a ZMSCORE of 10,000 ids. A registry of
+    more than FAILED_READ_LIMIT jobs is asked about its queue's waiting jobs instead."""
+    client = get_redis()
+    registries = [FailedJobRegistry(queue.name, connection=client) for queue in Queue.all(connection=client)]
+    if not registries:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for registry in registries:
+        pipe.zcard(registry.key)
+    attempts: set[tuple[int, int]] = set()
+    large: list[FailedJobRegistry] = []
+    for registry, size in zip(registries, pipe.execute()):
+        if size > FAILED_READ_LIMIT:
+            large.append(registry)
+        elif size:
+            job_ids = cast("list[bytes]", client.zrange(registry.key, 0, -1))  # redis-py types a reply as maybe-awaitable
+            attempts.update(attempt for attempt in map(_attempt_of, job_ids) if attempt is not None)
+    fields = ("id", "attempt_token", "queued_at", "queue")
+    failed = []
+    if attempts:
+        rows = unclaimed.filter(pk__in={pk for pk, _ in attempts}).order_by("id").values_list(*fields)
+        failed = [row for row in rows if (row[0], row[1]) in attempts]
+    for registry in large:
+        waiting = list(unclaimed.filter(queue=registry.name).order_by("id").values_list(*fields))
+        scores = cast("list[float | None]", client.zmscore(registry.key, [job_id_for(pk, token) for pk, token, _, _ in waiting]))
+        failed += [row for row, score in zip(waiting, scores) if score is not None]
     return failed
+
+
+# Failed jobs read from a queue's registry (more: the queue's waiting jobs are looked up in it).
+FAILED_READ_LIMIT = 1000
+
+
+def _attempt_of(job_id: bytes | str) -> tuple[int, int] | None:
+    """The (task instance, token) of a job id `job_id_for` made; None for any other job."""
+    text = job_id.decode() if isinstance(job_id, bytes) else job_id
+    prefix, _, numbers = text.partition("-")
+    pk, _, token = numbers.partition("-")
+    if prefix != "ti" or not pk.isdigit() or not token.isdigit():
+        return None
+    return int(pk), int(token)
 
 
 # How many overdue jobs one pass looks at (oldest first): a backlog of any length costs a pass
@@ -395,24 +431,24 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
       the backlog, and neither is one whose worker is alive but slow to claim it. A late claim of
       a presumed-lost job fails on its token.
 
-    The work of a pass does not grow with the backlog: one ZMSCORE per queue over RQ's failed
-    registry, RQ's status of at most LOST_JOB_CHECKS_PER_PASS overdue jobs, and one read of each
-    of their queues (no per-job scan of a queue).
+    The work of a pass does not grow with the backlog: the size of each queue's failed registry
+    (and the jobs in those that hold any), a read of at most LOST_JOB_CHECKS_PER_PASS overdue
+    jobs, RQ's status of those, and one read of each of their queues (no per-job scan of a queue).
     """
     cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
-    # By id: the model's ordering (its run's queued_at) would join every run, finished ones too.
-    waiting = list(
-        TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True)
-        .order_by("id")
-        .values_list("id", "attempt_token", "queued_at", "queue")
+    unclaimed = TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True)
+    # The oldest overdue, by queued_at then id: never the model's ordering (its run's queued_at),
+    # which would join every run, finished ones too.
+    overdue = list(
+        unclaimed.filter(queued_at__lt=cutoff)
+        .order_by("queued_at", "id")
+        .values_list("id", "attempt_token", "queued_at", "queue")[:LOST_JOB_CHECKS_PER_PASS]
     )
-    if not waiting:
+    suspects = _failed_in_rq(unclaimed)
+    suspects += [w for w in overdue if w not in suspects]
+    if not suspects:
         _Absent.forget_all_but(set())
         return
-    failed = _failed_in_rq(waiting)
-    overdue = sorted((w for w in waiting if w[2] is not None and w[2] < cutoff), key=lambda w: w[2] or cutoff)
-    suspects = [w for w in waiting if job_id_for(w[0], w[1]) in failed]
-    suspects += [w for w in overdue[:LOST_JOB_CHECKS_PER_PASS] if job_id_for(w[0], w[1]) not in failed]
     job_ids = [job_id_for(pk, token) for pk, token, _, _ in suspects]
     in_queue = _in_their_queues({queue for _, _, _, queue in suspects})  # before the statuses: see _Absent
     details = _job_details(job_ids)
