@@ -40,6 +40,8 @@ FINISHED_RUN_STATES = frozenset({RunState.SUCCESS, RunState.FAILED})
 FINISHED_TASK_STATES = frozenset(
     {TaskState.SUCCESS, TaskState.FAILED, TaskState.UPSTREAM_FAILED, TaskState.SKIPPED, TaskState.REMOVED}
 )
+# Every other state: the task may still change by itself (a dead-lettered one waits for an operator).
+UNFINISHED_TASK_STATES = frozenset(TaskState) - FINISHED_TASK_STATES
 # Finished states that count as a failure for trigger rules and for the run's outcome.
 FAILED_TASK_STATES = frozenset({TaskState.FAILED, TaskState.UPSTREAM_FAILED})
 # States in which a worker may hold the task.

@@ -23,7 +23,14 @@ from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
 from orchestrator.engine.mapping import upstream_results
-from orchestrator.engine.runs import advance_run, advance_run_now, downstream_may_settle
+from orchestrator.engine.runs import (
+    UNFINISHED,
+    UNFINISHED_PROBE,
+    advance_run,
+    advance_run_now,
+    downstream_may_settle,
+    fewest_open_upstreams,
+)
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
@@ -32,7 +39,6 @@ from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
 from retries.states import (
     CLAIM_FROM,
-    FINISHED_TASK_STATES,
     HEARTBEAT_FROM,
     MARK_RUNNING_FROM,
     REPORT_FAILURE_FROM,
@@ -328,7 +334,8 @@ def report_success(
     now = now or shared_now()
     ended = _Ended.read(task_instance_id)
     # Most successes (a wide fan-out's tasks) change nothing else: then the report is the move alone.
-    moves_run = _run_may_move_on(ended)
+    open_upstreams = _open_upstreams_downstream(ended)
+    moves_run = ended.unfinished_others == 0 or open_upstreams == 0
     with transaction.atomic() if ended.has_deadlines or moves_run else _atomic_move():
         moved = _move_attempt(
             task_instance_id,
@@ -357,7 +364,7 @@ def report_success(
             _advance_within(ended.dag_run_id, now, ended=ended.task_id, ended_states=states)
     if not moves_run and (
         (ended.unfinished_others < NEAR_THE_END and _run_is_over(ended))
-        or (_has_downstream(ended) and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id))
+        or (open_upstreams < CROWDED and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id))
     ):
         # The tasks that end last each read the others unfinished before they recorded their
         # own end; whichever looks again last, after its own commit, sees them all ended.
@@ -369,10 +376,10 @@ def report_success(
 
 
 def _run_is_over(ended: _Ended) -> bool:
-    finished = [str(state) for state in FINISHED_TASK_STATES]
     return not sql.fetch(
-        f"SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state NOT IN ({sql.placeholders(len(finished))}) LIMIT 1",
-        [ended.dag_run_id, *finished],
+        f"SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state IN ({sql.placeholders(len(UNFINISHED))})"
+        " ORDER BY task_id LIMIT 1",
+        [ended.dag_run_id, *UNFINISHED],
         [None],
     )
 
@@ -395,20 +402,20 @@ class _Ended:
     @classmethod
     def read(cls, task_instance_id: int) -> _Ended:
         ti, dag = functools.partial(sql.column_field, TaskInstance), functools.partial(sql.column_field, Dag)
-        finished = [str(state) for state in FINISHED_TASK_STATES]
         ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, unfinished_others, map_index),) = sql.fetch(
             f"""
             SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
                    EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id),
                    (SELECT count(*) FROM (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
-                           AND o.id <> ti.id AND o.state NOT IN ({sql.placeholders(len(finished))}) LIMIT %s) AS others),
+                           AND o.id <> ti.id AND o.state IN ({sql.placeholders(len(UNFINISHED))})
+                           ORDER BY o.task_id LIMIT %s) AS others),
                    ti.map_index
             FROM orchestrator_taskinstance ti
             JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
             JOIN orchestrator_dag d ON d.id = r.dag_id
             WHERE ti.id = %s
             """,
-            [*finished, NEAR_THE_END, task_instance_id],
+            [*UNFINISHED, NEAR_THE_END, task_instance_id],
             [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None, None, None],
         )
         return cls(
@@ -416,14 +423,22 @@ class _Ended:
         )
 
 
-def _run_may_move_on(ended: _Ended) -> bool:
-    """Whether this task's end can change anything in its run: a task downstream of it to settle,
-    or the run to end. A wide fan-out's tasks have neither until the last one ends, and locking
-    and reading the whole run for each of them made their reports queue behind each other.
-    (Two last tasks ending at once may each read the other open: see `_run_is_over`.)"""
-    if ended.unfinished_others == 0:
-        return True
-    return _has_downstream(ended) and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id)
+def _open_upstreams_downstream(ended: _Ended) -> int:
+    """Whether this task's end can change anything in its run: 0 when a task downstream of it
+    may be settled (`runs.fewest_open_upstreams`), else how many upstreams its downstream tasks
+    still wait for as far as seen (UNFINISHED_PROBE: none). A wide fan-out's tasks change nothing
+    until the last one ends, and locking and reading the whole run for each of them made their
+    reports queue behind each other. (Two last tasks ending at once may each read the other
+    open: see `_run_is_over` and CROWDED.)"""
+    if ended.unfinished_others == 0 or not _has_downstream(ended):
+        return UNFINISHED_PROBE
+    return fewest_open_upstreams(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id)
+
+
+# A downstream task seen waiting for this many other upstreams or more does not have them all
+# end with this one: no second look after the report's commit (one read of 100 rows per task of
+# a wide fan-in); fewer, and the last of them to end looks again once it is recorded.
+CROWDED = 50
 
 
 def _has_downstream(ended: _Ended) -> bool:

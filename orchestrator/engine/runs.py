@@ -26,7 +26,14 @@ from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
 from orchestrator.taskconfig import merge_args
-from retries.states import FAILED_TASK_STATES, FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, RunState, TaskState, TriggerRule
+from retries.states import (
+    FAILED_TASK_STATES,
+    UNFINISHED_TASK_STATES,
+    WAITING_TO_RUN_STATES,
+    RunState,
+    TaskState,
+    TriggerRule,
+)
 
 log = logging.getLogger(__name__)
 
@@ -477,7 +484,12 @@ def _settled_state(ti: TaskInstance, upstream_states_of: Callable[[TaskInstance]
 
 # --- reading a little of a run: what a report needs, whatever the run's size --------------------
 
-_FINISHED = sorted(str(state) for state in FINISHED_TASK_STATES)
+# A look at a run's unfinished tasks reads them through their index (ti_run_unfinished), not
+# the run's every row: it says `state IN` these (`NOT IN` the finished ones matches no partial
+# index) and, when it has a LIMIT, orders by task_id as the index does. Without the order the
+# planner may prefer a sequential scan that it expects to stop early, but a run's first rows
+# are the ones that finished first: each look then read most of a 10,000-task run.
+UNFINISHED = sorted(str(state) for state in UNFINISHED_TASK_STATES)
 _FAILED = sorted(str(state) for state in FAILED_TASK_STATES)
 # A task with more upstreams than this is first checked against a bounded read of the run's
 # unfinished tasks: the last of a 10,000-task fan-in's upstreams to end reads them all, the
@@ -530,8 +542,8 @@ def upstream_states(run: DagRun, upstream: list[str], known: dict[str, list[str]
         wanted = set(upstream)
         open_tasks = sql.fetch(
             f"SELECT task_id, state FROM orchestrator_taskinstance WHERE dag_run_id = %s"
-            f" AND state NOT IN ({sql.placeholders(len(_FINISHED))}) LIMIT %s",
-            [run.pk, *_FINISHED, UNFINISHED_PROBE],
+            f" AND state IN ({sql.placeholders(len(UNFINISHED))}) ORDER BY task_id LIMIT %s",
+            [run.pk, *UNFINISHED, UNFINISHED_PROBE],
             [None, None],
         )
         open_upstream = [state for task_id, state in open_tasks if task_id in wanted]
@@ -563,25 +575,35 @@ def downstream_may_settle(dag_run_id: int, graph: DagGraph, succeeded: str) -> b
     them is still open: then a fan-in's other upstreams' reports need not queue behind the run's
     lock. (Two last upstreams ending at once may each see the other open: each looks again
     after its commit, and the later one sees both ended.)"""
+    return fewest_open_upstreams(dag_run_id, graph, succeeded) == 0
+
+
+def fewest_open_upstreams(dag_run_id: int, graph: DagGraph, succeeded: str) -> int:
+    """`downstream_may_settle` as a number: 0 when one of the tasks downstream of `succeeded` may
+    be settled now, else the fewest upstreams seen open (other than `succeeded`) of any of them,
+    up to UNFINISHED_PROBE (also when it has no downstream task)."""
     open_tasks: set[str] | None = None
+    fewest = UNFINISHED_PROBE
     for task_id in graph.downstream.get(succeeded, ()):
         if graph.trigger_rule.get(task_id) == TriggerRule.ONE_SUCCESS:
-            return True
+            return 0
         upstream = graph.upstream.get(task_id, frozenset())
         if upstream <= {succeeded}:
-            return True  # it waits for nothing else: no need to look at the run
+            return 0  # it waits for nothing else: no need to look at the run
         if open_tasks is None:
             open_tasks = {
                 name for (name,) in sql.fetch(
                     f"SELECT task_id FROM orchestrator_taskinstance WHERE dag_run_id = %s AND task_id <> %s"
-                    f" AND state NOT IN ({sql.placeholders(len(_FINISHED))}) LIMIT %s",
-                    [dag_run_id, succeeded, *_FINISHED, UNFINISHED_PROBE],
+                    f" AND state IN ({sql.placeholders(len(UNFINISHED))}) ORDER BY task_id LIMIT %s",
+                    [dag_run_id, succeeded, *UNFINISHED, UNFINISHED_PROBE],
                     [None],
                 )
             }
-        if not (open_tasks & upstream):
-            return True  # none of its upstreams seen open (the read is bounded: maybe more are)
-    return False
+        # none of its upstreams seen open: 0 (the read is bounded: maybe more are)
+        fewest = min(fewest, len(open_tasks & upstream))
+        if fewest == 0:
+            return 0
+    return fewest
 
 
 def _due_instances_of(run: DagRun, now: datetime) -> list[TaskInstance]:
@@ -597,11 +619,10 @@ def _due_instances_of(run: DagRun, now: datetime) -> list[TaskInstance]:
 
 def _outcome_counted(run: DagRun) -> RunState | None:
     """The run's outcome once every task is done (else None), counted by the database."""
-    finished = sql.placeholders(len(_FINISHED))
     ((any_open, any_failed),) = sql.fetch(
-        f"SELECT EXISTS (SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state NOT IN ({finished})),"
+        f"SELECT EXISTS (SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state IN ({sql.placeholders(len(UNFINISHED))})),"
         f" EXISTS (SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state IN ({sql.placeholders(len(_FAILED))}))",
-        [run.pk, *_FINISHED, run.pk, *_FAILED],
+        [run.pk, *UNFINISHED, run.pk, *_FAILED],
         [None, None],
     )
     if any_open:

@@ -21,19 +21,29 @@ from django.db import (
     connection,
     transaction,
 )
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from rq import Queue
 from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 
 from orchestrator.clock import db_now, shared_now
 from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules
 from orchestrator.engine.reporting import report_failure
-from orchestrator.engine.rules import Readiness, readiness, run_outcome
-from orchestrator.engine.runs import advance_run, create_run
+from orchestrator.engine.rules import Readiness, readiness
+from orchestrator.engine.runs import FEW_UPSTREAMS, UNFINISHED, UNFINISHED_PROBE, advance_run, create_run
 from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
-from retries.states import FINISHED_TASK_STATES, WAITING_TO_RUN_STATES, PreExecutionReason, Reason, RunState, Source, TaskState
+from retries.states import (
+    FAILED_TASK_STATES,
+    WAITING_TO_RUN_STATES,
+    PreExecutionReason,
+    Reason,
+    RunState,
+    Source,
+    TaskState,
+    TriggerRule,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,55 +145,106 @@ def runs_needing_work(now: datetime) -> list[int]:
     """Unfinished runs that a locked advance_run() would change, found without locking any.
 
     Most runs on most passes wait for their workers; locking each of them just to find
-    that out made an idle pass cost milliseconds per run. Two indexed queries name the running
-    runs that could have work (a task waiting to be settled or dispatched, or no task left
-    unfinished); only their task instances are read, and `_has_work` decides. advance_run()
-    re-checks everything under its lock, so a stale read here only delays work by one pass.
+    that out made an idle pass cost milliseconds per run. Indexed queries name the runs that
+    could have work: queued, none of their tasks unfinished (to end), or a task waiting to be
+    settled or dispatched. Of those only the waiting tasks are read, and the states of the
+    upstreams of the ones waiting for them (`_settleable`). advance_run() re-checks everything
+    under its lock, so a stale read here only delays work by one pass.
     """
     needing = set(DagRun.objects.filter(state=RunState.QUEUED).values_list("pk", flat=True))
     running = DagRun.objects.filter(Q(dag__paused=False) | Q(backfill__isnull=False), state=RunState.RUNNING)
     waiting = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=[str(s) for s in WAITING_STATES])
-    unfinished = TaskInstance.objects.filter(dag_run=OuterRef("pk")).exclude(state__in=[str(s) for s in FINISHED_TASK_STATES])
-    candidates = set(running.filter(Exists(waiting)).values_list("pk", flat=True))
-    candidates |= set(running.filter(~Exists(unfinished)).values_list("pk", flat=True))
+    unfinished = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=UNFINISHED)
+    needing |= set(running.filter(~Exists(unfinished)).values_list("pk", flat=True))  # every task done: to end
+    candidates = set(running.filter(Exists(waiting)).values_list("pk", flat=True)) - needing
     if not candidates:
         return sorted(needing)
     rows = (
-        TaskInstance.objects.filter(dag_run_id__in=candidates)
+        TaskInstance.objects.filter(dag_run_id__in=candidates, state__in=[str(s) for s in WAITING_STATES])
         .order_by()
-        .values_list("dag_run_id", "task_id", "state", "next_retry_at", "definition_id", "definition__upstream", "definition__trigger_rule")
+        .values_list("dag_run_id", "state", "next_retry_at", "definition_id", "definition__upstream", "definition__trigger_rule")
     )
-    runs: dict[int, list[tuple]] = {run_id: [] for run_id in candidates}
-    for row in rows:
-        runs[row[0]].append(row)
-    for run_id, instances in runs.items():
-        if run_id not in needing and _has_work(instances, now):
-            needing.add(run_id)
+    to_settle: dict[int, list[tuple[list[str], str]]] = {}  # run -> its tasks waiting for their upstreams
+    for run_id, state, next_retry_at, definition_id, upstream, trigger_rule in rows:
+        if run_id in needing:
+            continue
+        if definition_id is None or (state != TaskState.NONE and (next_retry_at is None or next_retry_at <= now)):
+            needing.add(run_id)  # due, or removed from its DAG: to be dispatched, or removed
+        elif state == TaskState.NONE:
+            to_settle.setdefault(run_id, []).append((list(upstream or []), trigger_rule))
+    needing |= _settleable({run_id: tasks for run_id, tasks in to_settle.items() if run_id not in needing})
     return sorted(needing)
 
 
 # Task states that may let advance_run() do something: settle it, or dispatch it.
 WAITING_STATES = frozenset({TaskState.NONE}) | WAITING_TO_RUN_STATES
+# Trigger rules that wait while an upstream is unfinished, unless an upstream failed.
+_WAIT_WHILE_OPEN = frozenset({TriggerRule.ALL_SUCCESS, TriggerRule.NONE_FAILED, TriggerRule.ONE_FAILED})
 
 
-def _has_work(instances: list[tuple], now: datetime) -> bool:
-    states: dict[str, list[str]] = {}  # a mapped task has one state per instance
-    for _, task_id, state, *_ in instances:
-        states.setdefault(task_id, []).append(state)
-    if run_outcome(state for _, _, state, *_ in instances) is not None:
-        return True  # every task is done: the run must end
-    for _, _, state, next_retry_at, definition_id, upstream, trigger_rule in instances:
-        if state in (TaskState.SCHEDULED, TaskState.UP_FOR_RETRY) and (
-            definition_id is None or next_retry_at is None or next_retry_at <= now
-        ):
-            return True  # due, or removed from its DAG: to be dispatched, or removed
-        if state == TaskState.NONE:
-            if definition_id is None:
-                return True
-            upstream_states = [s for u in upstream or [] for s in states.get(u, [TaskState.REMOVED])]
-            if readiness(trigger_rule, upstream_states) is not Readiness.WAIT:
-                return True
-    return False
+def _settleable(to_settle: dict[int, list[tuple[list[str], str]]]) -> set[int]:
+    """The runs in which one of these waiting tasks (upstream, trigger rule) may be settled now.
+
+    The upstreams' states are read in one query for all the runs. A wide fan-in is first
+    checked against two bounded reads of its run (`_fan_ins_wait`), so the pass does not read
+    a 10,000-task run's every row each second while its sink waits for them."""
+    to_read: dict[int, list[tuple[list[str], str]]] = {}
+    for run_id, tasks in to_settle.items():
+        wide = [task for task in tasks if len(task[0]) > FEW_UPSTREAMS]
+        if wide and _fan_ins_wait(run_id, wide):
+            tasks = [task for task in tasks if len(task[0]) <= FEW_UPSTREAMS]
+        if tasks:
+            to_read[run_id] = tasks
+    states = _upstream_states({run_id: {name for upstream, _ in tasks for name in upstream} for run_id, tasks in to_read.items()})
+    return {
+        run_id
+        for run_id, tasks in to_read.items()
+        if any(
+            readiness(rule, [state for name in upstream for state in states.get((run_id, name), [TaskState.REMOVED])])
+            is not Readiness.WAIT
+            for upstream, rule in tasks
+        )
+    }
+
+
+def _fan_ins_wait(run_id: int, tasks: list[tuple[list[str], str]]) -> bool:
+    """Whether each of these tasks of the run must wait, told by its failed tasks and its first
+    unfinished ones: a task whose rule waits while an upstream is open waits while one is seen
+    open and (unless the rule is all_done) none failed. False: not known so, read the states."""
+    if any(rule not in _WAIT_WHILE_OPEN and rule != TriggerRule.ALL_DONE for _, rule in tasks):
+        return False
+    failed = set(TaskInstance.objects.filter(dag_run_id=run_id, state__in=FAILED).values_list("task_id", flat=True))
+    open_tasks = set(
+        TaskInstance.objects.filter(dag_run_id=run_id, state__in=UNFINISHED)
+        .order_by("task_id")  # as its index is (runs.UNFINISHED): read up to the limit, no further
+        .values_list("task_id", flat=True)[:UNFINISHED_PROBE]
+    )
+    for upstream, rule in tasks:
+        names = set(upstream)
+        if (rule != TriggerRule.ALL_DONE and failed & names) or not open_tasks & names:
+            return False
+    return True
+
+
+def _upstream_states(names_by_run: dict[int, set[str]]) -> dict[tuple[int, str], list[str]]:
+    """The states of these tasks' instances in their runs, each once (a mapped task has several)."""
+    states: dict[tuple[int, str], list[str]] = {}
+    names = sorted(set().union(*names_by_run.values()))
+    for start in range(0, len(names), NAMES_PER_QUERY):
+        rows = (
+            TaskInstance.objects.filter(dag_run_id__in=list(names_by_run), task_id__in=names[start : start + NAMES_PER_QUERY])
+            .order_by()
+            .values_list("dag_run_id", "task_id", "state")
+            .distinct()
+        )
+        for run_id, task_id, state in rows:
+            states.setdefault((run_id, task_id), []).append(state)
+    return states
+
+
+# Task names per query of their states (SQLite allows 32,766 parameters per statement).
+NAMES_PER_QUERY = 5000
+FAILED = sorted(str(state) for state in FAILED_TASK_STATES)
 
 
 # --- history ---------------------------------------------------------------------------------
@@ -303,18 +364,53 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     _find_lost_jobs(now, db_time, report)
 
 
-def _failed_in_rq(waiting: list[tuple[int, int, datetime | None, str]]) -> set[str]:
-    """Which of the waiting jobs RQ has failed: one ZMSCORE per queue over its failed registry."""
-    by_queue: dict[str, list[str]] = {}
-    for pk, token, _, queue in waiting:
-        by_queue.setdefault(queue, []).append(job_id_for(pk, token))
-    failed: set[str] = set()
-    connection_ = get_redis()
-    for queue, job_ids in by_queue.items():
-        key = FailedJobRegistry(queue, connection=connection_).key
-        scores = cast("list[float | None]", connection_.zmscore(key, job_ids))  # redis-py types a reply as maybe-awaitable, for its async client too
-        failed.update(job_id for job_id, score in zip(job_ids, scores) if score is not None)
+def _failed_in_rq(unclaimed: QuerySet[TaskInstance]) -> list[tuple[int, int, datetime | None, str]]:
+    """The unclaimed task instances (id, token, queued_at, queue) whose job RQ has failed.
+
+    Read from RQ's failed registries, which hold few jobs (only those RQ itself failed, for a
+    day: a task's own failure is reported to the database), not by asking about every waiting
+    job (one read of those few, if any, by id): a backlog of
+    10,000 jobs cost each pass a read of 10,000 rows and a ZMSCORE of 10,000 ids. A registry of
+    more than FAILED_READ_LIMIT jobs is asked about its queue's waiting jobs instead."""
+    client = get_redis()
+    registries = [FailedJobRegistry(queue.name, connection=client) for queue in Queue.all(connection=client)]
+    if not registries:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for registry in registries:
+        pipe.zcard(registry.key)
+    attempts: set[tuple[int, int]] = set()
+    large: list[FailedJobRegistry] = []
+    for registry, size in zip(registries, pipe.execute()):
+        if size > FAILED_READ_LIMIT:
+            large.append(registry)
+        elif size:
+            job_ids = cast("list[bytes]", client.zrange(registry.key, 0, -1))  # redis-py types a reply as maybe-awaitable
+            attempts.update(attempt for attempt in map(_attempt_of, job_ids) if attempt is not None)
+    fields = ("id", "attempt_token", "queued_at", "queue")
+    failed = []
+    if attempts:
+        rows = unclaimed.filter(pk__in={pk for pk, _ in attempts}).order_by("id").values_list(*fields)
+        failed = [row for row in rows if (row[0], row[1]) in attempts]
+    for registry in large:
+        waiting = list(unclaimed.filter(queue=registry.name).order_by("id").values_list(*fields))
+        scores = cast("list[float | None]", client.zmscore(registry.key, [job_id_for(pk, token) for pk, token, _, _ in waiting]))
+        failed += [row for row, score in zip(waiting, scores) if score is not None]
     return failed
+
+
+# Failed jobs read from a queue's registry (more: the queue's waiting jobs are looked up in it).
+FAILED_READ_LIMIT = 1000
+
+
+def _attempt_of(job_id: bytes | str) -> tuple[int, int] | None:
+    """The (task instance, token) of a job id `job_id_for` made; None for any other job."""
+    text = job_id.decode() if isinstance(job_id, bytes) else job_id
+    prefix, _, numbers = text.partition("-")
+    pk, _, token = numbers.partition("-")
+    if prefix != "ti" or not pk.isdigit() or not token.isdigit():
+        return None
+    return int(pk), int(token)
 
 
 # How many overdue jobs one pass looks at (oldest first): a backlog of any length costs a pass
@@ -335,24 +431,24 @@ def _find_lost_jobs(now: datetime, db_time: datetime, report: PassReport) -> Non
       the backlog, and neither is one whose worker is alive but slow to claim it. A late claim of
       a presumed-lost job fails on its token.
 
-    The work of a pass does not grow with the backlog: one ZMSCORE per queue over RQ's failed
-    registry, RQ's status of at most LOST_JOB_CHECKS_PER_PASS overdue jobs, and one read of each
-    of their queues (no per-job scan of a queue).
+    The work of a pass does not grow with the backlog: the size of each queue's failed registry
+    (and the jobs in those that hold any), a read of at most LOST_JOB_CHECKS_PER_PASS overdue
+    jobs, RQ's status of those, and one read of each of their queues (no per-job scan of a queue).
     """
     cutoff = db_time - timedelta(seconds=float(settings.ORCHESTRATOR_QUEUED_TIMEOUT))
-    # By id: the model's ordering (its run's queued_at) would join every run, finished ones too.
-    waiting = list(
-        TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True)
-        .order_by("id")
-        .values_list("id", "attempt_token", "queued_at", "queue")
+    unclaimed = TaskInstance.objects.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True)
+    # The oldest overdue, by queued_at then id: never the model's ordering (its run's queued_at),
+    # which would join every run, finished ones too.
+    overdue = list(
+        unclaimed.filter(queued_at__lt=cutoff)
+        .order_by("queued_at", "id")
+        .values_list("id", "attempt_token", "queued_at", "queue")[:LOST_JOB_CHECKS_PER_PASS]
     )
-    if not waiting:
+    suspects = _failed_in_rq(unclaimed)
+    suspects += [w for w in overdue if w not in suspects]
+    if not suspects:
         _Absent.forget_all_but(set())
         return
-    failed = _failed_in_rq(waiting)
-    overdue = sorted((w for w in waiting if w[2] is not None and w[2] < cutoff), key=lambda w: w[2] or cutoff)
-    suspects = [w for w in waiting if job_id_for(w[0], w[1]) in failed]
-    suspects += [w for w in overdue[:LOST_JOB_CHECKS_PER_PASS] if job_id_for(w[0], w[1]) not in failed]
     job_ids = [job_id_for(pk, token) for pk, token, _, _ in suspects]
     in_queue = _in_their_queues({queue for _, _, _, queue in suspects})  # before the statuses: see _Absent
     details = _job_details(job_ids)

@@ -9,7 +9,7 @@ from django.utils import timezone
 from rq import Queue
 from rq.registry import FailedJobRegistry
 
-from orchestrator.engine import reporting
+from orchestrator.engine import reporting, scheduler
 from orchestrator.engine.runs import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import TaskInstance
@@ -27,6 +27,7 @@ def queue():
     q.empty()
     yield q
     q.empty()
+    get_redis().delete(FailedJobRegistry(q.name, connection=get_redis()).key)  # what a test failed there
 
 
 def _single_task_run():
@@ -96,9 +97,11 @@ def test_it_leaves_queued_tasks_alone_while_their_job_waits(queue):
 
 
 @override_settings(ORCHESTRATOR_QUEUED_TIMEOUT=600, ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY=0)
-def test_it_requeues_a_task_whose_job_failed_before_it_was_claimed_at_once(queue):
+@pytest.mark.parametrize("read_limit", [1000, 0], ids=["registry read", "large registry: waiting jobs looked up"])
+def test_it_requeues_a_task_whose_job_failed_before_it_was_claimed_at_once(queue, monkeypatch, read_limit):
     """A job that ended in RQ without claiming its attempt (its worker could not reach the
     database) is a pre-execution failure at once, without waiting for the queued timeout."""
+    monkeypatch.setattr(scheduler, "FAILED_READ_LIMIT", read_limit)
     run, ti = _single_task_run()
     job = queue.fetch_job(f"ti-{ti.pk}-1")
     # What RQ does with a job whose function raised: its queue's failed registry, its status.

@@ -199,3 +199,15 @@ def test_the_claim_says_what_the_handshake_must_create_and_the_handshake_creates
     assert taskstate.start(resumed.pk, dag.dag_id, run.run_id, "resumed").entries == {"cursor": 7}
     fresh = reporting.claim(_ti(run, "plain").pk, 0, WORKER)  # already claimed: stale, no second move
     assert fresh is None
+
+
+def test_a_crowded_fan_in_is_looked_at_once_per_report():
+    """A middle task whose sink waits for many other upstreams looks at them once, before its
+    end is recorded: so many cannot all be ending with it, so no second look after its commit."""
+    dag, middle = fan(150, "fan_crowded")
+    run = create_manual_run(dag)
+    _start(_ti(run, "root"))
+    root = _ti(run, "root")
+    assert reporting.report_success(root.pk, root.attempt_token)
+    statements = _queries_of_success(_ti(run, middle[0]))
+    assert len([s for s in statements if "task_id <>" in s]) == 1, statements
