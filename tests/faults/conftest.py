@@ -144,6 +144,16 @@ def settle_runs(runs: list[DagRun], timeout: float = 40.0, *, passes: bool = Tru
     return runs
 
 
+def is_spare(pid: int) -> bool:
+    """A fork server's spare: the next task process, forked ahead, that runs no task yet."""
+    from orchestrator.worker.forkserver.server import SPARE_NAME
+
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == SPARE_NAME
+    except OSError:
+        return False
+
+
 def task_processes(worker_pid: int) -> list[int]:
     """The live task processes of a worker (children of its fork server) and every live member
     of their process groups."""
@@ -158,7 +168,7 @@ def task_processes(worker_pid: int) -> list[int]:
         except OSError:
             continue
         for task in children_of(server):
-            if alive(task):
+            if alive(task) and not is_spare(task):
                 found.add(task)
                 found.update(live_members(task))
     return sorted(found)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
-from tests.faults.conftest import T, children_of, settle_runs, zombies_of
+from tests.faults.conftest import T, children_of, is_spare, settle_runs, zombies_of
 from tests.faults.invariants import attempts_of
 from tests.faults.test_fork_server import _fork_server
 from tests.worker.conftest import instance, trigger
@@ -23,11 +23,12 @@ QUICK = {"python_callable": "tests.worker.tasks.succeed"}
 
 
 def _spare_of(server: int) -> int:
-    """The fork server's one child that runs no task: the spare, waiting for its attempt."""
+    """The fork server's one child that runs no task: the spare, waiting for its attempt (and
+    named so for `ps`)."""
 
     def found() -> int | None:
-        live = [pid for pid in children_of(server) if pid not in zombies_of(server)]
-        return live[0] if len(live) == 1 else None
+        spares = [pid for pid in children_of(server) if is_spare(pid)]
+        return spares[0] if len(spares) == 1 else None
 
     return wait_until(found, timeout=30, message=f"the spare of fork server {server}")
 
@@ -101,5 +102,6 @@ def test_what_a_success_leaves_in_its_group_is_killed_and_its_process_reaped(wor
     server = _fork_server(proc.pid)
     # The task's process is reaped (released by the worker): only the spare is left.
     wait_until(lambda: not zombies_of(server) and len(children_of(server)) == 1, timeout=10, message="the task process reaped")
+    assert is_spare(children_of(server)[0])
     time.sleep(0.5)
     assert not zombies_of(proc.pid)

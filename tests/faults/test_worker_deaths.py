@@ -104,7 +104,9 @@ def test_kill_9_while_reporting(worker, make_dag, records):
 
         def report_waiting() -> bool:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE %s", ["%success%"])
+                # The success's move: the only statement that sets a task's state and its result
+                # (its values are bound apart from the text).
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE %s", ['%SET "state" = %"result" = %'])
                 return cursor.fetchone()[0] >= 1
 
         wait_until(report_waiting, timeout=10, message="the success report to wait on the row lock")

@@ -40,10 +40,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 MAX_MESSAGE = 1 << 20  # a spawn request: the task's environment, well under a megabyte
 FDS_PER_SPAWN = 4  # stdout, stderr, control (read end), messages (write end)
+# How long after a spawn the next spare is forked, if no other spawn came meanwhile.
+SPARE_DELAY = 0.005
 
 
 def preload(modules: list[str]) -> None:
@@ -83,6 +86,7 @@ class ForkServer:
         self.selector = selectors.DefaultSelector()
         self.alive_until: float | None = None  # monotonic; None until the worker first says so
         self.spare: _Spare | None = None  # the next task process, forked ahead (`fork_spare`)
+        self.spare_due: float | None = None  # monotonic: when to fork the next spare
         self.expired: set[int] = set()  # children killed because the worker's lease ran out
 
     # --- the loop -------------------------------------------------------------------------------
@@ -107,6 +111,7 @@ class ForkServer:
                     self._on_exit(self.pidfds.pop(key.fd), key.fd)
             self._poll_children()
             self._enforce_lease()
+            self._fork_spare_when_due()
 
     def _take_request(self) -> bool:
         try:
@@ -158,7 +163,9 @@ class ForkServer:
         self._watch(pid)
         self._send({"op": "spawned", "id": request["id"], "pid": pid})
         if forked:
-            self.fork_spare()  # for the next attempt, now that this one is on its way
+            # The next spare is forked a moment later, not now: now the new task process, and
+            # its worker waking to the reply, want the CPU (a burst of spawns forks directly).
+            self.spare_due = time.monotonic() + SPARE_DELAY
 
     # --- the spare: the next task process, forked ahead ---------------------------------------------
 
@@ -181,6 +188,11 @@ class ForkServer:
             _wait_as_spare(theirs, server_pid=os.getppid())  # never returns
         theirs.close()
         self.spare = _Spare(pid, ours)
+
+    def _fork_spare_when_due(self) -> None:
+        if self.spare_due is not None and time.monotonic() >= self.spare_due:
+            self.spare_due = None
+            self.fork_spare()
 
     def _hand_to_spare(self, request: dict[str, Any], fds: list[int]) -> int | None:
         """Give the spare this attempt; its pid, or None when there is no live spare to take it."""
@@ -205,10 +217,13 @@ class ForkServer:
             _reap(spare.pid)
 
     def _wait(self) -> float:
-        """Sleep until the next thing to do: at most a second, never past the lease."""
-        if self.alive_until is None:
-            return 1.0
-        return max(0.0, min(1.0, self.alive_until - time.monotonic()))
+        """Sleep until the next thing to do: at most a second, never past the lease, nor past
+        the time the next spare is due."""
+        now = time.monotonic()
+        wait = 1.0 if self.alive_until is None else self.alive_until - now
+        if self.spare_due is not None:
+            wait = min(wait, self.spare_due - now)
+        return max(0.0, min(1.0, wait))
 
     def _enforce_lease(self) -> None:
         if self.alive_until is None or time.monotonic() < self.alive_until:
@@ -337,9 +352,33 @@ def _prepare_task_process(server_pid: int) -> None:
         os._exit(1)
 
 
+# What `ps` shows for a spare while it waits (its name becomes the fork server's again once it
+# is given an attempt): it runs no task yet.
+SPARE_NAME = "orch-spare"
+PR_SET_NAME = 15
+
+
+def _set_process_name(name: str) -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the name is only for people reading `ps`
+
+
+def _process_name() -> str:
+    try:
+        return Path("/proc/self/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _wait_as_spare(sock: socket.socket, server_pid: int) -> None:
     """In a spare: get ready, then wait for an attempt (its descriptors and environment) and
     become its task process; exit if the server lets it go. Never returns."""
+    name = _process_name()
+    _set_process_name(SPARE_NAME)
     _prepare_task_process(server_pid)
     for fd in _open_fds():  # nothing of the server's may wait here, nor reach the task
         if fd > 2 and fd != sock.fileno():
@@ -353,6 +392,8 @@ def _wait_as_spare(sock: socket.socket, server_pid: int) -> None:
         os._exit(0)
     if not data or len(fds) != FDS_PER_SPAWN:
         os._exit(0)
+    if name:
+        _set_process_name(name)
     _become_task_process(json.loads(data), fds)
 
 
