@@ -277,9 +277,6 @@ try:
 except ValueError:
     raise ImproperlyConfigured(f"ORCHESTRATOR_CLOCK_SKEW={os.environ['ORCHESTRATOR_CLOCK_SKEW']!r} is not a number") from None
 ORCHESTRATOR_HANDSHAKE_TIMEOUT = _number("ORCHESTRATOR_HANDSHAKE_TIMEOUT")
-# Off behind a proxy that pools connections per transaction (PgBouncer's transaction mode
-# before 1.21): a prepared statement belongs to one server connection.
-ORCHESTRATOR_DB_PREPARED_STATEMENTS = _boolean("ORCHESTRATOR_DB_PREPARED_STATEMENTS", True)
 ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT = _number("ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT")
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # A database that does not answer (refused, or packets dropped) must fail fast: the worker
@@ -296,13 +293,6 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
         "tcp_user_timeout": 10000,
     }.items():
         _options.setdefault(_key, _value)
-    if ORCHESTRATOR_DB_PREPARED_STATEMENTS:
-        # Parameters bound by the server, and a statement run twice on a connection prepared:
-        # the engine's few statements, run again and again, are then planned once per
-        # connection instead of every time (a third of a worker's time in the database was
-        # the server parsing and planning them).
-        _options.setdefault("server_side_binding", True)
-        _options.setdefault("prepare_threshold", 1)
     if local_runtime.command_of(sys.argv) == "run_worker" and ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT > 0:
         # A worker's statements and transactions are short: one that runs longer is stuck. A
         # worker cut off mid-transaction leaves its locks to a session the server ends when

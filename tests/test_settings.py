@@ -145,14 +145,3 @@ def test_it_refuses_an_output_cap_that_is_not_a_number():
     result = _settings_process(["DEBUG"], ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES="64MiB")
     assert result.returncode != 0 and "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES" in result.stderr.strip().splitlines()[-1]
 
-
-@pytest.mark.parametrize(("value", "prepared"), [(None, True), ("true", True), ("false", False)])
-def test_postgresql_statements_are_prepared_unless_turned_off(value, prepared):
-    """Server-side binding with prepared statements on PostgreSQL, unless a pooling proxy in the
-    way asks for them off; SQLite is left alone."""
-    options = _settings("DATABASES", DATABASE_URL="postgres://orch@db.example:5433/orchestrator", ORCHESTRATOR_DB_PREPARED_STATEMENTS=value)[
-        "DATABASES"
-    ]["default"]["OPTIONS"]
-    assert (options.get("server_side_binding"), options.get("prepare_threshold")) == ((True, 1) if prepared else (None, None))
-    sqlite = _settings("DATABASES", DATABASE_URL=None, ORCHESTRATOR_DB_PREPARED_STATEMENTS=value)["DATABASES"]["default"]
-    assert "server_side_binding" not in sqlite.get("OPTIONS", {})
