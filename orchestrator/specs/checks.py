@@ -90,7 +90,7 @@ def check_timezone(value: object) -> str | None:
         return f"must be an IANA timezone name like 'Europe/Amsterdam', not {show(value)}"
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
         return f"unknown timezone {show(value)}"
     return None
 

@@ -78,6 +78,8 @@ BAD_SPECS: list[tuple[str, Mutation, str, str]] = [
     ("cron_with_seconds", setter("schedule", value="0 0 2 * * *"), "schedule", "'0 0 2 * * *'"),
     ("unknown_preset", setter("schedule", value="@fortnightly"), "schedule", "'@fortnightly'"),
     ("unknown_timezone", setter("timezone", value="Mars/Olympus_Mons"), "timezone", "'Mars/Olympus_Mons'"),
+    # longer than a file name may be: the zone database's lookup fails with an OSError
+    ("timezone_too_long", setter("timezone", value="a" * 300), "timezone", "unknown timezone"),
     ("negative_retries", setter("default_args", "retries", value=-1), "default_args.retries", "-1"),
     ("fractional_retries", setter("default_args", "retries", value=1.5), "default_args.retries", "1.5"),
     ("negative_retry_delay", setter("tasks", 1, "retry_delay", value=-2), "tasks[1].retry_delay", "-2"),
