@@ -40,13 +40,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_killed_spare_costs_the_next_task_nothing_but_a_fresh_fork(worker, make_dag):
+def _a_worker_with_its_spare(worker, make_dag):
+    """A worker that ran one task (so its fork server is up), its fork server and its spare."""
     dag = make_dag([{"task_id": "first", **QUICK}])
     proc = worker()
-    first = trigger(dag)
-    settle_runs([first], timeout=60)
+    settle_runs([trigger(dag)], timeout=60)
     server = _fork_server(proc.pid)
-    spare = _spare_of(server)
+    return dag, proc, server, _spare_of(server)
+
+
+def test_a_killed_spare_costs_the_next_task_nothing_but_a_fresh_fork(worker, make_dag):
+    dag, proc, server, spare = _a_worker_with_its_spare(worker, make_dag)
     os.kill(spare, signal.SIGKILL)
 
     second = trigger(dag)
@@ -60,12 +64,7 @@ def test_a_killed_spare_costs_the_next_task_nothing_but_a_fresh_fork(worker, mak
 
 
 def test_a_spare_holds_nothing_of_the_server_and_dies_with_the_worker(worker, make_dag):
-    dag = make_dag([{"task_id": "first", **QUICK}])
-    proc = worker()
-    run = trigger(dag)
-    settle_runs([run], timeout=60)
-    server = _fork_server(proc.pid)
-    spare = _spare_of(server)
+    _, proc, server, spare = _a_worker_with_its_spare(worker, make_dag)
     # Standard input, output and error, and its own socket to the server: nothing else (not the
     # server's socket to the worker, nor its wake-up pipe).
     descriptors = {int(fd): os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd")}
