@@ -90,14 +90,9 @@ def start_deadlines_exist_sql(task_instance: str) -> tuple[str, list[Any]]:
 def has_start_deadlines(task_instance_id: int) -> bool:
     """Whether the task has task_started_at deadline definitions (one query, for the worker's
     hot path: most tasks have none, and then nothing else is read)."""
-    return bool(
-        sql.fetch(
-            "SELECT 1 FROM deadlines_deadlinedefinition d JOIN orchestrator_taskinstance ti ON ti.definition_id = d.task_id"
-            " WHERE ti.id = %s AND d.reference = %s LIMIT 1",
-            [task_instance_id, str(Reference.TASK_STARTED_AT)],
-            [None],
-        )
-    )
+    exists, params = start_deadlines_exist_sql("ti")
+    rows = sql.fetch(f"SELECT {exists} FROM orchestrator_taskinstance ti WHERE ti.id = %s", [*params, task_instance_id], [None])
+    return bool(rows and rows[0][0])
 
 
 def task_started_by_id(task_instance_id: int, now: datetime) -> None:

@@ -505,13 +505,11 @@ def _waiting_and_due_instances(run: DagRun, task_ids: list[str], now: datetime) 
     now (`_due_instances_of`), in one query."""
     if len(task_ids) > _CHUNK:
         return _waiting_instances(run, task_ids), _due_instances_of(run, now)
-    waiting_to_run = sorted(str(state) for state in WAITING_TO_RUN_STATES)
-    field = TaskInstance._meta.get_field("next_retry_at")
+    due, due_params = _due_condition(now)
     found = _instances_of(
         run,
-        f" AND ((ti.state = %s AND ti.task_id IN ({sql.placeholders(len(task_ids))}))"
-        f" OR (ti.state IN ({sql.placeholders(len(waiting_to_run))}) AND (ti.next_retry_at IS NULL OR ti.next_retry_at <= %s)))",
-        [str(TaskState.NONE), *task_ids, *waiting_to_run, field.get_db_prep_save(now, connection)],
+        f" AND ((ti.state = %s AND ti.task_id IN ({sql.placeholders(len(task_ids))})) OR ({due}))",
+        [str(TaskState.NONE), *task_ids, *due_params],
     )
     return [ti for ti in found if ti.state == TaskState.NONE], [ti for ti in found if ti.state != TaskState.NONE]
 
@@ -608,11 +606,16 @@ def fewest_open_upstreams(dag_run_id: int, graph: DagGraph, succeeded: str) -> i
 
 def _due_instances_of(run: DagRun, now: datetime) -> list[TaskInstance]:
     """The run's tasks ready to be dispatched now (index ti_state_run)."""
+    due, params = _due_condition(now)
+    return _instances_of(run, f" AND {due}", params)
+
+
+def _due_condition(now: datetime) -> tuple[str, list[Any]]:
+    """`_due` in SQL, on the task instances aliased `ti`, with its parameters."""
     waiting = sorted(str(state) for state in WAITING_TO_RUN_STATES)
     field = TaskInstance._meta.get_field("next_retry_at")
-    return _instances_of(
-        run,
-        f" AND ti.state IN ({sql.placeholders(len(waiting))}) AND (ti.next_retry_at IS NULL OR ti.next_retry_at <= %s)",
+    return (
+        f"ti.state IN ({sql.placeholders(len(waiting))}) AND (ti.next_retry_at IS NULL OR ti.next_retry_at <= %s)",
         [*waiting, field.get_db_prep_save(now, connection)],
     )
 

@@ -279,10 +279,7 @@ class ForkServer:
         """The worker is done with this task's group: the zombie may go now."""
         if self.children.get(pid) is None:
             return  # unknown, or still running: nothing to release yet
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+        _reap(pid)
         del self.children[pid]
 
     def _kill_everything(self) -> None:
@@ -291,10 +288,7 @@ class ForkServer:
         for pid in list(self.children):
             _kill_task(pid)
         for pid in list(self.children):
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+            _reap(pid)
 
     # --- plumbing ---------------------------------------------------------------------------------
 

@@ -362,14 +362,8 @@ class Supervisor:
         """Read what is waiting in the output pipes now, without waiting for more."""
         assert self.streams is not None
         for fd in (self.stdout_fd, self.stderr_fd):
-            while fd in self.streams.open_fds:
-                try:
-                    chunk = os.read(fd, 65536)
-                except BlockingIOError:
-                    break
-                except OSError:
-                    chunk = b""
-                self._take_output(fd, chunk)
+            while fd in self.streams.open_fds and self._read_output(fd):
+                pass
 
     def _supervise(self) -> None:
         assert self.proc is not None and self.lease is not None  # both set by run() first
@@ -480,24 +474,25 @@ class Supervisor:
                 if self.streams.messages.eof:
                     self._close_stream(fd)
                 continue
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                chunk = b""
-            self._take_output(fd, chunk)
+            self._read_output(fd)
 
-    def _take_output(self, fd: int, chunk: bytes) -> None:
-        """Keep a chunk of stdout or stderr; an empty one is the end of that stream."""
+    def _read_output(self, fd: int) -> bool:
+        """Keep one chunk of stdout or stderr, or its end; False when nothing was waiting."""
         assert self.streams is not None
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        except OSError:
+            chunk = b""  # as good as its end
         if not chunk:
             self._close_stream(fd)
-            return
+            return True
         stream = "stdout" if fd == self.stdout_fd else "stderr"
         capture = self.streams.stdout if fd == self.stdout_fd else self.streams.stderr
         capture.feed(chunk)
         self.streams.stored.feed(stream, chunk)
+        return True
 
     def _close_stream(self, fd: int) -> None:
         assert self.streams is not None
