@@ -71,10 +71,12 @@ def recorded(
     long_until_platform_try: int = 1,
     fail_user_tries: int = 0,
     marker: str | None = None,
+    hold_until: str | None = None,
 ) -> str:
     """Records start, ticks and end. Runs `seconds` on platform tries below
     `long_until_platform_try` (then at once), and raises on its first `fail_user_tries` user tries.
-    `marker`: a file written once it has started, so a test can wait for it."""
+    `marker`: a file written once it has started, so a test can wait for it. `hold_until`: a file
+    whose creation ends those `seconds` early, so a test decides when the task ends."""
     assert context is not None
     recorder = Recorder(records, context)
     recorder.record("start")
@@ -83,7 +85,7 @@ def recorded(
     if context["infrastructure_try_number"] < long_until_platform_try:
         end = time.monotonic() + seconds
         ticks = 0
-        while time.monotonic() < end:
+        while time.monotonic() < end and not (hold_until and os.path.exists(hold_until)):
             time.sleep(min(TICK, max(0.0, end - time.monotonic())))
             ticks += 1
             recorder.record("tick", check=ticks % 5 == 0)

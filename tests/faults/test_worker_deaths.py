@@ -89,17 +89,20 @@ def test_kill_9_while_running(worker, make_dag, records):
     assert_invariants([run], [records])
 
 
-def test_kill_9_while_reporting(worker, make_dag, records):
+def test_kill_9_while_reporting(worker, make_dag, records, tmp_path):
     """The task finished but its report waits on a locked row when the worker is killed: the
     outcome dies with the worker. The task is found worker_lost and runs again (at least once,
     never twice at once) on the platform budget; the user's try is not spent."""
-    dag = make_dag([_recorded("t", records, 0.5)])
+    go = tmp_path / "go"
+    dag = make_dag([_recorded("t", records, 60, hold_until=str(go))])
     run = trigger(dag)
     doomed = worker()
     settle_pid = wait_until(lambda: instance(run, "t").state == "running" and _pids_started(records, "t"), timeout=20)
     first_pid = settle_pid[0]
     with transaction.atomic():
         TaskInstance.objects.select_for_update().get(dag_run=run, task_id="t")
+        # The task ends only once its row is locked: its report cannot win a race with the lock.
+        go.touch()
         wait_until(lambda: not alive(first_pid), timeout=10, message="the task process to end")
 
         def report_waiting() -> bool:
