@@ -103,6 +103,10 @@ def _names(name: str) -> list[str]:
     return [item.strip() for item in env(name) if item.strip()]
 
 
+# A prepare_threshold no statement reaches by being run again and again.
+_PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
+
+
 def _boolean(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None:
@@ -278,6 +282,9 @@ except ValueError:
     raise ImproperlyConfigured(f"ORCHESTRATOR_CLOCK_SKEW={os.environ['ORCHESTRATOR_CLOCK_SKEW']!r} is not a number") from None
 ORCHESTRATOR_HANDSHAKE_TIMEOUT = _number("ORCHESTRATOR_HANDSHAKE_TIMEOUT")
 ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT = _number("ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT")
+# Off behind a proxy that pools connections per transaction (PgBouncer's transaction mode
+# before 1.21): a prepared statement belongs to one server connection.
+ORCHESTRATOR_DB_PREPARED_STATEMENTS = _boolean("ORCHESTRATOR_DB_PREPARED_STATEMENTS", True)
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # A database that does not answer (refused, or packets dropped) must fail fast: the worker
     # then keeps its leases in Redis. connect_timeout bounds a connect; keepalives find a dead
@@ -293,6 +300,10 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
         "tcp_user_timeout": 10000,
     }.items():
         _options.setdefault(_key, _value)
+    if ORCHESTRATOR_DB_PREPARED_STATEMENTS:
+        # psycopg prepares a statement only when the engine asks for it (`sql.cursor(prepare=True)`,
+        # its few hot statements); every other statement is bound by the client, as Django does.
+        _options.setdefault("prepare_threshold", _PREPARE_ONLY_WHEN_ASKED)
     if local_runtime.command_of(sys.argv) == "run_worker" and ORCHESTRATOR_WORKER_STATEMENT_TIMEOUT > 0:
         # A worker's statements and transactions are short: one that runs longer is stuck. A
         # worker cut off mid-transaction leaves its locks to a session the server ends when

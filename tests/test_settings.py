@@ -145,3 +145,22 @@ def test_it_refuses_an_output_cap_that_is_not_a_number():
     result = _settings_process(["DEBUG"], ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES="64MiB")
     assert result.returncode != 0 and "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES" in result.stderr.strip().splitlines()[-1]
 
+
+@pytest.mark.parametrize(("value", "threshold"), [(None, 2**31 - 1), ("true", 2**31 - 1), ("false", None)])
+def test_postgresql_prepares_only_what_the_engine_asks_for_unless_turned_off(value, threshold):
+    """On PostgreSQL psycopg prepares a statement only when asked (its threshold is never reached
+    by repetition), and not at all when a pooling proxy in the way asks for it off; parameters
+    stay bound by the client (no server_side_binding); SQLite is left alone."""
+    settings = _settings(
+        "DATABASES", "ORCHESTRATOR_DB_PREPARED_STATEMENTS", DATABASE_URL="postgres://orch@db.example:5433/orchestrator", ORCHESTRATOR_DB_PREPARED_STATEMENTS=value
+    )
+    options = settings["DATABASES"]["default"]["OPTIONS"]
+    assert options.get("prepare_threshold") == threshold and "server_side_binding" not in options
+    assert settings["ORCHESTRATOR_DB_PREPARED_STATEMENTS"] is (threshold is not None)
+    sqlite = _settings("DATABASES", DATABASE_URL=None, ORCHESTRATOR_DB_PREPARED_STATEMENTS=value)["DATABASES"]["default"]
+    assert "prepare_threshold" not in sqlite.get("OPTIONS", {})
+
+
+def test_it_refuses_a_prepared_statements_setting_that_is_not_a_boolean():
+    result = _settings_process(["DEBUG"], ORCHESTRATOR_DB_PREPARED_STATEMENTS="sometimes")
+    assert result.returncode != 0 and "ORCHESTRATOR_DB_PREPARED_STATEMENTS" in result.stderr.strip().splitlines()[-1]

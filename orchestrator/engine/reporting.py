@@ -101,12 +101,13 @@ def _move_attempt_then(
     attempt_sql = f"UPDATE {TaskAttempt._meta.db_table} SET {assigned} WHERE task_instance_id = %s AND attempt_token = %s"
     attempt_params += [task_instance_id, token]
     if connection.vendor == "postgresql":
+        # Prepared: every row it touches is found by a unique key (`sql.cursor`).
         moves = f"WITH moved AS ({task_sql} RETURNING id), attempt AS ({attempt_sql} AND EXISTS (SELECT 1 FROM moved))"
         if then is None:
-            ((moved,),) = sql.fetch(f"{moves} SELECT count(*) FROM moved", params + attempt_params, [None])
+            ((moved,),) = sql.fetch(f"{moves} SELECT count(*) FROM moved", params + attempt_params, [None], prepare=True)
             return [] if moved == 1 else None
         query, query_params, fields = then
-        rows = sql.fetch(f"{moves} {query} AND EXISTS (SELECT 1 FROM moved)", params + attempt_params + query_params, fields)
+        rows = sql.fetch(f"{moves} {query} AND EXISTS (SELECT 1 FROM moved)", params + attempt_params + query_params, fields, prepare=True)
         return rows or None
     if sql.execute(task_sql, params) != 1:
         return None

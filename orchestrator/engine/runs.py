@@ -274,6 +274,7 @@ def _locked_run(dag_run_id: int, *, skip_locked: bool) -> DagRun | None:
         f" FROM orchestrator_dagrun r JOIN orchestrator_dag d ON d.id = r.dag_id WHERE r.id = %s{lock}",
         [dag_run_id],
         run_fields + dag_fields,
+        prepare=True,  # by primary keys (`sql.cursor`)
     )
     if not rows:
         return None

@@ -1,0 +1,95 @@
+"""A chain's step as the database sees it, in one process: the claim, the "running" handshake and
+the success report (which settles and dispatches the next task) of one task of a chain, each
+timed alone, without workers, fork servers or task processes around them.
+
+    .venv/bin/python -m bench.chain_step [--steps 200] [--no-prepared]
+
+Whole-stack figures (`python -m bench --only chain-seen`) move by several milliseconds from one
+run to the next on a shared machine; these three calls, repeated a few hundred times in one
+process, give a median steady enough to compare two builds or settings back to back. Uses a
+throwaway PostgreSQL database and Redis database (the dispatch's job goes to Redis). Prints the
+median of each call, their sum, and beside them the floor of the same run: the median round
+trip of `SELECT 1` on the same connection.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+from bench.stack import child_env, handle_stop_signals, setup_django
+from bench.throwaway import claimed_redis, throwaway_postgres
+
+WARM_UP = 10  # steps left out of the figures: the connection's first statements, caches filling
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.chain_step", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=200, help="chain steps to time (default 200)")
+    parser.add_argument("--no-prepared", action="store_true", help="with ORCHESTRATOR_DB_PREPARED_STATEMENTS=false")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    handle_stop_signals()
+    if args.no_prepared:
+        os.environ["ORCHESTRATOR_DB_PREPARED_STATEMENTS"] = "false"
+    server_url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
+    load_before = os.getloadavg()
+    with throwaway_postgres(server_url, "chain_step_bench") as db_url, \
+            claimed_redis(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379") as redis_url:
+        setup_django(child_env(db_url, redis_url))
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        times = time_steps(args.steps)
+    print(f"load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in os.getloadavg()]}")
+    print(f"prepared statements: {'off' if args.no_prepared else 'on'}; {args.steps} steps")
+    floor = statistics.median(times.pop("select 1"))
+    for name, values in times.items():
+        print(f"  {name:<28} {statistics.median(values) * 1000:7.2f} ms median")
+    step = sum(statistics.median(values) for values in times.values())
+    print(f"  {'a step (their sum)':<28} {step * 1000:7.2f} ms")
+    print(f"  floor: SELECT 1 round trip   {floor * 1000:7.3f} ms median")
+    return 0
+
+
+def time_steps(steps: int) -> dict[str, list[float]]:
+    """Each step: a run of a -> b -> c; a is claimed, marked running and reported successful,
+    which makes b ready and dispatches it, as in a chain."""
+    from django.db import connection
+
+    from orchestrator.engine import reporting
+    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.models import Dag, Task, TaskInstance
+
+    dag = Dag.objects.create(dag_id="chain_step", max_active_runs=steps + WARM_UP + 1)
+    for position, (task_id, upstream) in enumerate([("a", []), ("b", ["a"]), ("c", ["b"])]):
+        Task.objects.create(dag=dag, task_id=task_id, python_callable="bench.tasks.sleep", op_kwargs={"seconds": 0},
+                            upstream=upstream, position=position)
+    worker = reporting.WorkerInfo(hostname="bench", worker_name="bench-chain-step", pid=os.getpid())
+    times: dict[str, list[float]] = {"claim": [], "handshake (running)": [], "success report": [], "select 1": []}
+    for step in range(steps + WARM_UP):
+        run = create_manual_run(dag)
+        ti = TaskInstance.objects.get(dag_run=run, task_id="a")
+        marks = [time.perf_counter()]
+        assert reporting.claim(ti.pk, ti.attempt_token, worker)
+        marks.append(time.perf_counter())
+        assert reporting.mark_running(ti.pk, ti.attempt_token, pid=os.getpid(), has_start_deadlines=False)
+        marks.append(time.perf_counter())
+        assert reporting.report_success(ti.pk, ti.attempt_token)
+        marks.append(time.perf_counter())
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        marks.append(time.perf_counter())
+        if step >= WARM_UP:
+            for name, began, ended in zip(times, marks, marks[1:]):
+                times[name].append(ended - began)
+    return times
+
+
+if __name__ == "__main__":
+    sys.exit(main())
