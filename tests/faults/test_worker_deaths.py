@@ -107,6 +107,10 @@ def test_kill_9_while_reporting(worker, make_dag, records, tmp_path):
 
         def report_waiting() -> bool:
             with connection.cursor() as cursor:
+                # Inside a transaction PostgreSQL shows pg_stat_activity as it was at its first
+                # look, unless told to look again: without this a report that came to the lock
+                # after that first look would never be seen.
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
                 # The success's move: the only statement that sets a task's state and its result
                 # (its values are bound apart from the text).
                 cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE %s", ['%SET "state" = %"result" = %'])
