@@ -62,11 +62,11 @@ def placeholders(n: int) -> str:
     return ", ".join(["%s"] * n)
 
 
-def execute(sql: str, params: Sequence[Any] = (), *, prepare: bool = False) -> int:
-    """Run a statement; return how many rows it changed. `prepare`: see `cursor`."""
-    with cursor(prepare) as c:
-        c.execute(sql, params)
-        return c.rowcount
+def execute(sql: str, params: Sequence[Any] = ()) -> int:
+    """Run a statement; return how many rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 def fetch(sql: str, params: Sequence[Any], fields: Iterable[models.Field | None], *, prepare: bool = False) -> list[tuple]:
