@@ -19,7 +19,7 @@ from rq import Queue
 
 from deadlines import lifecycle
 from orchestrator import sql
-from orchestrator.engine import enqueuing
+from orchestrator.engine import enqueuing, handover
 from orchestrator.engine.transitions import CHUNK, fence_params, fenced, transition
 from orchestrator.models import TaskAttempt, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
@@ -102,7 +102,7 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
         returned = cursor.fetchall()
     if not returned:
         return 0
-    attempts, jobs, queued = [], [], []
+    attempts, jobs, queued, tokens = [], [], [], {}
     for pk, token, try_number, infrastructure_try_number in returned:
         ti = by_pk[pk]
         ti.state, ti.attempt_token, ti.try_number, ti.queued_at = TaskState.QUEUED, token, try_number, now
@@ -110,11 +110,27 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
         queued.append(ti)
         attempts.append(_new_attempt(pk, token, try_number, infrastructure_try_number, now))
         jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk], queued_at=now))
+        tokens[pk] = token
     if not with_attempts:
         TaskAttempt.objects.bulk_create(attempts)
     lifecycle.tasks_queued(queued, now)
-    transaction.on_commit(lambda: enqueue_all(jobs))
+    handed = _hand_over(queued, tokens)
+    jobs = [job for job in jobs if job.task_instance_id != handed]
+    if jobs:
+        transaction.on_commit(lambda: enqueue_all(jobs))
     return len(returned)
+
+
+def _hand_over(queued: list[TaskInstance], tokens: dict[int, int]) -> int | None:
+    """The task of `queued` the report being made in this thread takes for its own slot, claimed
+    in this transaction (`handover`): no job goes to Redis for it. None when there is no offer,
+    or it takes none of these."""
+    offer = handover.wanted()
+    chosen = offer.choose(queued) if offer is not None else None
+    if chosen is None:
+        return None
+    assert offer is not None
+    return chosen.pk if offer.claim_now(chosen.pk, tokens[chosen.pk]) else None
 
 
 def _new_attempt(task_instance_id: int, token: int, try_number: int, infrastructure_try_number: int, now: datetime) -> TaskAttempt:

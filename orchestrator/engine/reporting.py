@@ -181,21 +181,27 @@ def _claim_fields() -> list:
 def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
     """A worker took the job: record who holds it if the dispatch is still current, and return
     what the attempt runs; None if the dispatch is no longer current."""
-    holder = {"hostname": worker.hostname, "worker_name": worker.worker_name, "pid": worker.pid}
     # In a transaction even where the move is one statement: a worker killed while its claim
     # waits on a lock never commits it, and its job is found as never claimed.
+    with transaction.atomic():
+        return claim_within(task_instance_id, token, worker)
+
+
+def claim_within(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
+    """`claim`, in the caller's transaction: a report's dispatch claims the task it hands to the
+    reporting worker's slot (`engine/handover.py`)."""
+    holder = {"hostname": worker.hostname, "worker_name": worker.worker_name, "pid": worker.pid}
     start_deadlines, deadline_params = lifecycle.start_deadlines_exist_sql("ti")
     what_it_runs = (_CLAIM_SQL.format(start_deadlines=start_deadlines), [*deadline_params, task_instance_id], _claim_fields())
-    with transaction.atomic():
-        rows = _move_attempt_then(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder, then=what_it_runs)
-        if rows is None:
-            return None
-        (row,) = rows
-        (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
-         dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
-         map_index, map_item, dag_run_id, upstream, expand, queue, circuit,
-         task_state_epoch, has_task_state, has_start_deadlines) = row
-        results = upstream_results(dag_run_id, upstream) if upstream else {}
+    rows = _move_attempt_then(task_instance_id, token, CLAIM_FROM, {**holder, "heartbeat_at": Now()}, holder, then=what_it_runs)
+    if rows is None:
+        return None
+    (row,) = rows
+    (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
+     dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
+     map_index, map_item, dag_run_id, upstream, expand, queue, circuit,
+     task_state_epoch, has_task_state, has_start_deadlines) = row
+    results = upstream_results(dag_run_id, upstream) if upstream else {}
     mapped = {name: map_item for name in expand} if expand and map_index >= 0 else {}
     return Claimed(
         pk=task_instance_id,

@@ -205,3 +205,8 @@ def set_refused_then_ok(context: dict[str, Any]) -> str:
         message = "stored"
     state.set("ok", 2)
     return message
+
+
+def results_and_pid(context: dict[str, Any]) -> dict[str, Any]:
+    """Its upstreams' results as it was given them, and its own process."""
+    return {"results": context["results"], "pid": os.getpid()}

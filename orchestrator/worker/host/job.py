@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from orchestrator.clock import shared_now
-from orchestrator.engine import claimgate, reporting, taskstate
+from orchestrator.engine import claimgate, handover, reporting, taskstate
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.outputstore import output_store
 from orchestrator.sanitise import clean_fields, error_text
@@ -51,6 +51,16 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     if ti is None:
         log.info("dropping job for task instance %s attempt %s: the attempt is no longer current", task_instance_id, token)
         return "stale"
+    return run_claimed(ti)
+
+
+def run_claimed(ti: Claimed) -> str:
+    """Run an attempt this worker claimed (from a job, or handed to it by its own report)."""
+    shared = runtime()
+    if shared is None:
+        raise RuntimeError("run_claimed runs only in a worker started by run_worker")
+    worker = worker_info()
+    token = ti.attempt_token
     if (ti.circuit or ti.queue) and _held(shared, ti):
         return "held"
     failpoints.fire(failpoints.WORKER_BEFORE_SPAWN, task_instance_id=ti.pk, task_id=ti.task_id)
@@ -200,16 +210,19 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
     let the worker deliver it later (the attempt keeps its lease until then)."""
     record = report_record(task_instance_id, token, verdict, supervised)
     patience = float(settings.ORCHESTRATOR_REPORT_PATIENCE)
+    # Only a success offers its slot: a failure's platform retry must not come back to a worker
+    # that may be the cause of it.
+    offer = _slot_offer(shared) if verdict.success else None
     try:
         try:
-            described = _with_db_retries(lambda: deliver(shared, record), patience=patience)
+            described = _with_db_retries(lambda: deliver(shared, record, offer), patience=patience)
         except (OperationalError, InterfaceError):
             raise
         except Exception as exc:
             # The database answered but refused this report: its lease must not outlive it.
             log.exception("task instance %s attempt %s: the database refused its report", task_instance_id, token)
             record = refused_record(record, exc)
-            described = _with_db_retries(lambda: deliver(shared, record), patience=patience)
+            described = _with_db_retries(lambda: deliver(shared, record, offer), patience=patience)
     except (OperationalError, InterfaceError):
         path = shared.spool.put(record)
         shared.spool.keep_changes(task_instance_id, token, [])  # the spooled report carries them
@@ -225,9 +238,17 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
             shared.heartbeats.forget_attempt(task_instance_id, token)
         log.exception("task instance %s attempt %s: its outcome cannot be recorded; set aside", task_instance_id, token)
         return "set aside"
+    finally:
+        if offer is not None and offer.taken is not None:
+            shared.hand_on(offer.taken)  # the next task, claimed for this slot by the report
     shared.spool.keep_changes(task_instance_id, token, [])
     shared.heartbeats.forget_attempt(task_instance_id, token)
     return described
+
+
+def _slot_offer(shared: WorkerRuntime) -> handover.Offer:
+    """This slot's offer to run the next task its report dispatches (`engine/handover.py`)."""
+    return handover.Offer(shared.offered_queues, functools.partial(reporting.claim_within, worker=worker_info()))
 
 
 def report_record(task_instance_id: int, token: int, verdict: Verdict, supervised: Supervised) -> dict[str, Any]:
@@ -311,15 +332,18 @@ def refused_record(record: dict[str, Any], error: BaseException) -> dict[str, An
 _PLAIN_METADATA = frozenset({"worker_name", "hostname", "exception_type", "signal", "pre_execution_reason", "sqlstate", "during"})
 
 
-def deliver(shared: WorkerRuntime, record: dict[str, Any]) -> str:
-    """Report one outcome, fenced by its attempt token; raises while the database is away."""
+def deliver(shared: WorkerRuntime, record: dict[str, Any], offer: handover.Offer | None = None) -> str:
+    """Report one outcome, fenced by its attempt token; raises while the database is away.
+    With an `offer`, a task a success's report dispatches may be given to the reporting slot."""
     ti_id, token, output = record["task_instance_id"], record["token"], record["output"]
     now = datetime.fromisoformat(record["ended_at"])
     if record.get("task_state_changes"):
         # Kept while the database was away: stored before the outcome, fenced like it.
         shared.db.call(taskstate.apply, ti_id, token, record["task_state_changes"])
     if record["success"]:
-        won = shared.db.call(reporting.report_success, ti_id, token, result=record.get("result"), now=now, **output)
+        won = shared.db.call(
+            handover.call_offering, offer, reporting.report_success, ti_id, token, result=record.get("result"), now=now, **output
+        )
         return "success" if won else "stale"
     context = ExecutionContext.from_dict(record["context"])
     decision = shared.db.call(

@@ -37,11 +37,12 @@ from rq.queue import Queue
 from rq.timeouts import BaseDeathPenalty
 from rq.worker import SimpleWorker, WorkerStatus
 
+from orchestrator.engine.reporting import Claimed
 from orchestrator.worker.classify import signal_name
 from orchestrator.worker.host import procs
 from orchestrator.worker.host.environment import fork_server_environment
 from orchestrator.worker.host.heartbeat import Heartbeats
-from orchestrator.worker.host.job import deliver_spooled
+from orchestrator.worker.host.job import deliver_spooled, run_claimed
 from orchestrator.worker.host.launcher import Launcher
 from orchestrator.worker.host.runtime import DatabasePool, WorkerRuntime, install, runtime
 from orchestrator.worker.host.shutdown import SHUTDOWN
@@ -84,6 +85,8 @@ class OrchestratorWorker(SimpleWorker):
         self._running: dict[str, tuple[Job, Execution]] = {}
         self._busy_lock = threading.Lock()
         self._dequeuing = False
+        self._handed: set[threading.Thread] = set()  # slots running a task handed to them, not an RQ job
+        self._slot_local = threading.local()  # per slot: whether it passed its place on
 
     # --- start and stop ---------------------------------------------------------------------------
 
@@ -102,7 +105,9 @@ class OrchestratorWorker(SimpleWorker):
         )
         db = DatabasePool(DATABASE_CONNECTIONS)
         spool = Spool(Path(settings.ORCHESTRATOR_SPOOL_DIR), self.name)
-        shared = WorkerRuntime(self.name, launcher, heartbeats, db, spool)
+        shared = WorkerRuntime(
+            self.name, launcher, heartbeats, db, spool, offered_queues=self._offered_queues, hand_on=self._hand_on
+        )
         install(shared)
         launcher.keep_alive(heartbeats.lease_seconds)  # from the first job on, the fork server holds the lease
         heartbeats.start()
@@ -219,18 +224,66 @@ class OrchestratorWorker(SimpleWorker):
         except Exception:
             log.exception("worker %s: job %s failed outside its task", self.name, job.id)
         finally:
-            close_old_connections()
-            connection.close()  # a job that used the database in this thread (a deadline callback)
             with self._busy_lock:
                 self._running.pop(job.id, None)
-                idle = not self._running
-            if idle:
-                try:
-                    self.set_state(WorkerStatus.IDLE)
-                except Exception:
-                    pass
-            self._slots.discard(threading.current_thread())
+            self._slot_ended()
+
+    def _run_handed(self, claimed: Claimed) -> None:
+        """A slot for the task another slot's report claimed for it (no RQ job exists for it)."""
+        try:
+            run_claimed(claimed)
+        except Exception:
+            log.exception("worker %s: task instance %s attempt %s failed outside its task", self.name, claimed.pk, claimed.attempt_token)
+        finally:
+            with self._busy_lock:
+                self._handed.discard(threading.current_thread())
+            self._slot_ended()
+
+    def _slot_ended(self) -> None:
+        """A slot's thread is done: its connection closed, its place freed (unless it handed the
+        place to a task of its own report: then that task's slot frees it)."""
+        close_old_connections()
+        connection.close()  # a job that used the database in this thread (a deadline callback)
+        with self._busy_lock:
+            idle = not self._running and not self._handed
+        if idle:
+            try:
+                self.set_state(WorkerStatus.IDLE)
+            except Exception:
+                pass
+        self._slots.discard(threading.current_thread())
+        if getattr(self._slot_local, "passed_on", False):
+            self._slot_local.passed_on = False
+        else:
             self._free_slots.release()
+
+    # --- a slot's place handed to the next task (engine/handover.py) ------------------------------
+
+    def _offered_queues(self) -> frozenset[str]:
+        """The queues a slot ending its task may take the next one from: those it listens to that
+        hold no job (one round trip), none while it is stopping or draining."""
+        if self._stop_requested or SHUTDOWN.requested:
+            return frozenset()
+        try:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for queue in self.queues:
+                    pipe.llen(queue.key)
+                depths = pipe.execute()
+        except Exception:
+            return frozenset()  # Redis away: the report's jobs will not go either; nothing to take
+        return frozenset(queue.name for queue, depth in zip(self.queues, depths) if depth == 0)
+
+    def _hand_on(self, claimed: Claimed) -> None:
+        """Called in a slot whose report claimed a task for it: run that task in a new slot
+        thread, which takes over this slot's place (this one ends its RQ job meanwhile)."""
+        thread = threading.Thread(
+            target=self._run_handed, args=(claimed,), name=f"slot-ti-{claimed.pk}-{claimed.attempt_token}", daemon=True
+        )
+        with self._busy_lock:
+            self._handed.add(thread)
+        self._slots.add(thread)
+        self._slot_local.passed_on = True
+        thread.start()
 
     def _rq_heartbeats(self) -> None:
         """Keep RQ's records of every running job alive (its registries, its dashboards)."""

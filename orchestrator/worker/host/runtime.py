@@ -1,5 +1,6 @@
 """What every slot of a running worker shares: its name, its fork server's launcher, its
-heartbeat thread, its pool of database connections and its spool.
+heartbeat thread, its pool of database connections, its spool, and the way a slot hands its
+place to the task its report dispatched to it (`engine/handover.py`).
 
 The RQ worker (`rqworker.py`) builds it when it starts working and drops it when it stops; a
 job (`job.py`) reads it with `runtime()`, which is None outside a worker (a job run inline).
@@ -15,6 +16,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection
 
+from orchestrator.engine.reporting import Claimed
 from orchestrator.worker.host.heartbeat import Heartbeats
 from orchestrator.worker.host.launcher import Launcher
 from orchestrator.worker.host.spool import Spool
@@ -58,6 +60,14 @@ class DatabasePool:
         self._executor.shutdown(wait=True)
 
 
+def _no_queues() -> frozenset[str]:
+    return frozenset()
+
+
+def _nowhere(claimed: Claimed) -> None:
+    raise RuntimeError("this worker takes no task handed to it")
+
+
 @dataclass(frozen=True)
 class WorkerRuntime:
     """What every slot of the worker shares."""
@@ -67,6 +77,11 @@ class WorkerRuntime:
     heartbeats: Heartbeats
     db: DatabasePool
     spool: Spool
+    # The queues a slot ending its task may offer to take the next one from (none while the
+    # worker takes no jobs, or those with jobs waiting), and how the calling slot hands its
+    # place to the task it was given (`engine/handover.py`).
+    offered_queues: Callable[[], frozenset[str]] = _no_queues
+    hand_on: Callable[[Claimed], None] = _nowhere
 
 
 _runtime: WorkerRuntime | None = None
