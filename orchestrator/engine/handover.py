@@ -47,9 +47,15 @@ class Offer:
     # queues that hold no job right now.
     queues: Callable[[], frozenset[str]]
     # The worker's claim (`reporting.claim_within`): what the task runs, or None if it lost.
-    claim: Callable[[int, int], Any]
+    claim: Callable[..., Any]
     taken: Any = None  # what `claim` returned, once the transaction that claimed it committed
     _asked: bool = field(default=False, repr=False)  # one dispatch only may be given it
+    _results: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def ended(self, task_id: str, result: Any) -> None:
+        """The report's own task (not mapped) ended with `result`: a task claimed for the slot
+        that waits for it is given it without reading it back."""
+        self._results[task_id] = result
 
     def choose(self, tis: Iterable[Q]) -> Q | None:
         """The first of `tis` (in dispatch order) this slot may take; None if none, or if an
@@ -63,7 +69,7 @@ class Offer:
     def claim_now(self, task_instance_id: int, token: int) -> bool:
         """Claim the chosen task in the dispatch's transaction; it is `taken` once that commits
         (a transaction rolled back gives nothing)."""
-        claimed = self.claim(task_instance_id, token)
+        claimed = self.claim(task_instance_id, token, known_results=self._results)
         if claimed is None:
             return False
         transaction.on_commit(lambda: setattr(self, "taken", claimed))

@@ -9,16 +9,18 @@ from __future__ import annotations
 import functools
 import logging
 import random
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import listeners, metrics, sql
 from orchestrator.clock import Now, shared_now
+from orchestrator.engine import handover
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
@@ -187,9 +189,12 @@ def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | No
         return claim_within(task_instance_id, token, worker)
 
 
-def claim_within(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
+def claim_within(
+    task_instance_id: int, token: int, worker: WorkerInfo, *, known_results: dict[str, Any] | None = None
+) -> Claimed | None:
     """`claim`, in the caller's transaction: a report's dispatch claims the task it hands to the
-    reporting worker's slot (`engine/handover.py`)."""
+    reporting worker's slot (`engine/handover.py`), knowing the result the report recorded
+    (`known_results`)."""
     holder = {"hostname": worker.hostname, "worker_name": worker.worker_name, "pid": worker.pid}
     start_deadlines, deadline_params = lifecycle.start_deadlines_exist_sql("ti")
     what_it_runs = (_CLAIM_SQL.format(start_deadlines=start_deadlines), [*deadline_params, task_instance_id], _claim_fields())
@@ -201,7 +206,7 @@ def claim_within(task_instance_id: int, token: int, worker: WorkerInfo) -> Claim
      dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
      map_index, map_item, dag_run_id, upstream, expand, queue, circuit,
      task_state_epoch, has_task_state, has_start_deadlines) = row
-    results = upstream_results(dag_run_id, upstream) if upstream else {}
+    results = upstream_results(dag_run_id, upstream, known_results) if upstream else {}
     mapped = {name: map_item for name in expand} if expand and map_index >= 0 else {}
     return Claimed(
         pk=task_instance_id,
@@ -343,32 +348,41 @@ def report_success(
     # Most successes (a wide fan-out's tasks) change nothing else: then the report is the move alone.
     open_upstreams = _open_upstreams_downstream(ended)
     moves_run = ended.unfinished_others == 0 or open_upstreams == 0
-    with transaction.atomic() if ended.has_deadlines or moves_run else _atomic_move():
-        moved = _move_attempt(
-            task_instance_id,
-            token,
-            REPORT_SUCCESS_FROM,
-            # The result is written by the same fenced move as the success: a late report of a
-            # superseded attempt loses the fence and never overwrites a newer attempt's result.
-            {"state": TaskState.SUCCESS, "end_date": now, "next_retry_at": None, "heartbeat_at": None, "result": result},
-            {
-                "state": TaskAttempt.State.SUCCESS,
-                "end_date": now,
-                "result": result,
-                "stdout": stdout,
-                "stderr": stderr,
-                "output_truncated": output_truncated,
-            },
-        )
-        if not moved:
-            return False
-        if ended.has_deadlines:
-            lifecycle.task_finished(task_instance_id, now)
-        if moves_run:
-            # Its row is locked by the move: a task that is not mapped is its run's only
-            # instance of that task, and it is `success` now.
-            states = [str(TaskState.SUCCESS)] if ended.map_index < 0 else None
-            _advance_within(ended.dag_run_id, now, ended=ended.task_id, ended_states=states)
+    offer = handover.wanted()
+    if offer is not None and ended.map_index < 0:
+        offer.ended(ended.task_id, result)
+
+    def record(advance: bool) -> bool:
+        with transaction.atomic() if ended.has_deadlines or moves_run else _atomic_move():
+            moved = _move_attempt(
+                task_instance_id,
+                token,
+                REPORT_SUCCESS_FROM,
+                # The result is written by the same fenced move as the success: a late report of a
+                # superseded attempt loses the fence and never overwrites a newer attempt's result.
+                {"state": TaskState.SUCCESS, "end_date": now, "next_retry_at": None, "heartbeat_at": None, "result": result},
+                {
+                    "state": TaskAttempt.State.SUCCESS,
+                    "end_date": now,
+                    "result": result,
+                    "stdout": stdout,
+                    "stderr": stderr,
+                    "output_truncated": output_truncated,
+                },
+            )
+            if not moved:
+                return False
+            if ended.has_deadlines:
+                lifecycle.task_finished(task_instance_id, now)
+            if moves_run and advance:
+                # Its row is locked by the move: a task that is not mapped is its run's only
+                # instance of that task, and it is `success` now.
+                states = [str(TaskState.SUCCESS)] if ended.map_index < 0 else None
+                _advance_within(ended.dag_run_id, now, ended=ended.task_id, ended_states=states)
+        return True
+
+    if not _with_advance_or_alone(record):
+        return False
     if not moves_run and (
         (ended.unfinished_others < NEAR_THE_END and _run_is_over(ended))
         or (open_upstreams < CROWDED and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id))
@@ -460,12 +474,31 @@ def _upstream_task_ids(dag_pk: int, version: datetime) -> frozenset[str]:
 
 def _advance_within(dag_run_id: int, now: datetime, *, ended: str, ended_states: list[str] | None = None) -> None:
     """Dispatch the run's ready tasks in the report's own transaction: one commit for both, and
-    no scheduler pass on the way from one task to the next. If moving the run on fails, its
-    savepoint is rolled back, the report still commits and the next scheduler pass does it."""
+    no scheduler pass on the way from one task to the next. Without a savepoint of its own (two
+    round trips on every report's way): if it fails, `_AdvanceFailed` rolls back the whole
+    transaction and `_with_advance_or_alone` records the report alone."""
     try:
-        advance_run(dag_run_id, now, ended=ended, ended_states=ended_states)
-    except Exception:
-        log.exception("could not advance run %s with the report; the next scheduler pass will", dag_run_id)
+        advance_run(dag_run_id, now, ended=ended, ended_states=ended_states, savepoint=False)
+    except Exception as exc:
+        raise _AdvanceFailed(dag_run_id) from exc
+
+
+class _AdvanceFailed(Exception):
+    """Moving the run on with a report failed: the report's transaction is rolled back."""
+
+
+R = TypeVar("R")
+
+
+def _with_advance_or_alone(record: Callable[[bool], R]) -> R:
+    """`record(True)`: the report and its run's advance in one transaction. If the advance fails,
+    that transaction is rolled back whole and `record(False)` records the report alone; the next
+    scheduler pass moves the run on."""
+    try:
+        return record(True)
+    except _AdvanceFailed as failed:
+        log.error("could not advance run %s with the report; the next scheduler pass will", failed.args[0], exc_info=failed.__cause__)
+        return record(False)
 
 
 def report_failure(
@@ -489,45 +522,52 @@ def report_failure(
         return None
     decision = decide_for(ti, context, fingerprint=fingerprint, retry_after=retry_after, now=now)
     previous_state = ti.state
-    with transaction.atomic():
-        moved = _move_attempt(
-            ti.pk,
-            token,
-            frozenset({TaskState(previous_state)}),
-            dict(
-                state=decision.next_state,
-                next_retry_at=decision.next_retry_at,
-                infrastructure_try_number=decision.infrastructure_try_number,
-                pre_execution_tries=decision.pre_execution_tries,
-                retry_is_platform=decision.is_platform_retry,
-                failure_fingerprint=decision.fingerprint,
-                fingerprint_streak=decision.fingerprint_streak,
-                last_failure_context={**decision.task_context.to_dict(), "at": now.isoformat()},
-                end_date=now,
-                heartbeat_at=None,
-            ),
-            dict(
-                state=TaskAttempt.State.FAILED,
-                end_date=now,
-                kind=decision.kind,
-                context=decision.attempt_context.to_dict(),
-                fingerprint=decision.attempt_fingerprint,
-                stdout=stdout,
-                stderr=stderr,
-                output_truncated=output_truncated,
-            ),
-        )
-        if not moved:
-            return None
-        count_failure(task_instance_id, token)
-        reloaded = load(ti.pk)
-        assert reloaded is not None  # the update above holds its row until the commit
-        ti = reloaded
-        if decision.next_state is TaskState.FAILED:
-            lifecycle.task_finished(ti, now)
-        retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= now
-        if decision.next_state is TaskState.FAILED or retry_due_now:
-            _advance_within(ti.dag_run_id, now, ended=ti.task_id)
+
+    def record(advance: bool) -> TaskInstance | None:
+        with transaction.atomic():
+            moved = _move_attempt(
+                task_instance_id,
+                token,
+                frozenset({TaskState(previous_state)}),
+                dict(
+                    state=decision.next_state,
+                    next_retry_at=decision.next_retry_at,
+                    infrastructure_try_number=decision.infrastructure_try_number,
+                    pre_execution_tries=decision.pre_execution_tries,
+                    retry_is_platform=decision.is_platform_retry,
+                    failure_fingerprint=decision.fingerprint,
+                    fingerprint_streak=decision.fingerprint_streak,
+                    last_failure_context={**decision.task_context.to_dict(), "at": now.isoformat()},
+                    end_date=now,
+                    heartbeat_at=None,
+                ),
+                dict(
+                    state=TaskAttempt.State.FAILED,
+                    end_date=now,
+                    kind=decision.kind,
+                    context=decision.attempt_context.to_dict(),
+                    fingerprint=decision.attempt_fingerprint,
+                    stdout=stdout,
+                    stderr=stderr,
+                    output_truncated=output_truncated,
+                ),
+            )
+            if not moved:
+                return None
+            count_failure(task_instance_id, token)
+            moved_ti = load(task_instance_id)
+            assert moved_ti is not None  # the update above holds its row until the commit
+            if decision.next_state is TaskState.FAILED:
+                lifecycle.task_finished(moved_ti, now)
+            retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= now
+            if advance and (decision.next_state is TaskState.FAILED or retry_due_now):
+                _advance_within(moved_ti.dag_run_id, now, ended=moved_ti.task_id)
+        return moved_ti
+
+    recorded = _with_advance_or_alone(record)
+    if recorded is None:
+        return None
+    ti = recorded
     _after_failure(ti, previous_state, decision, error)
     return decision
 

@@ -166,6 +166,7 @@ def advance_run(
     skip_locked: bool = False,
     ended: str | None = None,
     ended_states: list[str] | None = None,
+    savepoint: bool = True,
 ) -> tuple[int, bool]:
     """Start the run, settle tasks whose upstreams are done, dispatch ready ones, end the run.
 
@@ -179,7 +180,9 @@ def advance_run(
     is settled and the rest of the run is counted in SQL, so a report costs the same however
     wide its run is. Without it (the scheduler, an operator action) the whole run is read.
     `ended_states`, when the caller knows them, are the states of every instance of `ended`
-    (a task that is not mapped has one): they are then not read again.
+    (a task that is not mapped has one): they are then not read again. Inside a caller's
+    transaction it takes a savepoint unless `savepoint` is False (a report, which rolls back
+    whole if this fails: `reporting._with_advance_or_alone`).
 
     The first FIRST_DISPATCH_CHUNK due tasks are dispatched in this transaction, the rest once it
     commits (`dispatch_later`), so a wide run's first jobs are on Redis before the rest are
@@ -188,7 +191,7 @@ def advance_run(
     now = now or shared_now()
     later: list[TaskInstance] = []  # due tasks past the first chunk: dispatched after the commit
     dispatched_later: list[int] = []
-    with transaction.atomic():
+    with transaction.atomic(savepoint=savepoint):
         run = _locked_run(dag_run_id, skip_locked=skip_locked)
         if run is None or run.state not in (RunState.QUEUED, RunState.RUNNING):
             return 0, False

@@ -54,14 +54,15 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     return run_claimed(ti)
 
 
-def run_claimed(ti: Claimed) -> str:
-    """Run an attempt this worker claimed (from a job, or handed to it by its own report)."""
+def run_claimed(ti: Claimed, *, handed: bool = False) -> str:
+    """Run an attempt this worker claimed: from a job, or `handed` to it by its own report (then
+    claimed in the transaction that dispatched it, past the same gate: not asked again)."""
     shared = runtime()
     if shared is None:
         raise RuntimeError("run_claimed runs only in a worker started by run_worker")
     worker = worker_info()
     token = ti.attempt_token
-    if (ti.circuit or ti.queue) and _held(shared, ti):
+    if not handed and (ti.circuit or ti.queue) and _held(shared, ti):
         return "held"
     failpoints.fire(failpoints.WORKER_BEFORE_SPAWN, task_instance_id=ti.pk, task_id=ti.task_id)
     if SHUTDOWN.requested:

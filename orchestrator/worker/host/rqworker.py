@@ -231,7 +231,7 @@ class OrchestratorWorker(SimpleWorker):
     def _run_handed(self, claimed: Claimed) -> None:
         """A slot for the task another slot's report claimed for it (no RQ job exists for it)."""
         try:
-            run_claimed(claimed)
+            run_claimed(claimed, handed=True)
         except Exception:
             log.exception("worker %s: task instance %s attempt %s failed outside its task", self.name, claimed.pk, claimed.attempt_token)
         finally:
