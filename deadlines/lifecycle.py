@@ -57,20 +57,14 @@ def task_queued(task_instance: TaskInstance, now: datetime) -> None:
     _create_task_deadlines(task_instance, Reference.TASK_QUEUED_AT, now)
 
 
-def tasks_queued(task_instances: list[TaskInstance], now: datetime) -> None:
-    """Many tasks were dispatched at once: one query when none of them has such a deadline."""
-    definition_ids = sorted({ti.definition_id for ti in task_instances if ti.definition_id is not None})
-    if not definition_ids:
-        return
-    has_any = sql.fetch(
-        f"SELECT 1 FROM deadlines_deadlinedefinition WHERE reference = %s AND task_id IN ({sql.placeholders(len(definition_ids))}) LIMIT 1",
-        [str(Reference.TASK_QUEUED_AT), *definition_ids],
-        [None],
+def queued_deadlines_exist_sql(task_instance: str) -> tuple[str, list[Any]]:
+    """An SQL expression (with its parameters): whether the task instance aliased
+    `task_instance` has task_queued_at deadline definitions, for a dispatch to return with the
+    rows it moved (then `task_queued` is called only for those)."""
+    return (
+        f"EXISTS (SELECT 1 FROM deadlines_deadlinedefinition qd WHERE qd.task_id = {task_instance}.definition_id AND qd.reference = %s)",
+        [str(Reference.TASK_QUEUED_AT)],
     )
-    if not has_any:
-        return
-    for ti in task_instances:
-        task_queued(ti, now)
 
 
 def task_started(task_instance: TaskInstance, now: datetime) -> None:

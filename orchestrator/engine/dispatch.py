@@ -48,7 +48,7 @@ UPDATE orchestrator_taskinstance SET
     worker_name = '',
     pid = NULL
 WHERE {fence}
-RETURNING id, attempt_token, try_number, infrastructure_try_number
+RETURNING id, attempt_token, try_number, infrastructure_try_number, {queued_deadlines} AS queued_deadlines
 """
 
 
@@ -91,7 +91,10 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
     before = {ti.pk: _before(ti) for ti in tis}
     params: list[Any] = [str(TaskState.QUEUED), False, _db_datetime(now), _db_datetime(timezone.now())]
     params += fence_params((ti.pk, ti.attempt_token, ti.state) for ti in tis)
-    statement = _DISPATCH_SQL.format(fence=fenced(len(tis)))
+    # Whether each task has task_queued_at deadlines to create, read by the same statement.
+    queued_deadlines, deadline_params = lifecycle.queued_deadlines_exist_sql("orchestrator_taskinstance")
+    params += deadline_params
+    statement = _DISPATCH_SQL.format(fence=fenced(len(tis)), queued_deadlines=queued_deadlines)
     with_attempts = connection.vendor == "postgresql"
     if with_attempts:  # the attempt rows in the same statement, from what the UPDATE returns
         insert, insert_params = _attempts_insert(now)
@@ -102,8 +105,8 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
         returned = cursor.fetchall()
     if not returned:
         return 0
-    attempts, jobs, queued, tokens = [], [], [], {}
-    for pk, token, try_number, infrastructure_try_number in returned:
+    attempts, jobs, queued, tokens, with_deadlines = [], [], [], {}, []
+    for pk, token, try_number, infrastructure_try_number, has_queued_deadlines in returned:
         ti = by_pk[pk]
         ti.state, ti.attempt_token, ti.try_number, ti.queued_at = TaskState.QUEUED, token, try_number, now
         ti.retry_is_platform, ti.next_retry_at, ti.waiting_for = False, None, None
@@ -111,9 +114,12 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
         attempts.append(_new_attempt(pk, token, try_number, infrastructure_try_number, now))
         jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk], queued_at=now))
         tokens[pk] = token
+        if has_queued_deadlines:
+            with_deadlines.append(ti)
     if not with_attempts:
         TaskAttempt.objects.bulk_create(attempts)
-    lifecycle.tasks_queued(queued, now)
+    for ti in with_deadlines:
+        lifecycle.task_queued(ti, now)
     handed = _hand_over(queued, tokens)
     jobs = [job for job in jobs if job.task_instance_id != handed]
     if jobs:

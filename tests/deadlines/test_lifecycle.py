@@ -78,6 +78,22 @@ def test_it_waits_for_enough_successful_runs_before_an_average_runtime_deadline(
     assert run.deadlines.get().need_by == now + timedelta(seconds=20 + 5)
 
 
+def test_a_dispatch_of_many_creates_queued_deadlines_for_those_that_have_them():
+    """The dispatch's own statement says which of its tasks have task_queued_at definitions: only
+    theirs are created, and no other read is made for the rest."""
+    from tests.engine.factories import DagFactory, TaskFactory
+
+    dag = DagFactory(dag_id="mixed_queued")
+    watched = TaskFactory(dag=dag, task_id="watched")
+    for task_id in ("plain1", "plain2"):
+        TaskFactory(dag=dag, task_id=task_id)
+    DeadlineDefinitionFactory(dag=dag, task=watched, reference="task_queued_at", interval=30)
+    run = create_manual_run(dag)
+    advance_run(run.pk)
+    assert TaskInstance.objects.filter(dag_run=run, state="queued").count() == 3
+    assert [(d.task_id, d.reference) for d in run.deadlines.all()] == [("watched", "task_queued_at")]
+
+
 def test_it_creates_task_deadlines_at_the_first_dispatch_and_start_only():
     """task_queued_at and task_started_at rows appear when the task reaches them, once per task instance."""
     dag = chain_dag("tasky", ("extract",))
