@@ -63,8 +63,10 @@ class Gates:
         return verdict, Hold(WaitKind.CIRCUIT, ti.circuit) if verdict is Gate.HOLD else None
 
 
-def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime) -> int:
-    """Dispatch what may go now among `due` (ready tasks of `run`); return how many went."""
+def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime, *, unwritten: frozenset[int] = frozenset()) -> int:
+    """Dispatch what may go now among `due` (ready tasks of `run`); return how many went.
+    `unwritten`: tasks `scheduled` in memory only, still `none` in the database (see
+    `runs._settle_downstream_of`)."""
     if not due:
         return 0
     gates = Gates.read(due, now)
@@ -81,7 +83,7 @@ def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime) -> int:
             dispatched += _go(ti, verdict, now)
         else:
             free.append(ti)
-    dispatched += dispatch_many(free, now)
+    dispatched += dispatch_many(free, now, unwritten=unwritten)
     if limited:
         dispatched += _admit(limited, gates, now)
     return dispatched

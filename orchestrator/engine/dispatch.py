@@ -6,6 +6,7 @@ transaction commits, one Redis pipeline for their jobs. A fan-out of hundreds of
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -69,12 +70,14 @@ def dispatch(ti: TaskInstance, now: datetime) -> bool:
     return dispatch_many([ti], now) == 1
 
 
-def dispatch_many(tis: Sequence[TaskInstance], now: datetime) -> int:
+def dispatch_many(tis: Sequence[TaskInstance], now: datetime, *, unwritten: frozenset[int] = frozenset()) -> int:
     """Queue every one of `tis` that is still as read; return how many this caller won.
 
     The update expects exactly the state and token that were read (a clear racing this
     dispatch moves the task to `none` with a new token, and then this dispatch loses). Each
-    winner's in-memory row is updated to what was written.
+    winner's in-memory row is updated to what was written. The tasks in `unwritten` were made
+    ready in this transaction without writing it: they are expected in `none`, and move from
+    there to `queued` (a chain's next task is written once).
     """
     candidates = [ti for ti in tis if ti.state in DISPATCH_FROM]
     if not candidates:
@@ -82,15 +85,15 @@ def dispatch_many(tis: Sequence[TaskInstance], now: datetime) -> int:
     won = 0
     with transaction.atomic(savepoint=False):
         for start in range(0, len(candidates), CHUNK):
-            won += _dispatch_chunk(candidates[start : start + CHUNK], now)
+            won += _dispatch_chunk(candidates[start : start + CHUNK], now, unwritten)
     return won
 
 
-def _dispatch_chunk(tis: list[TaskInstance], now: datetime) -> int:
+def _dispatch_chunk(tis: list[TaskInstance], now: datetime, unwritten: frozenset[int] = frozenset()) -> int:
     by_pk = {ti.pk: ti for ti in tis}
     before = {ti.pk: _before(ti) for ti in tis}
     params: list[Any] = [str(TaskState.QUEUED), False, _db_datetime(now), _db_datetime(timezone.now())]
-    params += fence_params((ti.pk, ti.attempt_token, ti.state) for ti in tis)
+    params += fence_params((ti.pk, ti.attempt_token, TaskState.NONE if ti.pk in unwritten else ti.state) for ti in tis)
     # Whether each task has task_queued_at deadlines to create, read by the same statement.
     queued_deadlines, deadline_params = lifecycle.queued_deadlines_exist_sql("orchestrator_taskinstance")
     params += deadline_params
@@ -161,8 +164,16 @@ _FROM_DISPATCH = {"task_instance": "id", "attempt_token": "attempt_token", "try_
 def _attempts_insert(now: datetime) -> tuple[str, list[Any]]:
     """An `INSERT ... SELECT` of a new attempt row (`_new_attempt`) for each row of `dispatched`,
     with its parameters: every other column as the model's defaults give it, cast to its type."""
-    template = _new_attempt(0, 0, 0, 0, now)
-    columns, values, params = [], [], []
+    statement, others = _attempts_insert_shape(connection.vendor)
+    return statement, [field.get_db_prep_save(now if field.name == "queued_at" else value, connection) for field, value in others]
+
+
+@functools.lru_cache(maxsize=2)
+def _attempts_insert_shape(vendor: str) -> tuple[str, tuple[tuple[Any, Any], ...]]:
+    """`_attempts_insert`'s statement, and each column it binds with the value a new attempt
+    has there (its `queued_at` is the dispatch's): built once, not on every dispatch."""
+    template = _new_attempt(0, 0, 0, 0, timezone.now())
+    columns, values, others = [], [], []
     for field in sql.concrete_fields(TaskAttempt):
         if field.primary_key:
             continue
@@ -171,8 +182,9 @@ def _attempts_insert(now: datetime) -> tuple[str, list[Any]]:
             values.append(f"dispatched.{_FROM_DISPATCH[field.name]}")
         else:
             values.append(f"%s::{field.db_type(connection)}")
-            params.append(field.get_db_prep_save(getattr(template, field.attname), connection))
-    return f"INSERT INTO {TaskAttempt._meta.db_table} ({', '.join(columns)}) SELECT {', '.join(values)} FROM dispatched", params
+            others.append((field, getattr(template, field.attname)))
+    statement = f"INSERT INTO {TaskAttempt._meta.db_table} ({', '.join(columns)}) SELECT {', '.join(values)} FROM dispatched"
+    return statement, tuple(others)
 
 
 def _before(ti: TaskInstance) -> dict[str, Any]:

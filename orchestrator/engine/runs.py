@@ -16,7 +16,8 @@ from django.db import connection, transaction
 from deadlines import lifecycle
 from orchestrator import sql
 from orchestrator.clock import shared_now
-from orchestrator.engine.admission import dispatch_ready
+from orchestrator.engine import storms
+from orchestrator.engine.admission import dispatch_ready, is_limited
 from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.mapping import expand_ready, is_unexpanded
@@ -191,6 +192,8 @@ def advance_run(
     now = now or shared_now()
     later: list[TaskInstance] = []  # due tasks past the first chunk: dispatched after the commit
     dispatched_later: list[int] = []
+    # Tasks made ready whose `scheduled` is not written: the dispatch moves them on from `none`.
+    unwritten: dict[int, TaskInstance] = {}
     with transaction.atomic(savepoint=savepoint):
         run = _locked_run(dag_run_id, skip_locked=skip_locked)
         if run is None or run.state not in (RunState.QUEUED, RunState.RUNNING):
@@ -207,7 +210,7 @@ def advance_run(
             due = [ti for ti in instances if _due(ti, now)]
             outcome = run_outcome([ti.state for ti in instances])
         else:
-            due = _settle_downstream_of(run, ended, now, ended_states)
+            due = _settle_downstream_of(run, ended, now, ended_states, unwritten)
             removed = [ti for ti in due if _removed_while_waiting(ti)]
             _apply(_decide(removed, lambda ti: []), now)
             due = [ti for ti in due if ti not in removed]
@@ -218,7 +221,8 @@ def advance_run(
         due.sort(key=lambda ti: -ti.priority_weight)  # stable: by id within a weight
         due, later = due[:FIRST_DISPATCH_CHUNK], due[FIRST_DISPATCH_CHUNK:]
         # Pools, limits and circuits decide which of the ready tasks go now.
-        dispatched = dispatch_ready(run, due, now)
+        dispatched = dispatch_ready(run, due, now, unwritten=frozenset(unwritten))
+        _write_unwritten(unwritten, now)  # made ready but not dispatched after all: scheduled
         finished = _finish_if_done(run, outcome, now)
         if later:
             # Registered after the first chunk's enqueue: its jobs are on Redis before the next
@@ -405,11 +409,19 @@ def _removed_while_waiting(ti: TaskInstance) -> bool:
     return ti.definition is None and ti.state in WAITING_TO_RUN_STATES
 
 
-def _settle_downstream_of(run: DagRun, ended: str, now: datetime, ended_states: list[str] | None = None) -> list[TaskInstance]:
+def _settle_downstream_of(
+    run: DagRun, ended: str, now: datetime, ended_states: list[str] | None, unwritten: dict[int, TaskInstance]
+) -> list[TaskInstance]:
     """Settle only what the end of task `ended` can decide: its waiting downstream tasks, and
     theirs in turn when one is decided without running (upstream_failed, skipped, removed).
     The rest of the run is not read. Returns the run's tasks due to run now: those it made
-    ready, and those that were due already (read with its first waiting tasks, in one query)."""
+    ready, and those that were due already (read with its first waiting tasks, in one query).
+
+    A task it makes ready that nothing but the dispatch's own fence can hold (no circuit, no
+    pool or limit, its queue not paused) is `scheduled` in memory only, and put in `unwritten`:
+    the dispatch moves it from `none` to `queued` in one statement (a chain's step writes the
+    next task once, not twice). The caller writes `scheduled` for any of them it did not
+    dispatch (`_write_unwritten`)."""
     graph = dag_graph(run.dag)
     first_downstream = sorted(graph.downstream.get(ended, ()))
     if not first_downstream:
@@ -424,13 +436,14 @@ def _settle_downstream_of(run: DagRun, ended: str, now: datetime, ended_states: 
         decided = _decide(waiting, functools.partial(_upstream_states_of, run, frontier))
         expanded, _ = _expand_decided(decided, now)
         any_expanded = any_expanded or bool(expanded)
-        settled = _apply(decided, now) + expanded
+        settled = _apply(decided, now, defer=functools.partial(_dispatched_at_once, run, now), unwritten=unwritten) + expanded
         due += [ti for ti in settled if _due(ti, now)]
         frontier = _states_of(run, sorted({ti.task_id for ti in settled if ti.state != TaskState.SCHEDULED}))
         if not frontier:
             break
         waiting = _waiting_instances(run, sorted({d for task_id in frontier for d in graph.downstream.get(task_id, ())}))
     if any_expanded:
+        _write_unwritten(unwritten, now)  # the read below must see them
         return _due_instances_of(run, now)  # with the instances the expansion created
     return sorted(due, key=lambda ti: ti.pk)
 
@@ -455,10 +468,26 @@ def _decide(
     return decided
 
 
-def _apply(decided: dict[TaskState, list[TaskInstance]], now: datetime) -> list[TaskInstance]:
-    """Record the decisions, one fenced statement per kind; returns the tasks that moved."""
+def _apply(
+    decided: dict[TaskState, list[TaskInstance]],
+    now: datetime,
+    *,
+    defer: Callable[[TaskInstance], bool] | None = None,
+    unwritten: dict[int, TaskInstance] | None = None,
+) -> list[TaskInstance]:
+    """Record the decisions, one fenced statement per kind; returns the tasks that moved. A task
+    made `scheduled` that `defer` picks is only marked so in memory and put in `unwritten`
+    (see `_settle_downstream_of`)."""
     settled = []
     for target, tis in decided.items():
+        if target == TaskState.SCHEDULED and defer is not None and unwritten is not None:
+            for ti in [ti for ti in tis if defer(ti)]:
+                unwritten[ti.pk] = ti
+                ti.state = target
+                settled.append(ti)
+            tis = [ti for ti in tis if ti.pk not in unwritten]
+            if not tis:
+                continue
         changes: dict[str, Any] = {"state": target}
         if target != TaskState.SCHEDULED:
             changes["end_date"] = now
@@ -470,6 +499,21 @@ def _apply(decided: dict[TaskState, list[TaskInstance]], now: datetime) -> list[
                 if target in (TaskState.UPSTREAM_FAILED, TaskState.SKIPPED):
                     lifecycle.task_finished(ti, now)  # a removed task's deadlines end with its run
     return settled
+
+
+def _dispatched_at_once(run: DagRun, now: datetime, ti: TaskInstance) -> bool:
+    """Whether a task made ready now goes to the dispatch with nothing but its fence to pass:
+    no circuit, no pool or limit (`admission`), its queue not paused."""
+    return not ti.circuit and not is_limited(ti, run.dag) and ti.queue not in storms.paused_queues(now)
+
+
+def _write_unwritten(unwritten: dict[int, TaskInstance], now: datetime) -> None:
+    """Write `scheduled` for the tasks made ready in memory only (`_settle_downstream_of`) that
+    were not dispatched after all (a gate that closed meanwhile, the rest of a wide run)."""
+    left = [ti for ti in unwritten.values() if ti.state == TaskState.SCHEDULED]
+    unwritten.clear()
+    if left:
+        transition_many([(ti.pk, ti.attempt_token, TaskState.NONE) for ti in left], state=TaskState.SCHEDULED)
 
 
 def _settled_state(ti: TaskInstance, upstream_states_of: Callable[[TaskInstance], list[str]]) -> TaskState | None:

@@ -49,9 +49,9 @@ def test_the_first_chunk_is_on_redis_before_the_last_chunk_is_written(monkeypatc
     seen: list[tuple[int, int, int]] = []  # (tasks in the chunk, jobs on Redis, tasks queued) as each chunk begins
     real = runs.dispatch_ready
 
-    def watched(run, due, now):
+    def watched(run, due, now, **options):
         seen.append((len(due), len(_jobs()), TaskInstance.objects.filter(dag_run=run, state=TaskState.QUEUED).count()))
-        return real(run, due, now)
+        return real(run, due, now, **options)
 
     monkeypatch.setattr(runs, "dispatch_ready", watched)
     run = create_manual_run(dag)
@@ -80,8 +80,8 @@ def test_a_failure_between_chunks_leaves_the_rest_scheduled_for_the_next_pass(mo
     real = runs.dispatch_ready
     calls = []
 
-    def crashing(run, due, now):
-        went = real(run, due, now)
+    def crashing(run, due, now, **options):
+        went = real(run, due, now, **options)
         calls.append(went)
         if len(calls) == 2:
             raise RuntimeError("injected: the process died before this chunk committed")
@@ -116,8 +116,8 @@ def test_the_rest_waits_when_the_dag_is_paused_between_chunks(monkeypatch):
     real = runs.dispatch_ready
     calls = []
 
-    def pausing(run, due, now):
-        went = real(run, due, now)
+    def pausing(run, due, now, **options):
+        went = real(run, due, now, **options)
         calls.append(went)
         if len(calls) == 1:
             type(dag).objects.filter(pk=dag.pk).update(paused=True)  # committed with the first chunk

@@ -157,7 +157,7 @@ def test_no_offer_outside_a_report():
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'", reason="the statement counts are PostgreSQL's")
 def test_a_handed_step_costs_the_report_and_the_claims_move():
-    """The report's six statements (see test_report_cost) and the claim's move with what it
+    """The report's five statements (see test_report_cost) and the claim's move with what it
     runs, in one transaction without a savepoint: no claim transaction after it, and no read of
     the result the report itself wrote."""
     dag = DagFactory(dag_id="handed_cost")
@@ -177,5 +177,5 @@ def test_a_handed_step_costs_the_report_and_the_claims_move():
     assert statements.count("BEGIN") <= 1 and statements.count("COMMIT") == 1, statements
     assert not any("SAVEPOINT" in s for s in statements), statements
     work = [s for s in statements if s not in ("BEGIN", "COMMIT")]
-    assert len(work) == 7, "\n".join(s[:90] for s in work)
+    assert len(work) == 6, "\n".join(s[:90] for s in work)
     assert offer.taken.task_id == "t2" and offer.taken.results == {"t1": None}
