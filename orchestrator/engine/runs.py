@@ -222,7 +222,7 @@ def advance_run(
         due, later = due[:FIRST_DISPATCH_CHUNK], due[FIRST_DISPATCH_CHUNK:]
         # Pools, limits and circuits decide which of the ready tasks go now.
         dispatched = dispatch_ready(run, due, now, unwritten=frozenset(unwritten))
-        _write_unwritten(unwritten, now)  # made ready but not dispatched after all: scheduled
+        _write_unwritten(unwritten)  # made ready but not dispatched after all: scheduled
         finished = _finish_if_done(run, outcome, now)
         if later:
             # Registered after the first chunk's enqueue: its jobs are on Redis before the next
@@ -443,7 +443,7 @@ def _settle_downstream_of(
             break
         waiting = _waiting_instances(run, sorted({d for task_id in frontier for d in graph.downstream.get(task_id, ())}))
     if any_expanded:
-        _write_unwritten(unwritten, now)  # the read below must see them
+        _write_unwritten(unwritten)  # the read below must see them
         return _due_instances_of(run, now)  # with the instances the expansion created
     return sorted(due, key=lambda ti: ti.pk)
 
@@ -507,7 +507,7 @@ def _dispatched_at_once(run: DagRun, now: datetime, ti: TaskInstance) -> bool:
     return not ti.circuit and not is_limited(ti, run.dag) and ti.queue not in storms.paused_queues(now)
 
 
-def _write_unwritten(unwritten: dict[int, TaskInstance], now: datetime) -> None:
+def _write_unwritten(unwritten: dict[int, TaskInstance]) -> None:
     """Write `scheduled` for the tasks made ready in memory only (`_settle_downstream_of`) that
     were not dispatched after all (a gate that closed meanwhile, the rest of a wide run)."""
     left = [ti for ti in unwritten.values() if ti.state == TaskState.SCHEDULED]

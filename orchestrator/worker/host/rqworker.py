@@ -142,9 +142,11 @@ class OrchestratorWorker(SimpleWorker):
         self.connection.hset(self.key, "concurrency", str(self.concurrency))
 
     def teardown(self) -> None:
-        # Stopping: every slot finishes its attempt (within the shutdown grace) before we go.
-        for thread in list(self._slots):
-            thread.join()
+        # Stopping: every slot finishes its attempt (within the shutdown grace) before we go,
+        # and so does any slot one of them handed its place to meanwhile.
+        while self._slots:
+            for thread in list(self._slots):
+                thread.join()
         super().teardown()
         connections.close_all()
 
@@ -282,8 +284,15 @@ class OrchestratorWorker(SimpleWorker):
         with self._busy_lock:
             self._handed.add(thread)
         self._slots.add(thread)
+        try:
+            thread.start()
+        except BaseException:
+            # No thread: the task stays claimed, and the scheduler finds it by its heartbeat.
+            with self._busy_lock:
+                self._handed.discard(thread)
+            self._slots.discard(thread)
+            raise
         self._slot_local.passed_on = True
-        thread.start()
 
     def _rq_heartbeats(self) -> None:
         """Keep RQ's records of every running job alive (its registries, its dashboards)."""
