@@ -16,10 +16,12 @@ transaction, and a step is the handshake and that report.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.stack import child_env, handle_stop_signals, setup_django
@@ -75,8 +77,6 @@ def _chain_dag(steps: int) -> Any:
 def time_steps(steps: int) -> dict[str, list[float]]:
     """Each step: a run of a -> b -> c; a is claimed, marked running and reported successful,
     which makes b ready and dispatches it, as in a chain."""
-    from django.db import connection
-
     from orchestrator.engine import reporting
     from orchestrator.engine.runs import create_manual_run
     from orchestrator.models import TaskInstance
@@ -87,29 +87,17 @@ def time_steps(steps: int) -> dict[str, list[float]]:
     for step in range(steps + WARM_UP):
         run = create_manual_run(dag)
         ti = TaskInstance.objects.get(dag_run=run, task_id="a")
-        marks = [time.perf_counter()]
-        assert reporting.claim(ti.pk, ti.attempt_token, worker)
-        marks.append(time.perf_counter())
-        assert reporting.mark_running(ti.pk, ti.attempt_token, pid=os.getpid(), has_start_deadlines=False)
-        marks.append(time.perf_counter())
-        assert reporting.report_success(ti.pk, ti.attempt_token)
-        marks.append(time.perf_counter())
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        marks.append(time.perf_counter())
-        if step >= WARM_UP:
-            for name, began, ended in zip(times, marks, marks[1:]):
-                times[name].append(ended - began)
+        _time_calls(times, step, [
+            functools.partial(reporting.claim, ti.pk, ti.attempt_token, worker),
+            functools.partial(reporting.mark_running, ti.pk, ti.attempt_token, pid=os.getpid(), has_start_deadlines=False),
+            functools.partial(reporting.report_success, ti.pk, ti.attempt_token),
+        ])
     return times
 
 
 def time_handed_steps(steps: int) -> dict[str, list[float]]:
     """Each step: a run of a -> b -> c; a is claimed, started and reported with an offer (which
     claims b), untimed; then b's handshake and its report with an offer (which claims c)."""
-    import functools
-
-    from django.db import connection
-
     from orchestrator.engine import handover, reporting
     from orchestrator.engine.runs import create_manual_run
     from orchestrator.models import TaskInstance
@@ -131,18 +119,28 @@ def time_handed_steps(steps: int) -> dict[str, list[float]]:
         assert reporting.claim(a.pk, a.attempt_token, worker)
         assert reporting.mark_running(a.pk, a.attempt_token, pid=os.getpid(), has_start_deadlines=False)
         b = report_offering(a.pk, a.attempt_token)
-        marks = [time.perf_counter()]
-        assert reporting.mark_running(b.pk, b.attempt_token, pid=os.getpid(), has_start_deadlines=b.has_start_deadlines)
-        marks.append(time.perf_counter())
-        report_offering(b.pk, b.attempt_token)
-        marks.append(time.perf_counter())
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        marks.append(time.perf_counter())
-        if step >= WARM_UP:
-            for name, began, ended in zip(times, marks, marks[1:]):
-                times[name].append(ended - began)
+        _time_calls(times, step, [
+            functools.partial(reporting.mark_running, b.pk, b.attempt_token, pid=os.getpid(), has_start_deadlines=b.has_start_deadlines),
+            functools.partial(report_offering, b.pk, b.attempt_token),
+        ])
     return times
+
+
+def _time_calls(times: dict[str, list[float]], step: int, calls: list[Callable[[], Any]]) -> None:
+    """Make `calls` one after another (each must succeed), then a `SELECT 1` round trip, and add
+    each one's time to `times` (its keys in the same order) once past the warm-up."""
+    from django.db import connection
+
+    marks = [time.perf_counter()]
+    for call in calls:
+        assert call()
+        marks.append(time.perf_counter())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    marks.append(time.perf_counter())
+    if step >= WARM_UP:
+        for name, began, ended in zip(times, marks, marks[1:]):
+            times[name].append(ended - began)
 
 
 if __name__ == "__main__":

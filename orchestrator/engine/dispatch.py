@@ -108,7 +108,7 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime, unwritten: frozenset
         returned = cursor.fetchall()
     if not returned:
         return 0
-    attempts, jobs, queued, tokens, with_deadlines = [], [], [], {}, []
+    attempts, jobs, queued, with_deadlines = [], [], [], []
     for pk, token, try_number, infrastructure_try_number, has_queued_deadlines in returned:
         ti = by_pk[pk]
         ti.state, ti.attempt_token, ti.try_number, ti.queued_at = TaskState.QUEUED, token, try_number, now
@@ -116,30 +116,28 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime, unwritten: frozenset
         queued.append(ti)
         attempts.append(_new_attempt(pk, token, try_number, infrastructure_try_number, now))
         jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk], queued_at=now))
-        tokens[pk] = token
         if has_queued_deadlines:
             with_deadlines.append(ti)
     if not with_attempts:
         TaskAttempt.objects.bulk_create(attempts)
     for ti in with_deadlines:
         lifecycle.task_queued(ti, now)
-    handed = _hand_over(queued, tokens)
+    handed = _hand_over(queued)
     jobs = [job for job in jobs if job.task_instance_id != handed]
     if jobs:
         transaction.on_commit(lambda: enqueue_all(jobs))
     return len(returned)
 
 
-def _hand_over(queued: list[TaskInstance], tokens: dict[int, int]) -> int | None:
+def _hand_over(queued: list[TaskInstance]) -> int | None:
     """The task of `queued` the report being made in this thread takes for its own slot, claimed
     in this transaction (`handover`): no job goes to Redis for it. None when there is no offer,
     or it takes none of these."""
     offer = handover.wanted()
     chosen = offer.choose(queued) if offer is not None else None
-    if chosen is None:
+    if offer is None or chosen is None or not offer.claim_now(chosen.pk, chosen.attempt_token):
         return None
-    assert offer is not None
-    return chosen.pk if offer.claim_now(chosen.pk, tokens[chosen.pk]) else None
+    return chosen.pk
 
 
 def _new_attempt(task_instance_id: int, token: int, try_number: int, infrastructure_try_number: int, now: datetime) -> TaskAttempt:

@@ -60,14 +60,6 @@ class DatabasePool:
         self._executor.shutdown(wait=True)
 
 
-def _no_queues() -> frozenset[str]:
-    return frozenset()
-
-
-def _nowhere(claimed: Claimed) -> None:
-    raise RuntimeError("this worker takes no task handed to it")
-
-
 @dataclass(frozen=True)
 class WorkerRuntime:
     """What every slot of the worker shares."""
@@ -80,8 +72,8 @@ class WorkerRuntime:
     # The queues a slot ending its task may offer to take the next one from (none while the
     # worker takes no jobs, or those with jobs waiting), and how the calling slot hands its
     # place to the task it was given (`engine/handover.py`).
-    offered_queues: Callable[[], frozenset[str]] = _no_queues
-    hand_on: Callable[[Claimed], None] = _nowhere
+    offered_queues: Callable[[], frozenset[str]]
+    hand_on: Callable[[Claimed], None]
 
 
 _runtime: WorkerRuntime | None = None
