@@ -242,10 +242,12 @@ def mark_running(
     `has_start_deadlines`, when the claim read it, spares the handshake that read."""
     now = now or shared_now()
     # A deadline exists exactly when the state change that creates it does: same transaction.
-    # (And like a claim, a handshake commits only if its worker is alive to commit it: the
-    # task of a worker killed meanwhile never ran its user code, and is found as such.)
+    # Without one, the move alone is the handshake: on PostgreSQL one statement, committed as it
+    # runs (no BEGIN and COMMIT round trips on the way to the task's first line). (And like a
+    # claim, a handshake commits only if its worker is alive to commit it: the task of a worker
+    # killed meanwhile never ran its user code, and is found as such.)
     has_deadlines = lifecycle.has_start_deadlines(task_instance_id) if has_start_deadlines is None else has_start_deadlines
-    with transaction.atomic():
+    with transaction.atomic() if has_deadlines else _atomic_move():
         moved = _move_attempt(
             task_instance_id,
             token,

@@ -158,10 +158,19 @@ def test_a_chains_step_costs_a_fixed_few_statements():
     assert len(claim) == 2, claim  # the move with what it runs; its upstream's result
     assert claimed[0].has_start_deadlines is False and claimed[0].has_task_state is False
     assert claimed[0].results == {"t1": None}
-    handshake = _statements(
-        lambda: reporting.mark_running(third.pk, third.attempt_token, pid=1, has_start_deadlines=claimed[0].has_start_deadlines)
-    )
+    in_autocommit: list[bool] = []
+
+    def note_autocommit(execute, sql, params, many, context):
+        in_autocommit.append(context["connection"].get_autocommit())
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(note_autocommit):
+        handshake = _statements(
+            lambda: reporting.mark_running(third.pk, third.attempt_token, pid=1, has_start_deadlines=claimed[0].has_start_deadlines)
+        )
     assert len(handshake) == 1, handshake
+    # ... which commits as it runs: no BEGIN and COMMIT round trips around it.
+    assert in_autocommit == [True]
 
 
 def test_the_claim_says_what_the_handshake_must_create_and_the_handshake_creates_it():
