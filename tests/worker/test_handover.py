@@ -99,3 +99,50 @@ def test_a_draining_worker_hands_nothing_to_itself(worker, make_dag):
     worker()
     b = settle(run, "b", ("success",))
     assert b.attempts.get().worker_name not in ("", instance(run, "a").attempts.get().worker_name)
+
+
+def _supervise(ti, on_started):
+    """One attempt of `ti` under a real supervisor, fork server and task process."""
+    import os
+
+    from orchestrator.engine import reporting
+    from orchestrator.worker.host.heartbeat import Heartbeats
+    from orchestrator.worker.host.job import plan_for, supervisor_settings
+    from orchestrator.worker.host.launcher import Launcher
+    from orchestrator.worker.host.supervisor import Supervisor
+
+    worker_info = reporting.WorkerInfo(hostname="test", worker_name="test-started", pid=os.getpid())
+    claimed = reporting.claim(ti.pk, ti.attempt_token, worker_info)
+    assert claimed is not None
+    launcher = Launcher()
+    try:
+        return Supervisor(
+            plan_for(claimed), worker_info, supervisor_settings(), launcher=launcher,
+            heartbeats=Heartbeats(interval=0.2, timeout=30), on_started=on_started,
+        ).run()
+    finally:
+        launcher.close()
+
+
+def test_the_slot_that_handed_its_place_on_hears_when_the_task_it_handed_has_started(make_dag):
+    """The supervisor says when the task's code may run (its "running" recorded, "go" sent):
+    the slot that handed the task on waits for that before its own after-work. A task that
+    never gets that far is never said to have started."""
+    from orchestrator.engine.runs import create_manual_run
+
+    dag = make_dag([
+        {"task_id": "ok", "python_callable": T + "succeed"},
+        {"task_id": "broken", "python_callable": "tests.worker.no_such_module.task"},
+    ])
+    run = create_manual_run(dag)
+    states_when_started: list[str] = []
+    supervised = _supervise(instance(run, "ok"), lambda: states_when_started.append(instance(run, "ok").state))
+    supervised.finish()
+    assert supervised.outcome.final and supervised.outcome.final["type"] == "success"
+    assert states_when_started == ["running"]  # once, and only once the handshake was recorded
+
+    started: list[bool] = []
+    supervised = _supervise(instance(run, "broken"), lambda: started.append(True))
+    supervised.finish()
+    assert supervised.outcome.final and supervised.outcome.final["type"] == "startup_error"
+    assert started == []

@@ -54,9 +54,10 @@ def run_task_instance(task_instance_id: int, token: int) -> str:
     return run_claimed(ti)
 
 
-def run_claimed(ti: Claimed, *, handed: bool = False) -> str:
+def run_claimed(ti: Claimed, *, handed: bool = False, on_started: Callable[[], None] | None = None) -> str:
     """Run an attempt this worker claimed: from a job, or `handed` to it by its own report (then
-    claimed in the transaction that dispatched it, past the same gate: not asked again)."""
+    claimed in the transaction that dispatched it, past the same gate: not asked again).
+    `on_started` is called once the task's code may run (its "go" sent, its command started)."""
     shared = runtime()
     if shared is None:
         raise RuntimeError("run_claimed runs only in a worker started by run_worker")
@@ -97,6 +98,7 @@ def run_claimed(ti: Claimed, *, handed: bool = False) -> str:
         keep_changes=shared.spool.keep_changes,
         task_state_max_bytes=int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
         output_store=output_store(),
+        on_started=on_started,
     )
     try:
         supervised = supervisor.run()

@@ -62,6 +62,10 @@ GIL_SWITCH_INTERVAL = 0.001
 # next job, lost with the dead connection: a short pop bounds that window to a few seconds
 # after a partition begins (RQ's own default is some 400 s).
 DEQUEUE_TIMEOUT = 5
+# How long a slot that handed its place on waits for the task it handed to reach its first line
+# before doing its own after-work (reaping its task process, ending its RQ job): on two cores
+# that work, done at once, took the interpreter from the next task's start, a chain's step.
+HAND_ON_HEAD_START = 0.2
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -230,13 +234,15 @@ class OrchestratorWorker(SimpleWorker):
                 self._running.pop(job.id, None)
             self._slot_ended()
 
-    def _run_handed(self, claimed: Claimed) -> None:
-        """A slot for the task another slot's report claimed for it (no RQ job exists for it)."""
+    def _run_handed(self, claimed: Claimed, started: threading.Event) -> None:
+        """A slot for the task another slot's report claimed for it (no RQ job exists for it);
+        `started` is set once the task runs its code (or will not)."""
         try:
-            run_claimed(claimed, handed=True)
+            run_claimed(claimed, handed=True, on_started=started.set)
         except Exception:
             log.exception("worker %s: task instance %s attempt %s failed outside its task", self.name, claimed.pk, claimed.attempt_token)
         finally:
+            started.set()
             with self._busy_lock:
                 self._handed.discard(threading.current_thread())
             self._slot_ended()
@@ -277,9 +283,11 @@ class OrchestratorWorker(SimpleWorker):
 
     def _hand_on(self, claimed: Claimed) -> None:
         """Called in a slot whose report claimed a task for it: run that task in a new slot
-        thread, which takes over this slot's place (this one ends its RQ job meanwhile)."""
+        thread, which takes over this slot's place (this one ends its RQ job once that task has
+        started, or after HAND_ON_HEAD_START)."""
+        started = threading.Event()
         thread = threading.Thread(
-            target=self._run_handed, args=(claimed,), name=f"slot-ti-{claimed.pk}-{claimed.attempt_token}", daemon=True
+            target=self._run_handed, args=(claimed, started), name=f"slot-ti-{claimed.pk}-{claimed.attempt_token}", daemon=True
         )
         with self._busy_lock:
             self._handed.add(thread)
@@ -293,6 +301,7 @@ class OrchestratorWorker(SimpleWorker):
             self._slots.discard(thread)
             raise
         self._slot_local.passed_on = True
+        started.wait(HAND_ON_HEAD_START)
 
     def _rq_heartbeats(self) -> None:
         """Keep RQ's records of every running job alive (its registries, its dashboards)."""

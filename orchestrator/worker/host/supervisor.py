@@ -138,6 +138,7 @@ class Supervisor:
         keep_changes: Callable[[int, int, list[dict[str, Any]]], Any] | None = None,
         task_state_max_bytes: int = taskstate.DEFAULT_MAX_BYTES,
         output_store: OutputStore | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> None:
         self.plan = plan
         self.worker = worker
@@ -151,6 +152,7 @@ class Supervisor:
         self.keep_changes = keep_changes
         self.task_state_max_bytes = task_state_max_bytes
         self.output_store = output_store or NoStore()
+        self.on_started = on_started or (lambda: None)  # the task's code may run from here on
         self.unstored_changes: list[dict[str, Any]] = []
         self.lease: AttemptLease | None = None
         self.proc: TaskHandle | None = None
@@ -329,6 +331,7 @@ class Supervisor:
             send(self.control_fd, self.plan.payload)
             return
         self.handshake_at = time.monotonic()  # recorded before the start
+        self.on_started()
         try:
             self.db(reporting.record_pid, self.plan.task_instance_id, self.plan.token, self.proc.pid)
         except Exception:  # only for operators' eyes: the started command must not go unwatched
@@ -587,6 +590,7 @@ class Supervisor:
             return
         self.handshake_at = time.monotonic()
         send(self.control_fd, {"type": "go"})
+        self.on_started()
 
     def _mark_running(self, *, pid: int | None) -> bool:
         plan = self.plan
