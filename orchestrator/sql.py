@@ -97,11 +97,12 @@ def cursor(prepare: bool = False) -> Any:
     is planned once per connection: planning a claim took three times as long as running it.
 
     Only for a statement that reaches every row it reads or writes by a unique key (the moves of
-    one attempt): PostgreSQL soon plans a prepared statement once for any parameters, and that
-    plan, perhaps made while the tables were small, is then kept as they grow. By a unique key it
-    is the index at any size; a read of a run's tasks planned on a small table keeps its
-    sequential scan (measured: 8 ms, not 0.1, to read one task of a 20,000-task table). Django's
-    wrapper stays around it (query logging, error translation)."""
+    one attempt): PostgreSQL soon plans a prepared statement once for any parameters, and keeps
+    that plan until the table's statistics change. By a unique key that is the index once the
+    statistics say the table is not tiny. A plan made while it was tiny is a sequential scan,
+    kept until the next ANALYZE (autovacuum's, soon after a big run is created): a move in a
+    20,000-task table then took 2.9 ms, not 0.1, and a read of a run's tasks 8 ms, which is why
+    such reads are never prepared. Django's wrapper stays around it (query logging, error translation)."""
     if not (prepare and connection.vendor == "postgresql" and settings.ORCHESTRATOR_DB_PREPARED_STATEMENTS):
         return connection.cursor()
     # As Django's own `cursor()` does, around a cursor of our class.
