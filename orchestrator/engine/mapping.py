@@ -25,6 +25,7 @@ from django.db import connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import metrics, sql
+from orchestrator.engine import tablestats
 from orchestrator.engine.transitions import transition
 from orchestrator.listeners import notify
 from orchestrator.models import Task, TaskInstance
@@ -165,6 +166,7 @@ def _insert(first: TaskInstance, items: list[Any]) -> list[TaskInstance]:
             )
         else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
             cursor.executemany(insert + one, [row(map_index, item) for map_index, item in enumerate(items, start=1)])
+    tablestats.grew(TaskInstance._meta.db_table, len(items))
     return list(TaskInstance.objects.filter(dag_run_id=first.dag_run_id, task_id=first.task_id, map_index__gte=1).order_by("map_index"))
 
 

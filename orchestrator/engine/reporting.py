@@ -407,6 +407,20 @@ def _run_is_over(ended: _Ended) -> bool:
     )
 
 
+_ENDED_READ = f"""
+    SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
+           EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id),
+           (SELECT count(*) FROM (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
+                   AND o.id <> ti.id AND o.state IN ({", ".join(f"'{state}'" for state in UNFINISHED)})
+                   ORDER BY o.task_id LIMIT {NEAR_THE_END}) AS others),
+           ti.map_index
+    FROM orchestrator_taskinstance ti
+    JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
+    JOIN orchestrator_dag d ON d.id = r.dag_id
+    WHERE ti.id = %s
+"""
+
+
 @dataclass(frozen=True)
 class _Ended:
     """What a success report reads about its task, in one query before it records the end
@@ -426,20 +440,13 @@ class _Ended:
     def read(cls, task_instance_id: int) -> _Ended:
         ti, dag = functools.partial(sql.column_field, TaskInstance), functools.partial(sql.column_field, Dag)
         ((task_id, dag_run_id, dag_pk, dag_version, circuit, has_deadlines, unfinished_others, map_index),) = sql.fetch(
-            f"""
-            SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
-                   EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id),
-                   (SELECT count(*) FROM (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
-                           AND o.id <> ti.id AND o.state IN ({sql.placeholders(len(UNFINISHED))})
-                           ORDER BY o.task_id LIMIT %s) AS others),
-                   ti.map_index
-            FROM orchestrator_taskinstance ti
-            JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
-            JOIN orchestrator_dag d ON d.id = r.dag_id
-            WHERE ti.id = %s
-            """,
-            [*UNFINISHED, NEAR_THE_END, task_instance_id],
+            _ENDED_READ,
+            [task_instance_id],
             [ti("task_id"), None, None, dag("updated_at"), ti("circuit"), None, None, None],
+            # Planning it took the server longer than running it. Its one parameter is the key:
+            # the states and the bound are written in, so that a plan made once for any task
+            # still finds the run's unfinished tasks by their partial index.
+            prepare=True,
         )
         return cls(
             task_instance_id, task_id, dag_run_id, dag_pk, dag_version, circuit, bool(has_deadlines), unfinished_others, map_index

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from deadlines import lifecycle
 from orchestrator import sql
 from orchestrator.clock import shared_now
-from orchestrator.engine import storms
+from orchestrator.engine import storms, tablestats
 from orchestrator.engine.admission import dispatch_ready, is_limited
 from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limit_args import limit_args
@@ -25,7 +25,7 @@ from orchestrator.engine.rules import Readiness, readiness, run_outcome
 from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
-from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
+from orchestrator.models import Backfill, Dag, DagRun, Task, TaskAttempt, TaskInstance
 from orchestrator.taskconfig import merge_args
 from retries.states import (
     FAILED_TASK_STATES,
@@ -132,6 +132,7 @@ def _insert_instances(run: DagRun) -> None:
                 for at in range(len(varying["task_id"]))
             ]
             cursor.executemany(f"{insert} VALUES ({sql.placeholders(len(fields))})", rows)
+    tablestats.grew(TaskInstance._meta.db_table, len(varying["task_id"]))
 
 
 def _array_type(field: Any) -> str:
@@ -228,6 +229,8 @@ def advance_run(
             # Registered after the first chunk's enqueue: its jobs are on Redis before the next
             # chunk is written.
             transaction.on_commit(lambda: dispatched_later.append(dispatch_later(dag_run_id, later, now)))
+        # An attempt row for each task dispatched (registered after the later chunks: counted once they are written).
+        tablestats.grew(TaskAttempt._meta.db_table, len(due) + len(later))
     return dispatched + sum(dispatched_later), finished
 
 

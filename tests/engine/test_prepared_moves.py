@@ -50,7 +50,9 @@ def test_an_attempts_moves_are_prepared_and_a_runs_reads_are_not(postgresql_only
     # claim, handshake and success: three statements, each with its values bound apart
     assert len(moves) == 3, prepared
     assert all("$1" in statement for statement in moves)
-    # Reads of the run's tasks by anything but a unique key stay unprepared.
+    # The read of the task a report ends, by its key, is prepared too ...
+    assert [statement for statement in prepared if "FROM orchestrator_taskinstance ti" in statement and "WHERE ti.id = $1" in statement]
+    # ... and reads of the run's tasks by anything but a unique key stay unprepared.
     assert not [statement for statement in prepared if "dag_run_id = $" in statement and "WITH moved" not in statement], prepared
     # The query log still shows what a prepared statement ran.
     assert sum("WITH moved AS" in (query["sql"] or "") for query in queries.captured_queries) == 3
@@ -78,3 +80,72 @@ def test_nothing_is_prepared_when_turned_off(postgresql_only):
     assert reporting.claim(ti.pk, ti.attempt_token, WORKER)
     assert reporting.mark_running(ti.pk, ti.attempt_token, pid=1)
     assert _prepared() == []
+
+
+def _planned_move(session, ti: TaskInstance) -> str:
+    rows = session.execute(f"EXPLAIN EXECUTE move({ti.pk}, {ti.attempt_token})").fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+def test_a_big_run_makes_every_session_plan_its_moves_for_the_table_it_grew(postgresql_only):
+    """A move prepared while the table was tiny is planned as a read of the whole table, and
+    PostgreSQL keeps that plan until the table's statistics change. Creating a run of more
+    tasks than the statistics know of analyzes the table once committed: a worker's session
+    then plans its moves on the key again, without waiting for autovacuum."""
+    import psycopg
+
+    from orchestrator.models import Task
+
+    run, ti = _chain()
+    params = connection.get_connection_params()
+    for libpq_unknown in ("cursor_factory", "prepare_threshold"):
+        params.pop(libpq_unknown, None)
+    with psycopg.connect(**params, autocommit=True) as worker_session:
+        worker_session.execute("ANALYZE orchestrator_taskinstance")  # statistics of a tiny table
+        worker_session.execute(
+            "PREPARE move(bigint, bigint) AS WITH moved AS (UPDATE orchestrator_taskinstance SET heartbeat_at = now()"
+            " WHERE id = $1 AND state IN ('running') AND attempt_token = $2 RETURNING id) SELECT count(*) FROM moved"
+        )
+        for _ in range(8):  # past its first custom plans: the plan kept is the generic one
+            worker_session.execute(f"EXECUTE move({ti.pk}, {ti.attempt_token})")
+        assert "Seq Scan on orchestrator_taskinstance" in _planned_move(worker_session, ti)  # the premise
+
+        dag = DagFactory(dag_id="big")
+        Task.objects.bulk_create([Task(dag=dag, task_id=f"t{i:04d}", bash_command="true", position=i) for i in range(1500)])
+        create_manual_run(dag)
+
+        plan = _planned_move(worker_session, ti)
+        assert "Seq Scan" not in plan and "orchestrator_taskinstance_pkey" in plan, plan
+
+
+def test_only_rows_the_statistics_do_not_know_of_call_for_an_analyze():
+    from orchestrator.engine.tablestats import ANALYZE_FROM_ROWS, needs_analyze
+
+    assert needs_analyze(ANALYZE_FROM_ROWS, -1)  # never analyzed
+    assert needs_analyze(10_000, 33)
+    assert not needs_analyze(10_000, 1_000_000)  # a year of history: its plans are already right
+    assert not needs_analyze(ANALYZE_FROM_ROWS - 1, 0)  # too few to make a plan go far wrong
+
+
+def test_the_ended_tasks_read_planned_once_finds_the_runs_unfinished_tasks_by_their_index(postgresql_only):
+    """The read a success report starts with is prepared: its plan, made once for any task,
+    reaches the task by its key and counts the run's unfinished tasks through their partial
+    index (the states are written into it), not through the run's every row."""
+    import psycopg
+
+    from orchestrator.engine.reporting import _ENDED_READ
+    from orchestrator.models import Task
+
+    dag = DagFactory(dag_id="wide")
+    Task.objects.bulk_create([Task(dag=dag, task_id=f"t{i:04d}", bash_command="true", position=i) for i in range(1500)])
+    run = create_manual_run(dag)  # analyzes the table it grew
+    ti = TaskInstance.objects.filter(dag_run=run).first()
+    params = connection.get_connection_params()
+    for libpq_unknown in ("cursor_factory", "prepare_threshold"):
+        params.pop(libpq_unknown, None)
+    with psycopg.connect(**params, autocommit=True) as session:
+        session.execute(f"PREPARE ended(bigint) AS {_ENDED_READ.replace('%s', '$1')}")
+        for _ in range(8):  # past its first custom plans: the plan kept is the generic one
+            session.execute(f"EXECUTE ended({ti.pk})")
+        plan = "\n".join(row[0] for row in session.execute(f"EXPLAIN EXECUTE ended({ti.pk})").fetchall())
+    assert "Seq Scan" not in plan and "ti_run_unfinished" in plan and "orchestrator_taskinstance_pkey" in plan, plan

@@ -136,3 +136,30 @@ def test_advance_run_does_not_read_results():
     run = create_manual_run(_mapped_dag([1]))
     ti = _instances_of(run)[0]
     assert "result" in ti.get_deferred_fields() and "map_item" in ti.get_deferred_fields()
+
+
+def test_a_big_expansion_leaves_statistics_that_know_its_rows(settings):
+    """1,500 instances at once, and as many attempts dispatched: both tables are analyzed once
+    committed, so that prepared moves planned while they were tiny are planned again
+    (`engine/tablestats.py`)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("planner statistics are PostgreSQL's")
+
+    def known_rows() -> list[float]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples FROM pg_class WHERE oid IN ('orchestrator_taskinstance'::regclass, 'orchestrator_taskattempt'::regclass)"
+            )
+            return [reltuples for (reltuples,) in cursor.fetchall()]
+
+    settings.ORCHESTRATOR_MAX_MAP_LENGTH = 2000
+    run = create_manual_run(_mapped_dag("results.extract"))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE orchestrator_taskinstance")
+        cursor.execute("ANALYZE orchestrator_taskattempt")
+    assert all(rows < 100 for rows in known_rows())
+    _succeed(_instances(run, "extract")[0], result=list(range(1500)))
+    assert len(_instances(run, "load")) == 1500
+    assert all(rows >= 1500 for rows in known_rows()), known_rows()
