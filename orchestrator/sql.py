@@ -73,6 +73,16 @@ def placeholders(n: int) -> str:
     return ", ".join(["%s"] * n)
 
 
+def literals(names: Iterable[str]) -> str:
+    """Constant names (states, kinds) written into a statement, for `IN (...)`: a prepared
+    statement's plan, made once for any parameters, then still sees which values they are (and
+    so which partial indexes serve it). Only for the code's own constants, never for input."""
+    names = list(names)
+    if not all(name.replace("_", "").isalnum() for name in names):
+        raise ValueError(f"not a constant name: {names!r}")
+    return ", ".join(f"'{name}'" for name in names)
+
+
 def execute(sql: str, params: Sequence[Any] = ()) -> int:
     """Run a statement; return how many rows it changed."""
     with connection.cursor() as cursor:

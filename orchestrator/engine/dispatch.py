@@ -103,7 +103,9 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime, unwritten: frozenset
         insert, insert_params = _attempts_insert(now)
         statement = f"WITH dispatched AS ({statement}), inserted AS ({insert}) SELECT * FROM dispatched"
         params += insert_params
-    with connection.cursor() as cursor:
+    # Prepared on PostgreSQL, where its text is the same for any number of tasks (three arrays):
+    # planning it took the server longer than running it for a chain's one task.
+    with sql.cursor(prepare=with_attempts) as cursor:
         cursor.execute(statement, params)
         returned = cursor.fetchall()
     if not returned:

@@ -411,7 +411,7 @@ _ENDED_READ = f"""
     SELECT ti.task_id, ti.dag_run_id, r.dag_id, d.updated_at, ti.circuit,
            EXISTS (SELECT 1 FROM deadlines_deadline dl WHERE dl.task_instance_id = ti.id),
            (SELECT count(*) FROM (SELECT 1 FROM orchestrator_taskinstance o WHERE o.dag_run_id = ti.dag_run_id
-                   AND o.id <> ti.id AND o.state IN ({", ".join(f"'{state}'" for state in UNFINISHED)})
+                   AND o.id <> ti.id AND o.state IN ({sql.literals(UNFINISHED)})
                    ORDER BY o.task_id LIMIT {NEAR_THE_END}) AS others),
            ti.map_index
     FROM orchestrator_taskinstance ti

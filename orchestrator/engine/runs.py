@@ -299,10 +299,10 @@ _DEFINITION_FIELDS = ("id", "dag", "task_id", "upstream", "trigger_rule", "args"
 _UNREAD_TI_FIELDS = ("result", "map_item")
 
 
-def _instances_of(run: DagRun, where: str = "", params: Iterable[Any] = ()) -> list[TaskInstance]:
+def _instances_of(run: DagRun, where: str = "", params: Iterable[Any] = (), *, prepare: bool = False) -> list[TaskInstance]:
     """The run's task instances (all, or those `where` selects) with their definitions, in one
     written query: the ORM's select_related cost a run's every move more CPU than the database
-    spent on it."""
+    spent on it. `prepare`: see `sql.cursor`."""
     ti_fields = [field for field in sql.concrete_fields(TaskInstance) if field.name not in _UNREAD_TI_FIELDS]
     task_fields = sql.concrete_fields(Task, _DEFINITION_FIELDS)
     rows = sql.fetch(
@@ -311,6 +311,7 @@ def _instances_of(run: DagRun, where: str = "", params: Iterable[Any] = ()) -> l
         f" WHERE ti.dag_run_id = %s{where} ORDER BY ti.id",
         [run.pk, *params],
         ti_fields + task_fields,
+        prepare=prepare,
     )
     instances = []
     for row in rows:
@@ -549,6 +550,8 @@ FEW_UPSTREAMS = 64
 UNFINISHED_PROBE = 100
 # Parameters per IN list (SQLite allows 32,766 per statement).
 _CHUNK = 5000
+# A report's read of the tasks its task's end may make ready is prepared for up to this many.
+PREPARED_READ_TASKS = 8
 
 
 def _waiting_and_due_instances(run: DagRun, task_ids: list[str], now: datetime) -> tuple[list[TaskInstance], list[TaskInstance]]:
@@ -559,8 +562,12 @@ def _waiting_and_due_instances(run: DagRun, task_ids: list[str], now: datetime) 
     due, due_params = _due_condition(now)
     found = _instances_of(
         run,
-        f" AND ((ti.state = %s AND ti.task_id IN ({sql.placeholders(len(task_ids))})) OR ({due}))",
-        [str(TaskState.NONE), *task_ids, *due_params],
+        f" AND ((ti.state = '{TaskState.NONE}' AND ti.task_id IN ({sql.placeholders(len(task_ids))})) OR ({due}))",
+        [*task_ids, *due_params],
+        # A report's read (a chain's step: one task): planned once per connection. Not for many
+        # tasks: each count of them is a statement of its own, and would push the moves out of
+        # the connection's few prepared statements.
+        prepare=len(task_ids) <= PREPARED_READ_TASKS,
     )
     return [ti for ti in found if ti.state == TaskState.NONE], [ti for ti in found if ti.state != TaskState.NONE]
 
@@ -666,8 +673,8 @@ def _due_condition(now: datetime) -> tuple[str, list[Any]]:
     waiting = sorted(str(state) for state in WAITING_TO_RUN_STATES)
     field = TaskInstance._meta.get_field("next_retry_at")
     return (
-        f"ti.state IN ({sql.placeholders(len(waiting))}) AND (ti.next_retry_at IS NULL OR ti.next_retry_at <= %s)",
-        [*waiting, field.get_db_prep_save(now, connection)],
+        f"ti.state IN ({sql.literals(waiting)}) AND (ti.next_retry_at IS NULL OR ti.next_retry_at <= %s)",
+        [field.get_db_prep_save(now, connection)],
     )
 
 

@@ -1,6 +1,8 @@
-"""On PostgreSQL an attempt's moves (claim, handshake, report) are prepared statements, planned
-once per connection; reads of a run's tasks are not (a plan kept from when the table was small
-would keep its sequential scan as the table grows). Fencing is the same either way."""
+"""On PostgreSQL an attempt's moves (claim, handshake, report) and a report's reads (of the task
+it ends, of the few it may make ready) are prepared statements, planned once per connection;
+other reads of a run's tasks are not. A plan kept from when the tables were tiny would read
+them through as they grow: a run that outgrows their statistics analyzes them. Fencing is the
+same either way."""
 from __future__ import annotations
 
 import pytest
@@ -39,7 +41,7 @@ def postgresql_only():
     connection.close()  # a connection of its own: its prepared statements are this test's
 
 
-def test_an_attempts_moves_are_prepared_and_a_runs_reads_are_not(postgresql_only):
+def test_an_attempts_moves_and_its_reports_reads_are_prepared_and_other_run_reads_are_not(postgresql_only):
     run, ti = _chain()
     with CaptureQueriesContext(connection) as queries:
         assert reporting.claim(ti.pk, ti.attempt_token, WORKER)
@@ -52,8 +54,10 @@ def test_an_attempts_moves_are_prepared_and_a_runs_reads_are_not(postgresql_only
     assert all("$1" in statement for statement in moves)
     # The read of the task a report ends, by its key, is prepared too ...
     assert [statement for statement in prepared if "FROM orchestrator_taskinstance ti" in statement and "WHERE ti.id = $1" in statement]
-    # ... and reads of the run's tasks by anything but a unique key stay unprepared.
-    assert not [statement for statement in prepared if "dag_run_id = $" in statement and "WITH moved" not in statement], prepared
+    # ... and so is its read of the next task (with whatever else of the run is due); no read of
+    # a run's tasks that is not a report's is.
+    run_reads = [statement for statement in prepared if "dag_run_id = $" in statement and "WITH moved" not in statement]
+    assert len(run_reads) == 1 and "ti.task_id IN ($2)" in run_reads[0], prepared
     # The query log still shows what a prepared statement ran.
     assert sum("WITH moved AS" in (query["sql"] or "") for query in queries.captured_queries) == 3
     ti.refresh_from_db()
@@ -149,3 +153,21 @@ def test_the_ended_tasks_read_planned_once_finds_the_runs_unfinished_tasks_by_th
             session.execute(f"EXECUTE ended({ti.pk})")
         plan = "\n".join(row[0] for row in session.execute(f"EXPLAIN EXECUTE ended({ti.pk})").fetchall())
     assert "Seq Scan" not in plan and "ti_run_unfinished" in plan and "orchestrator_taskinstance_pkey" in plan, plan
+
+
+def test_a_report_that_may_make_many_tasks_ready_reads_them_unprepared(postgresql_only):
+    """Each count of tasks would be a statement of its own: prepared, a fan-out's reports would
+    push the moves out of the connection's few prepared statements."""
+    from orchestrator.engine.runs import PREPARED_READ_TASKS
+
+    dag = DagFactory(dag_id="fan")
+    TaskFactory(dag=dag, task_id="root")
+    for i in range(PREPARED_READ_TASKS + 1):
+        TaskFactory(dag=dag, task_id=f"m{i}", upstream=["root"])
+    run = create_manual_run(dag)
+    root = TaskInstance.objects.get(dag_run=run, task_id="root")
+    assert reporting.claim(root.pk, root.attempt_token, WORKER)
+    assert reporting.mark_running(root.pk, root.attempt_token, pid=1)
+    assert reporting.report_success(root.pk, root.attempt_token)
+    assert not [statement for statement in _prepared() if "ti.task_id IN (" in statement], _prepared()
+    assert TaskInstance.objects.filter(dag_run=run, state="queued").count() == PREPARED_READ_TASKS + 1
