@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models.base import ModelState
 from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
@@ -93,12 +93,21 @@ def execute(sql: str, params: Sequence[Any] = ()) -> int:
 def fetch(sql: str, params: Sequence[Any], fields: Iterable[models.Field | None], *, prepare: bool = False) -> list[tuple]:
     """Run a query; each column is converted as the ORM converts `fields` (None: as it came).
     `prepare`: see `cursor`."""
-    fields = list(fields)
-    converters = [_converters(field) for field in fields]
+    db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once
+    conversions = [(at, chain) for at, field in enumerate(fields) if (chain := _converters(db.ops, field))]
     with cursor(prepare) as c:
         c.execute(sql, params)
         rows = c.fetchall()
-    return [tuple(_convert(value, field, chain) for value, field, chain in zip(row, fields, converters)) for row in rows]
+    if not conversions:
+        return rows
+    converted = []
+    for row in rows:
+        values = list(row)
+        for at, chain in conversions:
+            for converter, expression in chain:
+                values[at] = converter(values[at], expression, db)
+        converted.append(tuple(values))
+    return converted
 
 
 def cursor(prepare: bool = False) -> Any:
@@ -144,19 +153,18 @@ def _preparing_cursor_class() -> type:
     return PreparingCursor
 
 
-def _converters(field: models.Field | None) -> list:
+@functools.lru_cache(maxsize=1024)
+def _converters(ops: Any, field: models.Field | None) -> tuple[tuple[Any, Any], ...]:
+    """What the ORM calls on a value of `field` read through a connection with `ops` (each
+    thread's connection has its own), with the expression it passes: worked out once, not for
+    every column of every read (most of a report's reading was this, on PostgreSQL where nearly
+    every column has none)."""
     if field is None:
-        return []
+        return ()
+    expression = field.cached_col
     # django-stubs declare get_db_converters on expressions only; Django's Field has it too.
-    return connection.ops.get_db_converters(field.cached_col) + field.get_db_converters(connection)  # type: ignore[attr-defined]
-
-
-def _convert(value: Any, field: models.Field | None, chain: list) -> Any:
-    if field is None:
-        return value  # no converters either
-    for converter in chain:
-        value = converter(value, field.cached_col, connection)
-    return value
+    chain = ops.get_db_converters(expression) + field.get_db_converters(ops.connection)  # type: ignore[attr-defined]
+    return tuple((converter, expression) for converter in chain)
 
 
 def columns(alias: str, fields: Iterable[models.Field]) -> str:

@@ -171,3 +171,12 @@ def test_a_report_that_may_make_many_tasks_ready_reads_them_unprepared(postgresq
     assert reporting.report_success(root.pk, root.attempt_token)
     assert not [statement for statement in _prepared() if "ti.task_id IN (" in statement], _prepared()
     assert TaskInstance.objects.filter(dag_run=run, state="queued").count() == PREPARED_READ_TASKS + 1
+
+
+def test_only_constant_names_are_written_into_a_statement():
+    from orchestrator.sql import literals
+
+    assert literals(["none", "up_for_retry"]) == "'none', 'up_for_retry'"
+    for hostile in ("x'); DROP TABLE orchestrator_taskinstance; --", "a b", "it's"):
+        with pytest.raises(ValueError):
+            literals(["none", hostile])
