@@ -14,12 +14,16 @@ from __future__ import annotations
 import functools
 import logging
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 log = logging.getLogger(__name__)
 
 # Fewer rows than this never make a plan go wrong by much: not worth an ANALYZE.
 ANALYZE_FROM_ROWS = 1000
+# How long the ANALYZE may wait for its lock (autovacuum's own, an operator's VACUUM) and run:
+# it is a courtesy, and the caller (a trigger, a scheduler pass, a report) must not hang on it.
+LOCK_WAIT_MS = 1000
+RUN_MS = 30_000
 
 
 def needs_analyze(added: int, known_rows: float) -> bool:
@@ -37,10 +41,16 @@ def grew(table: str, added: int) -> None:
 
 
 def _analyze_if_outgrown(table: str, added: int) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [table])
-        (known,) = cursor.fetchone()
-        if not needs_analyze(added, known):
-            return
-        cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [table])
+            (known,) = cursor.fetchone()
+            if not needs_analyze(added, known):
+                return
+            cursor.execute(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}")
+            cursor.execute(f"SET LOCAL statement_timeout = {RUN_MS}")
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
+    except DatabaseError as exc:
+        log.warning("could not analyze %s after %d rows were added (autovacuum will): %s", table, added, exc)
+        return
     log.info("analyzed %s after %d rows were added (its statistics knew of %d)", table, added, max(0, int(known)))
