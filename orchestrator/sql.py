@@ -115,13 +115,15 @@ def cursor(prepare: bool = False) -> Any:
     is off), one that binds its parameters on the server and prepares its statement, so that it
     is planned once per connection: planning a claim took three times as long as running it.
 
-    Only for a statement that reaches every row it reads or writes by a unique key (the moves of
-    one attempt): PostgreSQL soon plans a prepared statement once for any parameters, and keeps
-    that plan until the table's statistics change. By a unique key that is the index once the
-    statistics say the table is not tiny. A plan made while it was tiny is a sequential scan,
-    kept until the next ANALYZE (autovacuum's, soon after a big run is created): a move in a
-    20,000-task table then took 2.9 ms, not 0.1, and a read of a run's tasks 8 ms, which is why
-    such reads are never prepared. Django's wrapper stays around it (query logging, error translation)."""
+    Only for the few statements every attempt runs (its moves, a report's reads of the task it
+    ended and of the few it may make ready, the dispatch), each binding only what varies: keys,
+    times, task ids; the states it looks for are written in (`literals`). PostgreSQL soon plans
+    a prepared statement once for any parameters and keeps that plan until the table's
+    statistics change, so it must be as good for every value bound, and it sees no bound state.
+    A plan made while a table was tiny reads it through as it grows (a move in a 20,000-task
+    table took 2.9 ms, not 0.1): a big run has its tables analyzed (`engine/tablestats.py`).
+    Preparing every statement doubled a 10,000-task run's database time. Django's wrapper stays
+    around it (query logging, error translation)."""
     if not (prepare and connection.vendor == "postgresql" and settings.ORCHESTRATOR_DB_PREPARED_STATEMENTS):
         return connection.cursor()
     # As Django's own `cursor()` does, around a cursor of our class.
