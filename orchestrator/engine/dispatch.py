@@ -105,7 +105,7 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime, unwritten: frozenset
         params += insert_params
     # Prepared on PostgreSQL, where its text is the same for any number of tasks (three arrays):
     # planning it took the server longer than running it for a chain's one task.
-    with sql.cursor(prepare=with_attempts) as cursor:
+    with sql.cursor(prepare=True) as cursor:
         cursor.execute(statement, params)
         returned = cursor.fetchall()
     if not returned:

@@ -562,7 +562,7 @@ def _waiting_and_due_instances(run: DagRun, task_ids: list[str], now: datetime) 
     due, due_params = _due_condition(now)
     found = _instances_of(
         run,
-        f" AND ((ti.state = '{TaskState.NONE}' AND ti.task_id IN ({sql.placeholders(len(task_ids))})) OR ({due}))",
+        f" AND ((ti.state = {sql.literals([str(TaskState.NONE)])} AND ti.task_id IN ({sql.placeholders(len(task_ids))})) OR ({due}))",
         [*task_ids, *due_params],
         # A report's read (a chain's step: one task): planned once per connection. Not for many
         # tasks: each count of them is a statement of its own, and would push the moves out of

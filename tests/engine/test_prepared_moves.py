@@ -86,9 +86,19 @@ def test_nothing_is_prepared_when_turned_off(postgresql_only):
     assert _prepared() == []
 
 
-def _planned_move(session, ti: TaskInstance) -> str:
-    rows = session.execute(f"EXPLAIN EXECUTE move({ti.pk}, {ti.attempt_token})").fetchall()
-    return "\n".join(row[0] for row in rows)
+def _session(**options):
+    """A connection of its own to the test database (as a worker's or another process's)."""
+    import psycopg
+
+    params = connection.get_connection_params()
+    for libpq_unknown in ("cursor_factory", "prepare_threshold"):
+        params.pop(libpq_unknown, None)
+    return psycopg.connect(**params, **options)
+
+
+def _plan(session, execute: str) -> str:
+    """The plan `session` keeps for a prepared statement, as EXPLAIN shows it."""
+    return "\n".join(row[0] for row in session.execute(f"EXPLAIN {execute}").fetchall())
 
 
 def test_a_big_run_makes_every_session_plan_its_moves_for_the_table_it_grew(postgresql_only):
@@ -96,15 +106,11 @@ def test_a_big_run_makes_every_session_plan_its_moves_for_the_table_it_grew(post
     PostgreSQL keeps that plan until the table's statistics change. Creating a run of more
     tasks than the statistics know of analyzes the table once committed: a worker's session
     then plans its moves on the key again, without waiting for autovacuum."""
-    import psycopg
 
     from orchestrator.models import Task
 
     run, ti = _chain()
-    params = connection.get_connection_params()
-    for libpq_unknown in ("cursor_factory", "prepare_threshold"):
-        params.pop(libpq_unknown, None)
-    with psycopg.connect(**params, autocommit=True) as worker_session:
+    with _session(autocommit=True) as worker_session:
         worker_session.execute("ANALYZE orchestrator_taskinstance")  # statistics of a tiny table
         worker_session.execute(
             "PREPARE move(bigint, bigint) AS WITH moved AS (UPDATE orchestrator_taskinstance SET heartbeat_at = now()"
@@ -112,13 +118,13 @@ def test_a_big_run_makes_every_session_plan_its_moves_for_the_table_it_grew(post
         )
         for _ in range(8):  # past its first custom plans: the plan kept is the generic one
             worker_session.execute(f"EXECUTE move({ti.pk}, {ti.attempt_token})")
-        assert "Seq Scan on orchestrator_taskinstance" in _planned_move(worker_session, ti)  # the premise
+        assert "Seq Scan on orchestrator_taskinstance" in _plan(worker_session, f"EXECUTE move({ti.pk}, {ti.attempt_token})")  # the premise
 
         dag = DagFactory(dag_id="big")
         Task.objects.bulk_create([Task(dag=dag, task_id=f"t{i:04d}", bash_command="true", position=i) for i in range(1500)])
         create_manual_run(dag)
 
-        plan = _planned_move(worker_session, ti)
+        plan = _plan(worker_session, f"EXECUTE move({ti.pk}, {ti.attempt_token})")
         assert "Seq Scan" not in plan and "orchestrator_taskinstance_pkey" in plan, plan
 
 
@@ -135,7 +141,6 @@ def test_the_ended_tasks_read_planned_once_finds_the_runs_unfinished_tasks_by_th
     """The read a success report starts with is prepared: its plan, made once for any task,
     reaches the task by its key and counts the run's unfinished tasks through their partial
     index (the states are written into it), not through the run's every row."""
-    import psycopg
 
     from orchestrator.engine.reporting import _ENDED_READ
     from orchestrator.models import Task
@@ -144,14 +149,11 @@ def test_the_ended_tasks_read_planned_once_finds_the_runs_unfinished_tasks_by_th
     Task.objects.bulk_create([Task(dag=dag, task_id=f"t{i:04d}", bash_command="true", position=i) for i in range(1500)])
     run = create_manual_run(dag)  # analyzes the table it grew
     ti = TaskInstance.objects.filter(dag_run=run).first()
-    params = connection.get_connection_params()
-    for libpq_unknown in ("cursor_factory", "prepare_threshold"):
-        params.pop(libpq_unknown, None)
-    with psycopg.connect(**params, autocommit=True) as session:
+    with _session(autocommit=True) as session:
         session.execute(f"PREPARE ended(bigint) AS {_ENDED_READ.replace('%s', '$1')}")
         for _ in range(8):  # past its first custom plans: the plan kept is the generic one
             session.execute(f"EXECUTE ended({ti.pk})")
-        plan = "\n".join(row[0] for row in session.execute(f"EXPLAIN EXECUTE ended({ti.pk})").fetchall())
+        plan = _plan(session, f"EXECUTE ended({ti.pk})")
     assert "Seq Scan" not in plan and "ti_run_unfinished" in plan and "orchestrator_taskinstance_pkey" in plan, plan
 
 
@@ -188,17 +190,12 @@ def test_a_big_run_is_created_at_once_while_its_table_cannot_be_analyzed(postgre
     as that session holds it, and says why the table was not analyzed."""
     import time
 
-    import psycopg
-
     from orchestrator.engine import tablestats
     from orchestrator.models import Task
 
     dag = DagFactory(dag_id="big_while_locked")
     Task.objects.bulk_create([Task(dag=dag, task_id=f"t{i:04d}", bash_command="true", position=i) for i in range(1500)])
-    params = connection.get_connection_params()
-    for libpq_unknown in ("cursor_factory", "prepare_threshold"):
-        params.pop(libpq_unknown, None)
-    vacuuming = psycopg.connect(**params)
+    vacuuming = _session()
     try:
         # Its lock goes with it after 8 s idle: a trigger that waited for it fails the test, not hangs it.
         vacuuming.execute("SET idle_in_transaction_session_timeout = '8s'")
