@@ -350,6 +350,7 @@ class PhaseResult:
     attempts: int = 0
     wall_by_rows: float | None = None  # set when `wall` was observed instead
     failed_attempts: dict[str, int] = field(default_factory=dict)  # by category/reason
+    rate_by_tenth: list[float] = field(default_factory=list)  # tasks/s ended in each tenth of the wall
 
     @property
     def tasks_per_second(self) -> float:
@@ -367,6 +368,7 @@ class PhaseResult:
             "per_worker": self.per_worker,
             "attempts": self.attempts,
             "failed_attempts": self.failed_attempts,
+            "rate_by_tenth": self.rate_by_tenth,
             "latencies": {key: one.summary() for key, one in self.series.items() if one.values},
         }
 
@@ -439,6 +441,7 @@ def measure(name: str, triggered: dict[int, datetime]) -> PhaseResult:
     # tasks' end times is the end.
     ends = [run.end_date for run in runs if run.end_date is not None] + [ti.end_date for ti in instances if ti.end_date]
     wall = seconds(max(ends), min(triggered.values())) if ends else float("nan")
+    task_ends = [seconds(ti.end_date, min(triggered.values())) for ti in instances if ti.end_date is not None]
     return PhaseResult(
         name=name,
         runs=len(runs),
@@ -450,7 +453,20 @@ def measure(name: str, triggered: dict[int, datetime]) -> PhaseResult:
         per_worker=per_worker,
         attempts=len(attempts),
         failed_attempts=failed_attempts,
+        rate_by_tenth=rate_by_tenth(task_ends, wall or 0.0),
     )
+
+
+def rate_by_tenth(ends: list[float], wall: float) -> list[float]:
+    """Tasks/s in each tenth of a phase's wall time, from each task's end (seconds since the
+    trigger): a rate that falls as a run goes on shows a cost that grows with what it did."""
+    if wall <= 0 or not ends:
+        return []
+    tenth = wall / 10
+    counts = [0] * 10
+    for end in ends:
+        counts[min(9, max(0, int(end / tenth)))] += 1
+    return [round(count / tenth, 1) for count in counts]
 
 
 def print_phase(result: PhaseResult) -> None:
@@ -460,4 +476,6 @@ def print_phase(result: PhaseResult) -> None:
     )
     if result.attempts != result.tasks or result.failed_attempts:
         print(f"  {result.attempts} attempts for {result.tasks} tasks; failed attempts: {result.failed_attempts}")
+    if result.rate_by_tenth:
+        print(f"  tasks/s in each tenth of the wall time: {', '.join(f'{rate:g}' for rate in result.rate_by_tenth)}")
     print_series(list(result.series.values()))
