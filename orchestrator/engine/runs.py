@@ -221,6 +221,11 @@ def advance_run(
             ti.dag_run = run
         due.sort(key=lambda ti: -ti.priority_weight)  # stable: by id within a weight
         due, later = due[:FIRST_DISPATCH_CHUNK], due[FIRST_DISPATCH_CHUNK:]
+        # The later chunks' tasks made ready in memory stay `none` until their own chunk moves
+        # them on: a wide fan-out's report does not write `scheduled` for thousands of tasks
+        # before its first jobs can go. Should that never happen (a crash), they are `none`
+        # tasks whose upstreams are done, and the scheduler's next pass settles them.
+        later_unwritten = {ti.pk: unwritten.pop(ti.pk) for ti in later if ti.pk in unwritten}
         # Pools, limits and circuits decide which of the ready tasks go now.
         dispatched = dispatch_ready(run, due, now, unwritten=frozenset(unwritten))
         _write_unwritten(unwritten)  # made ready but not dispatched after all: scheduled
@@ -228,7 +233,9 @@ def advance_run(
         if later:
             # Registered after the first chunk's enqueue: its jobs are on Redis before the next
             # chunk is written.
-            transaction.on_commit(lambda: dispatched_later.append(dispatch_later(dag_run_id, later, now)))
+            transaction.on_commit(
+                lambda: dispatched_later.append(dispatch_later(dag_run_id, later, now, unwritten=later_unwritten))
+            )
         # An attempt row for each task dispatched (registered after the later chunks: counted once they are written).
         tablestats.grew(TaskAttempt._meta.db_table, len(due) + len(later))
     return dispatched + sum(dispatched_later), finished
@@ -242,17 +249,21 @@ FIRST_DISPATCH_CHUNK = 100
 DISPATCH_CHUNK = 500
 
 
-def dispatch_later(dag_run_id: int, due: list[TaskInstance], now: datetime) -> int:
+def dispatch_later(
+    dag_run_id: int, due: list[TaskInstance], now: datetime, *, unwritten: dict[int, TaskInstance] | None = None
+) -> int:
     """Dispatch the rest of a run's due tasks, a chunk per transaction, once the transaction that
-    settled them committed; returns how many went.
+    settled them committed; returns how many went. `unwritten`: those of them still `none` in
+    the database (`_settle_downstream_of`); each chunk writes `scheduled` for any of its own it
+    does not dispatch.
 
     Each chunk locks the run again and goes only while the run is running and its DAG not
     paused. Every dispatch is fenced by the (state, token) it was read with, so a task someone
     else dispatched or cleared meanwhile is left alone, and pools, limits and circuits admit
     each chunk under their locks as they would any dispatch. Whatever is not dispatched here
-    (an error, a crash between chunks) stays scheduled, and the next scheduler pass, which
-    looks for runs with due tasks, dispatches it: the error is logged, never raised into the
-    caller, whose own change is committed already."""
+    (an error, a crash between chunks) stays scheduled, or `none` with its upstreams done, and
+    the next scheduler pass, which looks for runs with due or settleable tasks, dispatches it:
+    the error is logged, never raised into the caller, whose own change is committed already."""
     dispatched = 0
     for start in range(0, len(due), DISPATCH_CHUNK):
         chunk = due[start : start + DISPATCH_CHUNK]
@@ -263,7 +274,9 @@ def dispatch_later(dag_run_id: int, due: list[TaskInstance], now: datetime) -> i
                     return dispatched
                 for ti in chunk:
                     ti.dag_run = run
-                went = dispatch_ready(run, chunk, now)
+                chunk_unwritten = {ti.pk: ti for ti in chunk if unwritten and ti.pk in unwritten}
+                went = dispatch_ready(run, chunk, now, unwritten=frozenset(chunk_unwritten))
+                _write_unwritten(chunk_unwritten)
         except Exception:
             log.exception(
                 "could not dispatch %d due task(s) of run %s; the next scheduler pass will", len(due) - start, dag_run_id

@@ -127,3 +127,112 @@ def test_the_rest_waits_when_the_dag_is_paused_between_chunks(monkeypatch):
     run = create_manual_run(dag)
     assert calls == [10]
     assert TaskInstance.objects.filter(dag_run=run, state=TaskState.SCHEDULED).count() == 15
+
+
+# --- a report that makes a wide fan-out ready ------------------------------------------------------
+
+
+def _root_reported(n: int):
+    """A root and `n` tasks downstream of it; the root claimed, running, and its job gone from
+    Redis: returns the run and the root, to be reported."""
+    from orchestrator.engine import reporting
+
+    dag = DagFactory(dag_id=f"fan{n}")
+    TaskFactory(dag=dag, task_id="root", upstream=[])
+    for i in range(n):
+        TaskFactory(dag=dag, task_id=f"m{i:03d}", upstream=["root"])
+    run = create_manual_run(dag)
+    root = TaskInstance.objects.get(dag_run=run, task_id="root")
+    worker = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
+    assert reporting.claim(root.pk, root.attempt_token, worker)
+    assert reporting.mark_running(root.pk, root.attempt_token, pid=1)
+    Queue("default", connection=get_redis()).empty()
+    return run, root
+
+
+def _middle_states(run) -> list[str]:
+    return sorted(TaskInstance.objects.filter(dag_run=run).exclude(task_id="root").values_list("state", flat=True))
+
+
+def test_a_reports_later_chunks_are_written_only_by_their_own_chunk(monkeypatch):
+    """The report settles the 25 tasks its end made ready, dispatches the first chunk and commits
+    without writing `scheduled` for the other 15: each later chunk moves its tasks from `none`
+    to `queued` itself, once."""
+    from orchestrator.engine import reporting
+
+    run, root = _root_reported(25)
+    seen: list[tuple[int, int, int, int]] = []  # (tasks in the chunk, none, scheduled, queued) as each chunk begins
+    real = runs.dispatch_ready
+
+    def watched(run, due, now, **options):
+        states = _middle_states(run)
+        seen.append((len(due), states.count(TaskState.NONE), states.count(TaskState.SCHEDULED), states.count(TaskState.QUEUED)))
+        return real(run, due, now, **options)
+
+    monkeypatch.setattr(runs, "dispatch_ready", watched)
+    assert reporting.report_success(root.pk, root.attempt_token)
+    assert seen == [(10, 25, 0, 0), (10, 15, 0, 10), (5, 5, 0, 20)]
+    _assert_dispatched_once_but_root(run)
+
+
+def test_a_failure_between_a_reports_chunks_leaves_the_rest_ready_for_the_next_pass(monkeypatch):
+    """The report's second chunk fails before its commit: the report stands, its first chunk is
+    on Redis, the other 15 tasks are still `none` with their upstream done, and the next
+    scheduler pass settles and dispatches them, each once."""
+    from orchestrator.engine import reporting
+
+    run, root = _root_reported(25)
+    real = runs.dispatch_ready
+    calls = []
+
+    def crashing(run, due, now, **options):
+        went = real(run, due, now, **options)
+        calls.append(went)
+        if len(calls) == 2:
+            raise RuntimeError("injected: the process died before this chunk committed")
+        return went
+
+    monkeypatch.setattr(runs, "dispatch_ready", crashing)
+    assert reporting.report_success(root.pk, root.attempt_token)
+    assert _middle_states(run).count(TaskState.QUEUED) == 10 and _middle_states(run).count(TaskState.NONE) == 15
+    assert len(_jobs()) == 10
+
+    monkeypatch.setattr(runs, "dispatch_ready", real)
+    schedule_once()
+    _assert_dispatched_once_but_root(run)
+
+
+def test_a_later_chunk_held_by_a_gate_that_closed_is_written_scheduled(monkeypatch):
+    """The queue pauses (a storm) after the report's commit: the later chunks hold their tasks
+    and write them `scheduled`, none left `none`, none dispatched; once the queue is free again
+    the next pass dispatches them, each once."""
+    from orchestrator.engine import reporting, storms
+
+    run, root = _root_reported(25)
+    real = runs.dispatch_ready
+    calls = []
+
+    def pausing(run, due, now, **options):
+        calls.append(len(due))
+        if len(calls) == 2:
+            monkeypatch.setattr(storms, "paused_queues", lambda now: {"default"})
+        return real(run, due, now, **options)
+
+    monkeypatch.setattr(runs, "dispatch_ready", pausing)
+    assert reporting.report_success(root.pk, root.attempt_token)
+    assert calls == [10, 10, 5]
+    assert _middle_states(run) == [TaskState.QUEUED] * 10 + [TaskState.SCHEDULED] * 15
+    assert len(_jobs()) == 10
+
+    monkeypatch.undo()
+    storms.forget()
+    schedule_once()
+    _assert_dispatched_once_but_root(run)
+
+
+def _assert_dispatched_once_but_root(run) -> None:
+    """Every task downstream of the root queued with token 1, one attempt row and one job each."""
+    middle = list(TaskInstance.objects.filter(dag_run=run).exclude(task_id="root"))
+    assert {(ti.state, ti.attempt_token, ti.try_number) for ti in middle} == {(TaskState.QUEUED, 1, 1)}
+    assert TaskAttempt.objects.filter(task_instance__in=middle).count() == len(middle)
+    assert sorted(_jobs()) == sorted(job_id_for(ti.pk, 1) for ti in middle)

@@ -33,8 +33,8 @@ def _root_done(dag) -> tuple:
 
 
 def test_a_wide_fan_out_made_ready_by_a_report_is_dispatched_once_each():
-    """250 tasks made ready by one report: the first chunk goes with it, the rest (written
-    `scheduled` before the commit) after it; each exactly once, none left behind in `none`."""
+    """250 tasks made ready by one report: the first chunk goes with it, the rest after its
+    commit, each chunk from `none`; each exactly once, none left behind in `none`."""
     dag = DagFactory(dag_id="wide_from_report")
     TaskFactory(dag=dag, task_id="root")
     Task.objects.bulk_create(
