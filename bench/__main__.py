@@ -11,7 +11,8 @@ run_scheduler` and `manage.py run_worker` processes; the database is dropped, th
 database flushed and every process stopped at the end, also after an error or Ctrl-C.
 
 Workloads (in this order):
-  fanout       --fanout-tasks independent python no-op tasks in one run, --workers workers
+  fanout       --fanout-tasks independent python no-op tasks in one run, --workers workers; the
+               median of --fanout-repeats runs
   fanout-bash  the same with bash `true` tasks
   wide         (not in the default set) a root, --wide-tasks python no-op tasks, a sink: tasks/s
                against the fan-out of the same run (run it with fanout: --only fanout,wide)
@@ -59,7 +60,7 @@ TITLES = {
     "fanout": "fan-out, python", "fanout-bash": "fan-out, bash", "chain": "chain", "width": "width",
     "queries": "queries per attempt", "scheduler": "scheduler pass", "idle-stack": "idle stack",
 }
-DEFAULTS = {"workers": 2, "fanout_tasks": 300, "chain_length": 30, "width_tasks": 1000, "width_concurrency": 500,
+DEFAULTS = {"workers": 2, "fanout_tasks": 300, "fanout_repeats": 3, "chain_length": 30, "width_tasks": 1000, "width_concurrency": 500,
             "width_sleep": 5.0, "sched_runs": 200, "sched_tasks": 50, "raw_jobs": 300}
 
 
@@ -71,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=DEFAULTS["workers"], help="run_worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=None, help="run_worker --concurrency for fanout and chain (default: the project's)")
     parser.add_argument("--fanout-tasks", type=int, default=DEFAULTS["fanout_tasks"], help="tasks of a fan-out run (default 300)")
+    parser.add_argument("--fanout-repeats", type=int, default=DEFAULTS["fanout_repeats"],
+                        help="fan-out runs of each kind; the median counts (default 3)")
     parser.add_argument("--wide-tasks", type=int, default=10_000, help="middle tasks of the wide run, tasks of trigger-wide's (default 10000)")
     parser.add_argument("--chain-length", type=int, default=DEFAULTS["chain_length"], help="tasks of the chain (default 30)")
     parser.add_argument("--width-tasks", type=int, default=DEFAULTS["width_tasks"], help="sleeping tasks of the width run (default 1000)")
@@ -96,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = sorted(set(args.only) - set(ORDER) - set(OPTIONAL))
     if unknown:
         parser.error(f"unknown workloads {', '.join(unknown)}: choose among {', '.join(ORDER)}")
-    if min(args.workers, args.fanout_tasks, args.chain_length, args.width_tasks, args.sched_runs, args.sched_tasks, args.raw_jobs) < 1:
+    if min(args.workers, args.fanout_tasks, args.fanout_repeats, args.chain_length, args.width_tasks, args.sched_runs, args.sched_tasks, args.raw_jobs) < 1:
         parser.error("the sizes must be at least 1")
     return args
 
