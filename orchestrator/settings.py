@@ -153,7 +153,7 @@ SECRET_KEY = env("SECRET_KEY", default="") or _local_secret_key()
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "django.contrib.admin.apps.SimpleAdminConfig",  # registrations read by urls.py, not by every process
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

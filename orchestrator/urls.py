@@ -6,6 +6,11 @@ from django.urls import include, path, re_path
 from orchestrator.api import errors
 from orchestrator.api.metrics import metrics_view
 
+# The admin's registrations are read here, where the pages are served, not as every process
+# starts (settings: SimpleAdminConfig): a worker or a scheduler imports no admin module, nor what
+# they import (django-rq's statistics views and prometheus_client among them).
+admin.autodiscover()
+
 
 def healthz(request):
     """The only public URL: liveness for load balancers."""

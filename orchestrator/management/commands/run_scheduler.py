@@ -14,6 +14,7 @@ from deadlines.check import check_due
 from orchestrator import liveness
 from orchestrator.clock import shared_now
 from orchestrator.engine.scheduler import schedule_once
+from orchestrator.management.checks import ENGINE_PROCESS_CHECKS
 from orchestrator.redis_conn import get_redis
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 class Command(BaseCommand):
     help = "Create due runs, dispatch ready tasks, find lost workers and jobs, check deadlines."
+    requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/checks.py
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Run one pass and exit.")

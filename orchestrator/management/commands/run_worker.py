@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from orchestrator import redis_conn
+from orchestrator.management.checks import ENGINE_PROCESS_CHECKS
 from orchestrator.worker import failpoints
 from orchestrator.worker.host.procs import become_subreaper, become_undumpable
 from orchestrator.worker.host.rqworker import OrchestratorWorker
@@ -13,6 +14,7 @@ from orchestrator.worker.host.runtime import default_worker_name
 
 class Command(BaseCommand):
     help = "Run task instances from the given RQ queues (default: 'default')."
+    requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/checks.py
 
     def add_arguments(self, parser):
         parser.add_argument("queues", nargs="*", metavar="QUEUE", help="Queues to take jobs from, in priority order.")
