@@ -104,3 +104,38 @@ def test_what_a_success_leaves_in_its_group_is_killed_and_its_process_reaped(wor
     assert is_spare(children_of(server)[0])
     time.sleep(0.5)
     assert not zombies_of(proc.pid)
+
+
+def test_an_idle_spare_is_let_go_and_the_next_task_is_forked_at_once():
+    """A spare no attempt took within its idle time exits (an idle worker keeps no copy of its
+    fork server); the next spawn forks its task process at once, and the one after it is forked
+    ahead again, and let go in turn."""
+    from orchestrator.worker.host.launcher import Launcher
+
+    launcher = Launcher()
+    launcher.start()
+    try:
+        (server,) = launcher.server_pids()
+        first = _spare_of(server)  # forked as the server started
+        launcher.let_spare_idle(0.3)
+        wait_until(lambda: not _alive(first), timeout=10, message="the idle spare to exit")
+        assert not [pid for pid in children_of(server) if is_spare(pid) and _alive(pid)]
+
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        control_r, control_w = os.pipe()
+        message_r, message_w = os.pipe()
+        os.close(control_w)  # no attempt will come down its control pipe: it ends at once
+        handle = launcher.spawn([out_w, err_w, control_r, message_w], {"PATH": os.environ["PATH"]})
+        for fd in (out_w, err_w, control_r, message_w):
+            os.close(fd)
+        assert handle.pid != first
+        handle.wait(timeout=10)
+        handle.release()
+        second = _spare_of(server)
+        assert second not in (first, handle.pid)
+        wait_until(lambda: not _alive(second), timeout=10, message="the next idle spare to exit")
+        for fd in (out_r, err_r, message_r):
+            os.close(fd)
+    finally:
+        launcher.close()

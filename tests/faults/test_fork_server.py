@@ -212,3 +212,14 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
     assert lost_answers == [True]
     assert not supervised.superseded, "the task was killed as superseded by its own handshake"
     assert supervised.outcome.final and supervised.outcome.final["type"] == "success", supervised.outcome
+
+
+@pytest.mark.parametrize("failpoints", ["", "task.after_running@nothing_here=exit:3*1"])
+def test_a_task_process_starts_with_redis_loaded_only_where_failpoints_count(worker, make_dag, failpoints):
+    """Without failpoints no task process needs Redis, so the fork server does not load it (every
+    fork would copy its pages); with a failpoint that counts its firings in Redis, it does."""
+    dag = make_dag([{"task_id": "t", "python_callable": "tests.worker.tasks.loaded_modules", "op_kwargs": {"names": ["redis"]}}])
+    run = trigger(dag)
+    worker(ORCHESTRATOR_FAILPOINTS=failpoints)
+    settle_runs([run], timeout=60)
+    assert instance(run, "t").attempts.get().result == {"redis": bool(failpoints)}

@@ -210,3 +210,9 @@ def set_refused_then_ok(context: dict[str, Any]) -> str:
 def results_and_pid(context: dict[str, Any]) -> dict[str, Any]:
     """Its upstreams' results as it was given them, and its own process."""
     return {"results": context["results"], "pid": os.getpid()}
+
+
+def loaded_modules(names: list[str]) -> dict[str, bool]:
+    """Which of these modules the task process has loaded as its code starts (what the fork
+    server preloaded, as the task imported nothing yet)."""
+    return {name: name in sys.modules for name in names}

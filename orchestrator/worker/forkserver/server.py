@@ -47,6 +47,10 @@ MAX_MESSAGE = 1 << 20  # a spawn request: the task's environment, well under a m
 FDS_PER_SPAWN = 4  # stdout, stderr, control (read end), messages (write end)
 # How long after a spawn the next spare is forked, if no other spawn came meanwhile.
 SPARE_DELAY = 0.005
+# How long a spare waits for an attempt before it is let go: an idle worker keeps no task
+# process (`ps` would count it as a copy of the fork server), and the first task after a pause
+# is forked at once, then the next is forked ahead again. The worker may say otherwise.
+SPARE_IDLE_SECONDS = 5.0
 
 
 def preload(modules: list[str]) -> None:
@@ -62,8 +66,14 @@ def preload(modules: list[str]) -> None:
     from orchestrator.worker.forkserver import lazyapps
 
     lazyapps.on_demand()
-    import orchestrator.redis_conn  # noqa: F401  the failpoints' counts (and redis itself)
+    from django.conf import settings
+
     import orchestrator.worker.failpoints  # noqa: F401  every task process fires them
+
+    if settings.ORCHESTRATOR_FAILPOINTS:
+        # A failpoint's count is kept in Redis; without failpoints no task process needs Redis,
+        # and every fork would copy the page tables of its 4 MiB.
+        import orchestrator.redis_conn  # noqa: F401
     import orchestrator.worker.task.runner  # noqa: F401  the runner itself
     import retries.context  # noqa: F401  what a stopped task's on_kill hears
 
@@ -87,6 +97,7 @@ class ForkServer:
         self.alive_until: float | None = None  # monotonic; None until the worker first says so
         self.spare: _Spare | None = None  # the next task process, forked ahead (`fork_spare`)
         self.spare_due: float | None = None  # monotonic: when to fork the next spare
+        self.spare_idle = SPARE_IDLE_SECONDS
         self.expired: set[int] = set()  # children killed because the worker's lease ran out
 
     # --- the loop -------------------------------------------------------------------------------
@@ -112,6 +123,7 @@ class ForkServer:
             self._poll_children()
             self._enforce_lease()
             self._fork_spare_when_due()
+            self._let_an_idle_spare_go()
 
     def _take_request(self) -> bool:
         try:
@@ -130,6 +142,8 @@ class ForkServer:
             self._release(int(request["pid"]))
         elif op == "alive":
             self.alive_until = time.monotonic() + float(request["seconds"])
+        elif op == "spare_idle":
+            self.spare_idle = max(0.0, float(request["seconds"]))
         else:
             for fd in fds:
                 os.close(fd)
@@ -187,7 +201,7 @@ class ForkServer:
             ours.close()
             _wait_as_spare(theirs, server_pid=os.getppid())  # never returns
         theirs.close()
-        self.spare = _Spare(pid, ours)
+        self.spare = _Spare(pid, ours, since=time.monotonic())
 
     def _fork_spare_when_due(self) -> None:
         if self.spare_due is not None and time.monotonic() >= self.spare_due:
@@ -209,6 +223,10 @@ class ForkServer:
             spare.sock.close()
         return spare.pid
 
+    def _let_an_idle_spare_go(self) -> None:
+        if self.spare is not None and time.monotonic() - self.spare.since >= self.spare_idle:
+            self._drop_spare()
+
     def _drop_spare(self) -> None:
         spare, self.spare = self.spare, None
         if spare is not None:
@@ -218,11 +236,13 @@ class ForkServer:
 
     def _wait(self) -> float:
         """Sleep until the next thing to do: at most a second, never past the lease, nor past
-        the time the next spare is due."""
+        the time the next spare is due or the spare's idle time ends."""
         now = time.monotonic()
         wait = 1.0 if self.alive_until is None else self.alive_until - now
         if self.spare_due is not None:
             wait = min(wait, self.spare_due - now)
+        if self.spare is not None:
+            wait = min(wait, self.spare.since + self.spare_idle - now)
         return max(0.0, min(1.0, wait))
 
     def _enforce_lease(self) -> None:
@@ -320,6 +340,7 @@ def _kill_task(pid: int) -> None:
 class _Spare:
     pid: int
     sock: socket.socket  # where its attempt's descriptors and environment are sent
+    since: float  # monotonic: when it was forked
 
 
 def _reap(pid: int) -> None:
@@ -415,9 +436,9 @@ def _become_task_process(request: dict[str, Any], fds: list[int]) -> None:
         # As Python's own stderr: a traceback holding a lone surrogate is printed, not raised.
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False, errors="backslashreplace")
         _become_environment(request["env"])
-        from orchestrator import redis_conn
-
-        redis_conn._clients.clear()  # never share a Redis socket with the fork server (it has none)
+        redis_conn = sys.modules.get("orchestrator.redis_conn")
+        if redis_conn is not None:
+            redis_conn._clients.clear()  # never share a Redis socket with the fork server (it has none)
         code = run_forked(control_fd, message_fd)
     except BaseException:
         import traceback

@@ -177,6 +177,11 @@ class Launcher:
         self._lease_seconds = seconds
         self._send({"op": "alive", "seconds": seconds})
 
+    def let_spare_idle(self, seconds: float) -> None:
+        """How long the fork server keeps a spare task process no attempt took (its own
+        default otherwise: `forkserver.server.SPARE_IDLE_SECONDS`)."""
+        self._send({"op": "spare_idle", "seconds": seconds})
+
     def _send(self, message: dict) -> None:
         try:
             with self._lock:
