@@ -1,10 +1,17 @@
-"""Jobs on their way to Redis: committed as queued in the database, not yet in their queue.
+"""Work on its way: jobs committed as queued but not yet in their queue, and runs whose due
+tasks are still being dispatched chunk by chunk.
 
 A dispatch commits first and enqueues its jobs after (a job must never see uncommitted rows);
 putting thousands of jobs on Redis takes seconds, longer than a short queued timeout. While a
 batch is being enqueued a marker names it in Redis (its queue and the time its tasks were
 queued), and the scheduler does not take a job it cannot find yet for lost. A dispatcher that
 dies mid-batch leaves the marker to expire: its jobs are found lost a little later, never early.
+
+A wide run's due tasks past its first chunk are dispatched after that commit, a chunk per
+transaction (`runs.dispatch_later`); meanwhile a marker names the run, and the scheduler's pass
+leaves it to its dispatcher instead of reading the whole run and racing it for the same tasks
+(each would still go once: the fences decide). The marker is refreshed with each chunk; a
+dispatcher that dies leaves it to expire, and the next pass after that dispatches the rest.
 """
 from __future__ import annotations
 
@@ -47,3 +54,32 @@ def on_their_way(redis: Redis, batches: Iterable[tuple[str, datetime]]) -> set[t
     for queue, queued_at in batches:
         pipe.exists(marker(queue, queued_at))
     return {batch for batch, exists in zip(batches, pipe.execute()) if exists}
+
+
+# How long a run's dispatch marker outlives its last chunk (a chunk takes well under a second).
+RUN_MARKER_SECONDS = 10
+
+
+def run_marker(run_id: int) -> str:
+    return f"orchestrator:dispatching:run:{run_id}"
+
+
+def dispatching(redis: Redis, run_id: int) -> None:
+    """A dispatcher is on the run's next chunk (set, or refreshed, before each)."""
+    redis.set(run_marker(run_id), 1, ex=RUN_MARKER_SECONDS)
+
+
+def dispatched(redis: Redis, run_id: int) -> None:
+    """The dispatcher is done with the run (every chunk, or it gave up)."""
+    redis.delete(run_marker(run_id))
+
+
+def being_dispatched(redis: Redis, run_ids: Iterable[int]) -> set[int]:
+    """Which of these runs a dispatcher is still putting on their way."""
+    run_ids = sorted(set(run_ids))
+    if not run_ids:
+        return set()
+    pipe = redis.pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.exists(run_marker(run_id))
+    return {run_id for run_id, exists in zip(run_ids, pipe.execute()) if exists}

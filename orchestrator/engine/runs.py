@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from deadlines import lifecycle
 from orchestrator import sql
 from orchestrator.clock import shared_now
-from orchestrator.engine import storms, tablestats
+from orchestrator.engine import enqueuing, storms, tablestats
 from orchestrator.engine.admission import dispatch_ready, is_limited
 from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limit_args import limit_args
@@ -26,6 +26,7 @@ from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskAttempt, TaskInstance
+from orchestrator.redis_conn import get_redis
 from orchestrator.taskconfig import merge_args
 from retries.states import (
     FAILED_TASK_STATES,
@@ -265,25 +266,54 @@ def dispatch_later(
     the next scheduler pass, which looks for runs with due or settleable tasks, dispatches it:
     the error is logged, never raised into the caller, whose own change is committed already."""
     dispatched = 0
-    for start in range(0, len(due), DISPATCH_CHUNK):
-        chunk = due[start : start + DISPATCH_CHUNK]
-        try:
-            with transaction.atomic():
-                run = _locked_run(dag_run_id, skip_locked=False)
-                if run is None or run.state != RunState.RUNNING or (run.dag.paused and run.backfill_id is None):
-                    return dispatched
-                for ti in chunk:
-                    ti.dag_run = run
-                chunk_unwritten = {ti.pk: ti for ti in chunk if unwritten and ti.pk in unwritten}
-                went = dispatch_ready(run, chunk, now, unwritten=frozenset(chunk_unwritten))
-                _write_unwritten(chunk_unwritten)
-        except Exception:
-            log.exception(
-                "could not dispatch %d due task(s) of run %s; the next scheduler pass will", len(due) - start, dag_run_id
-            )
-            return dispatched
-        dispatched += went
+    try:
+        for start in range(0, len(due), DISPATCH_CHUNK):
+            _mark_dispatching(dag_run_id)
+            went = _dispatch_chunk_later(dag_run_id, due, start, now, unwritten)
+            if went is None:
+                return dispatched
+            dispatched += went
+    finally:
+        _mark_dispatched(dag_run_id)
     return dispatched
+
+
+def _dispatch_chunk_later(
+    dag_run_id: int, due: list[TaskInstance], start: int, now: datetime, unwritten: dict[int, TaskInstance] | None
+) -> int | None:
+    """One chunk of `dispatch_later` in its own transaction: how many went, or None to stop (the
+    run is no longer running, its DAG paused, or the chunk failed)."""
+    chunk = due[start : start + DISPATCH_CHUNK]
+    try:
+        with transaction.atomic():
+            run = _locked_run(dag_run_id, skip_locked=False)
+            if run is None or run.state != RunState.RUNNING or (run.dag.paused and run.backfill_id is None):
+                return None
+            for ti in chunk:
+                ti.dag_run = run
+            chunk_unwritten = {ti.pk: ti for ti in chunk if unwritten and ti.pk in unwritten}
+            went = dispatch_ready(run, chunk, now, unwritten=frozenset(chunk_unwritten))
+            _write_unwritten(chunk_unwritten)
+    except Exception:
+        log.exception("could not dispatch %d due task(s) of run %s; the next scheduler pass will", len(due) - start, dag_run_id)
+        return None
+    return went
+
+
+def _mark_dispatching(dag_run_id: int) -> None:
+    """Tell the scheduler this run's chunks are on their way (`enqueuing`); without Redis the
+    scheduler may race the chunks, which the fences make safe."""
+    try:
+        enqueuing.dispatching(get_redis(), dag_run_id)
+    except Exception:
+        log.warning("could not mark run %s as being dispatched", dag_run_id, exc_info=True)
+
+
+def _mark_dispatched(dag_run_id: int) -> None:
+    try:
+        enqueuing.dispatched(get_redis(), dag_run_id)
+    except Exception:
+        log.warning("could not clear run %s's dispatch marker; it expires", dag_run_id, exc_info=True)
 
 
 def _locked_run(dag_run_id: int, *, skip_locked: bool) -> DagRun | None:

@@ -236,3 +236,63 @@ def _assert_dispatched_once_but_root(run) -> None:
     assert {(ti.state, ti.attempt_token, ti.try_number) for ti in middle} == {(TaskState.QUEUED, 1, 1)}
     assert TaskAttempt.objects.filter(task_instance__in=middle).count() == len(middle)
     assert sorted(_jobs()) == sorted(job_id_for(ti.pk, 1) for ti in middle)
+
+
+# --- the scheduler leaves a run to the dispatcher of its chunks -------------------------------------
+
+
+def _marked(run) -> bool:
+    from orchestrator.engine import enqueuing
+
+    return bool(get_redis().exists(enqueuing.run_marker(run.pk)))
+
+
+def test_a_runs_later_chunks_are_marked_while_they_go(monkeypatch):
+    """The run is marked in Redis while its later chunks are dispatched, and no longer after."""
+    dag = _wide_dag(25)
+    marked: list[bool] = []
+    real = runs.dispatch_ready
+
+    def watched(run, due, now, **options):
+        marked.append(_marked(run))
+        return real(run, due, now, **options)
+
+    monkeypatch.setattr(runs, "dispatch_ready", watched)
+    run = create_manual_run(dag)
+    assert marked == [False, True, True]  # the first chunk goes with the settling, unmarked
+    assert not _marked(run)
+    _assert_dispatched_once(run)
+
+
+def test_the_scheduler_leaves_a_marked_run_to_its_dispatcher_until_the_marker_expires(monkeypatch):
+    """A run whose dispatcher died between chunks: its marker holds the scheduler off (no pass
+    reads the whole run to race a live dispatcher for the same tasks) until it expires; then
+    the next pass dispatches the rest, each task once."""
+    import time
+
+    from orchestrator.engine import enqueuing
+
+    dag = _wide_dag(25)
+    real = runs.dispatch_ready
+    calls = []
+
+    def dying(run, due, now, **options):
+        calls.append(len(due))
+        if len(calls) == 2:
+            get_redis().set(enqueuing.run_marker(run.pk), 1, px=800)  # what a live dispatcher left
+            raise KeyboardInterrupt  # the process goes: nothing of this chunk, no cleanup of ours
+        return real(run, due, now, **options)
+
+    monkeypatch.setattr(runs, "dispatch_ready", dying)
+    monkeypatch.setattr(runs, "_mark_dispatched", lambda run_id: None)  # it died: nothing removes the marker
+    with pytest.raises(KeyboardInterrupt):
+        create_manual_run(dag)
+    monkeypatch.setattr(runs, "dispatch_ready", real)
+    run = TaskInstance.objects.filter(dag_run__dag=dag).first().dag_run
+    assert _marked(run)
+    assert schedule_once().tasks_dispatched == 0
+    assert TaskInstance.objects.filter(dag_run=run, state=TaskState.QUEUED).count() == CHUNK
+    time.sleep(0.9)
+    assert not _marked(run)
+    schedule_once()
+    _assert_dispatched_once(run)
