@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.stack import child_env, handle_stop_signals, setup_django
-from bench.throwaway import claimed_redis, throwaway_postgres
+from bench.stack import handle_stop_signals
+from bench.throwaway import migrated_django
 
 WARM_UP = 10  # steps left out of the figures: the connection's first statements, caches filling
 
@@ -43,14 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     handle_stop_signals()
     if args.no_prepared:
         os.environ["ORCHESTRATOR_DB_PREPARED_STATEMENTS"] = "false"
-    server_url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
     load_before = os.getloadavg()
-    with throwaway_postgres(server_url, "chain_step_bench") as db_url, \
-            claimed_redis(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379") as redis_url:
-        setup_django(child_env(db_url, redis_url))
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+    with migrated_django("chain_step_bench"):
         times = time_handed_steps(args.steps) if args.handover else time_steps(args.steps)
     print(f"load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in os.getloadavg()]}")
     print(f"prepared statements: {'off' if args.no_prepared else 'on'}; hand-over: {'on' if args.handover else 'off'};"

@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any
 
-from bench.stack import child_env, handle_stop_signals, setup_django
-from bench.throwaway import claimed_redis, throwaway_postgres
+from bench.stack import handle_stop_signals
+from bench.throwaway import migrated_django
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -35,14 +35,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     handle_stop_signals()
-    server_url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
     load_before = os.getloadavg()
-    with throwaway_postgres(server_url, "fan_report_bench") as db_url, \
-            claimed_redis(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379") as redis_url:
-        setup_django(child_env(db_url, redis_url))
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+    with migrated_django("fan_report_bench"):
         dag = _fan_out_dag(args.tasks)
         timings = [time_report(dag) for _ in range(args.repeats)]
         floor = _select_one_floor()

@@ -64,3 +64,19 @@ def claimed_redis(base_url: str) -> Iterator[str]:
         if (client.get(CLAIM_KEY) or b"").decode() == marker:
             client.flushdb()
             print(f"flushed Redis database {db}")
+
+
+@contextmanager
+def migrated_django(prefix: str) -> Iterator[None]:
+    """This process's Django set up on a throwaway PostgreSQL database (on DATABASE_URL's server)
+    and a claimed Redis database (on REDIS_URL's), migrated; both removed at the end."""
+    from django.core.management import call_command
+
+    from bench.stack import child_env, setup_django
+
+    server_url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
+    with throwaway_postgres(server_url, prefix) as db_url, \
+            claimed_redis(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379") as redis_url:
+        setup_django(child_env(db_url, redis_url))
+        call_command("migrate", verbosity=0)
+        yield

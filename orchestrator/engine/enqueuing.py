@@ -48,12 +48,7 @@ def end(redis: Redis | Pipeline, keys: list[str]) -> None:
 def on_their_way(redis: Redis, batches: Iterable[tuple[str, datetime]]) -> set[tuple[str, datetime]]:
     """Which of these (queue, queued_at) batches are still being enqueued."""
     batches = sorted(set(batches))
-    if not batches:
-        return set()
-    pipe = redis.pipeline(transaction=False)
-    for queue, queued_at in batches:
-        pipe.exists(marker(queue, queued_at))
-    return {batch for batch, exists in zip(batches, pipe.execute()) if exists}
+    return {batch for batch, exists in zip(batches, _exist(redis, [marker(*batch) for batch in batches])) if exists}
 
 
 # How long a run's dispatch marker outlives its last chunk (a chunk takes well under a second).
@@ -77,9 +72,14 @@ def dispatched(redis: Redis, run_id: int) -> None:
 def being_dispatched(redis: Redis, run_ids: Iterable[int]) -> set[int]:
     """Which of these runs a dispatcher is still putting on their way."""
     run_ids = sorted(set(run_ids))
-    if not run_ids:
-        return set()
+    return {run_id for run_id, exists in zip(run_ids, _exist(redis, [run_marker(run_id) for run_id in run_ids])) if exists}
+
+
+def _exist(redis: Redis, keys: list[str]) -> list[bool]:
+    """Whether each of these keys is set, in one round trip (none for no keys)."""
+    if not keys:
+        return []
     pipe = redis.pipeline(transaction=False)
-    for run_id in run_ids:
-        pipe.exists(run_marker(run_id))
-    return {run_id for run_id, exists in zip(run_ids, pipe.execute()) if exists}
+    for key in keys:
+        pipe.exists(key)
+    return [bool(exists) for exists in pipe.execute()]

@@ -224,8 +224,8 @@ def advance_run(
         due, later = due[:FIRST_DISPATCH_CHUNK], due[FIRST_DISPATCH_CHUNK:]
         # The later chunks' tasks made ready in memory stay `none` until their own chunk moves
         # them on: a wide fan-out's report does not write `scheduled` for thousands of tasks
-        # before its first jobs can go. Should that never happen (a crash), they are `none`
-        # tasks whose upstreams are done, and the scheduler's next pass settles them.
+        # before its first jobs can go. Left so by a crash, they are `none` tasks whose
+        # upstreams are done, and the scheduler's next pass settles them.
         later_unwritten = {ti.pk: unwritten.pop(ti.pk) for ti in later if ti.pk in unwritten}
         # Pools, limits and circuits decide which of the ready tasks go now.
         dispatched = dispatch_ready(run, due, now, unwritten=frozenset(unwritten))

@@ -132,7 +132,8 @@ def _evaluate_circuits(now: datetime, report: PassReport) -> None:
 
 def _advance_unfinished_runs(now: datetime, report: PassReport) -> None:
     needing = runs_needing_work(now)
-    for run_id in sorted(set(needing) - _being_dispatched(needing)):
+    busy = _being_dispatched(needing)
+    for run_id in [run_id for run_id in needing if run_id not in busy]:
         try:
             dispatched, finished = advance_run(run_id, now, skip_locked=True)
         except Exception:
