@@ -1,5 +1,5 @@
 """Mapped tasks: a task with `expand: {NAME: SOURCE}` becomes one task instance per item of its
-source when its upstreams let it run; and the results a task reads from its upstreams.
+source when its upstreams let it run.
 
 `expand_ready()` is called by `advance_run()` (in its transaction, with the run locked on
 PostgreSQL) for a mapped task's first instance (map_index -1) the moment its trigger rule says
@@ -27,8 +27,9 @@ from deadlines import lifecycle
 from orchestrator import metrics, sql
 from orchestrator.engine import tablestats
 from orchestrator.engine.transitions import transition
+from orchestrator.engine.upstream import upstream_results
 from orchestrator.listeners import notify
-from orchestrator.models import Task, TaskInstance
+from orchestrator.models import TaskInstance
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 
@@ -211,35 +212,3 @@ def _fail(ti: TaskInstance, problem: dict[str, Any], now: datetime) -> tuple[Tas
 
     transaction.on_commit(after_commit)
     return TaskState.FAILED, []
-
-
-# --- results a task reads ---------------------------------------------------------------------------
-
-
-def upstream_results(dag_run_id: int, upstream: list[str], known: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Each upstream's result in a run: a mapped upstream's is the list of its instances'
-    results in map_index order (empty when it expanded over nothing). `known` holds results the
-    caller has in hand (a task that is not mapped, whose end it is recording): not read again."""
-    known = {task_id: result for task_id, result in (known or {}).items() if task_id in upstream}
-    results: dict[str, Any] = {task_id: known.get(task_id) for task_id in upstream}
-    unread = [task_id for task_id in upstream if task_id not in known]
-    if not unread:
-        return results
-    fields: list[Any] = [TaskInstance._meta.get_field(name) for name in ("task_id", "map_index", "result")]
-    fields.append(Task._meta.get_field("expand"))
-    rows = sql.fetch(
-        "SELECT ti.task_id, ti.map_index, ti.result, t.expand FROM orchestrator_taskinstance ti"
-        " LEFT JOIN orchestrator_task t ON t.id = ti.definition_id"
-        f" WHERE ti.dag_run_id = %s AND ti.task_id IN ({sql.placeholders(len(unread))}) ORDER BY ti.map_index",
-        [dag_run_id, *unread],
-        fields,
-    )
-    for task_id, map_index, result, expand in rows:
-        if expand or map_index >= 0:
-            items = results[task_id] if isinstance(results[task_id], list) and map_index > 0 else []
-            if map_index >= 0:
-                items.append(result)
-            results[task_id] = items
-        else:
-            results[task_id] = result
-    return results

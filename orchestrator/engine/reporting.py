@@ -7,6 +7,7 @@ that is no longer current changes nothing and returns False/None.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -20,11 +21,10 @@ from django.db import connection, transaction
 from deadlines import lifecycle
 from orchestrator import listeners, metrics, sql
 from orchestrator.clock import Now, shared_now
-from orchestrator.engine import handover
+from orchestrator.engine import handover, upstream
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
-from orchestrator.engine.mapping import upstream_results
 from orchestrator.engine.runs import (
     UNFINISHED,
     UNFINISHED_PROBE,
@@ -146,14 +146,20 @@ class Claimed:
     map_index: int = -1
     # A mapped instance's item, by the name its task's `expand` gives it; empty otherwise.
     mapped: dict[str, Any] = field(default_factory=dict)
-    # Each direct upstream's result (a mapped upstream's: its instances' results in order).
-    results: dict[str, Any] = field(default_factory=dict)
+    # Each direct upstream's result (a mapped upstream's: its instances' results in order), as
+    # the JSON text of an object by task id: the task process decodes it (`engine/upstream.py`).
+    results_json: str = "{}"
     queue: str = "default"  # what the claim's gate checks (engine/claimgate.py)
     circuit: str | None = None
     # Read with the claim, so that starting the task reads nothing else when there is nothing:
     task_state_epoch: int = 0
     has_task_state: bool = False  # some task state is stored (to read for the task)
     has_start_deadlines: bool = True  # task_started_at deadlines to create with the handshake
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """`results_json`, decoded (a bash command's template reads it in the worker)."""
+        return json.loads(self.results_json)
 
 
 _CLAIM_SQL = """
@@ -204,9 +210,9 @@ def claim_within(
     (row,) = rows
     (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
      dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
-     map_index, map_item, dag_run_id, upstream, expand, queue, circuit,
+     map_index, map_item, dag_run_id, upstream_ids, expand, queue, circuit,
      task_state_epoch, has_task_state, has_start_deadlines) = row
-    results = upstream_results(dag_run_id, upstream, known_results) if upstream else {}
+    results = upstream.results_json(dag_run_id, upstream_ids, known_results) if upstream_ids else "{}"
     mapped = {name: map_item for name in expand} if expand and map_index >= 0 else {}
     return Claimed(
         pk=task_instance_id,
@@ -225,7 +231,7 @@ def claim_within(
         op_kwargs=op_kwargs or {},
         map_index=map_index,
         mapped=mapped,
-        results=results,
+        results_json=results,
         queue=queue,
         circuit=circuit,
         task_state_epoch=task_state_epoch,

@@ -1,6 +1,7 @@
 """JSON messages, one per line, over a pair of pipes between the supervisor and its task process.
 
-The task process writes "running", then its outcome; the supervisor writes the payload, "go"
+The task process writes "running", then its outcome; the supervisor writes the payload and the
+results of the task's upstreams (JSON text it sends as it read it), "go"
 after it recorded the handshake, and "stop" (with the reason) just before it sends SIGTERM.
 """
 from __future__ import annotations
@@ -84,7 +85,15 @@ class LineReader:
 
 def send(fd: int, message: dict[str, Any]) -> bool:
     """Write one message; False if the other end is gone."""
-    data = (json.dumps(message, default=repr) + "\n").encode()
+    return send_json_text(fd, json.dumps(message, default=repr))
+
+
+def send_json_text(fd: int, text: str) -> bool:
+    """Write one message that is JSON text already (an object): sent as it is, not decoded and
+    encoded again; False if the other end is gone."""
+    # Outside a string a newline is only white space (inside one it is escaped), and one would
+    # end the message early.
+    data = (text.replace("\n", " ") + "\n").encode()
     try:
         while data:
             written = os.write(fd, data)

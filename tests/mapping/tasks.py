@@ -76,3 +76,13 @@ def remember_item(item: str, context: dict[str, Any]) -> dict[str, Any]:
     store.set("item", item)
     store.set("map_index", context["map_index"])
     return {"before": before, "key": context["idempotency_key"]}
+
+
+def read_list(path: str) -> list[Any]:
+    return json.loads(Path(path).read_text())
+
+
+def sees_source(item: Any, context: dict[str, Any]) -> dict[str, Any]:
+    """What a mapped instance was handed of its source's whole result."""
+    source = context["results"]["source"]
+    return {"item": item, "length": len(source), "last": source[-1]}

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.engine import reporting
-from orchestrator.engine.mapping import expand_ready, expansion_of, upstream_results
+from orchestrator.engine.mapping import expand_ready, expansion_of
 from orchestrator.engine.runs import _instances_of, advance_run, create_manual_run
+from orchestrator.engine.upstream import upstream_results
 from orchestrator.models import DagRun, TaskInstance
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory

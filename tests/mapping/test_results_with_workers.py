@@ -1,6 +1,8 @@
 """Results and mapped tasks through real workers, the scheduler's passes and the database."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from orchestrator.documents import run_document
@@ -109,3 +111,31 @@ def test_each_instance_of_a_mapped_task_keeps_its_own_task_state(worker, make_da
     document = run_document(run)
     states = {t["map_index"]: t["task_state"] for t in document["task_instances"] if t["task_id"] == "remember"}
     assert states == {i: {"item": item, "map_index": i} for i, item in enumerate("abc")}
+
+
+def test_instances_run_again_after_a_clear_are_handed_the_new_result_not_the_one_read_before(
+    worker, make_dag, admin_user, tmp_path
+):
+    """A worker keeps a large result it read (not reading it again for each instance); cleared
+    and run again, the source's new result is what every instance is handed."""
+    from orchestrator import actions
+
+    source = tmp_path / "source.json"
+    source.write_text(json.dumps([f"first-{i:05d}" for i in range(150)]))  # 2.3 KB: large enough to keep
+    dag = make_dag([
+        {"task_id": "source", "python_callable": "tests.mapping.tasks.read_list", "op_kwargs": {"path": str(source)}},
+        {"task_id": "each", "python_callable": "tests.mapping.tasks.sees_source", "upstream": ["source"],
+         "expand": {"item": "results.source"}},
+    ])
+    worker()
+    run = _finished(trigger(dag))
+    assert run.state == "success"
+    assert {(ti.result["length"], ti.result["last"]) for ti in _by_task(run)["each"]} == {(150, "first-00149")}
+
+    source.write_text(json.dumps([f"second-{i:05d}" for i in range(150)]))
+    actions.clear(TaskInstance.objects.get(dag_run=run, task_id="source"), admin_user, include_downstream=True)
+    run = _finished(run)
+    assert run.state == "success"
+    instances = _by_task(run)["each"]
+    assert len(instances) == 150
+    assert {(ti.result["length"], ti.result["last"]) for ti in instances} == {(150, "second-00149")}

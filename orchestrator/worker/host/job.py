@@ -173,7 +173,6 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         "logical_date": claimed.logical_date.isoformat(),
         "conf": claimed.conf,
         "map_index": claimed.map_index,
-        "results": claimed.results,
     }
     if state is not None:  # a Python task: its store (made live in the task process) and key
         context["task_state"] = state.entries
@@ -202,9 +201,10 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         is_bash=bool(claimed.bash_command),
         execution_timeout=float(timeout) if timeout is not None and timeout != "" else None,
         kill_grace=float(args["kill_grace"]),
-        command=("bash", "-c", render(claimed.bash_command or "", context, claimed.mapped)) if direct else None,
+        command=("bash", "-c", render(claimed.bash_command or "", {**context, "results": claimed.results}, claimed.mapped)) if direct else None,
         command_env=context_environment(context) if direct else {},
         has_start_deadlines=claimed.has_start_deadlines,
+        results_json=claimed.results_json,
     )
 
 

@@ -24,7 +24,7 @@ from orchestrator.engine import taskstate as stored_state
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.outputstore import NoStore, OutputStore
 from orchestrator.sanitise import error_text
-from orchestrator.worker.channel import LineReader, send
+from orchestrator.worker.channel import LineReader, send, send_json_text
 from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, handshake_refused_context, stop_context
 from orchestrator.worker.host import procs
 from orchestrator.worker.host.environment import task_environment
@@ -67,6 +67,8 @@ class Plan:
     command_env: dict[str, str] = field(default_factory=dict)
     # Whether its handshake creates task_started_at deadlines (None: the handshake reads it).
     has_start_deadlines: bool | None = None
+    # The context's `results`, as JSON text: sent after the payload, decoded only by the task.
+    results_json: str = "{}"
 
 
 @dataclass(frozen=True)
@@ -329,6 +331,7 @@ class Supervisor:
             self.selector.register(self.pid_fd, selectors.EVENT_READ)
         if not direct:
             send(self.control_fd, self.plan.payload)
+            send_json_text(self.control_fd, self.plan.results_json)
             return
         self.handshake_at = time.monotonic()  # recorded before the start
         self.on_started()

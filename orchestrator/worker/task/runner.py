@@ -1,13 +1,13 @@
 """The task process: forked warm by the worker's fork server, in its own session and process
 group, it runs one attempt (`run_forked`).
 
-It reads its payload from the control pipe, imports the task, fires `task.before_running`, sends
-the "running" handshake on the message pipe and waits for the supervisor's "go" (the supervisor
-owns all database reporting), fires `task.after_running`, runs the user code and sends the
-outcome. A bash task execs bash at that point instead. On SIGTERM a Python task reads why it is
-being stopped (the supervisor writes the reason first), calls the task's
-`on_kill(execution_context)` and exits. It dies with the fork server (PR_SET_PDEATHSIG), which
-dies with the worker.
+It reads its payload and its upstreams' results from the control pipe, imports the task, fires
+`task.before_running`, sends the "running" handshake on the message pipe and waits for the
+supervisor's "go" (the supervisor owns all database reporting), fires `task.after_running`,
+runs the user code and sends the outcome. A bash task execs bash at that point instead. On
+SIGTERM a Python task reads why it is being stopped (the supervisor writes the reason first),
+calls the task's `on_kill(execution_context)` and exits. It dies with the fork server
+(PR_SET_PDEATHSIG), which dies with the worker.
 """
 from __future__ import annotations
 
@@ -147,8 +147,10 @@ def run_forked(control_fd: int, message_fd: int) -> int:
         os.set_inheritable(fd, False)  # bash and user subprocesses must not hold them
     control = LineReader(control_fd)
     payload = control.receive()
-    if payload is None:
+    results = control.receive() if payload is not None else None
+    if payload is None or results is None:
         return 1
+    payload["context"]["results"] = results
     os.environ.update(context_environment(payload["context"]))
     ids = {"task_instance_id": payload["task_instance_id"], "task_id": payload["task_id"]}
     try:

@@ -1,0 +1,38 @@
+"""Messages between the supervisor and its task process, through a real pipe."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from orchestrator.worker.channel import LineReader, send, send_json_text
+
+
+def _through_a_pipe(*writes) -> list:
+    read_fd, write_fd = os.pipe()
+    reader = LineReader(read_fd)
+    received: list = []
+
+    def read_all() -> None:
+        while (message := reader.receive(timeout=5)) is not None:
+            received.append(message)
+
+    thread = threading.Thread(target=read_all)
+    thread.start()  # a message larger than the pipe's buffer needs its reader reading
+    for write in writes:
+        assert write(write_fd)
+    os.close(write_fd)
+    thread.join(timeout=10)
+    os.close(read_fd)
+    return received
+
+
+def test_json_text_is_sent_as_it_is_one_message_whatever_its_white_space():
+    results = {"source": [f"row-{i}" for i in range(20_000)], "note": "two\nlines \u2028 and a \"quote\""}
+    pretty = json.dumps(results, indent=2)  # newlines between values: white space only
+    received = _through_a_pipe(
+        lambda fd: send(fd, {"type": "payload"}),
+        lambda fd: send_json_text(fd, pretty),
+        lambda fd: send_json_text(fd, "{}"),
+    )
+    assert received == [{"type": "payload"}, results, {}]
