@@ -420,13 +420,14 @@ def measure(name: str, triggered: dict[int, datetime]) -> PhaseResult:
             s["to_worker"].add(seconds(rq_utc(job.started_at), attempt.queued_at))
             s["startup"].add(seconds(attempt.start_date, rq_utc(job.started_at)))
             s["busy"].add(seconds(rq_utc(job.ended_at), rq_utc(job.started_at)))
-    by_run: dict[int, dict[str, Any]] = {}
+    # A run's task instances by task id: a mapped task has one per instance.
+    by_run: dict[int, dict[str, list[Any]]] = {}
     for ti in instances:
-        by_run.setdefault(ti.dag_run_id, {})[ti.task_id] = ti
+        by_run.setdefault(ti.dag_run_id, {}).setdefault(ti.task_id, []).append(ti)
     for run in runs:
         tis = by_run.get(run.pk, {})
-        for ti in tis.values():
-            upstream = [tis[u] for u in (ti.definition.upstream if ti.definition else []) if u in tis]
+        for ti in (ti for same_task in tis.values() for ti in same_task):
+            upstream = [u for task_id in (ti.definition.upstream if ti.definition else []) for u in tis.get(task_id, [])]
             ends = [last[u.pk][0].end_date for u in upstream if u.pk in last]
             if not upstream or len(ends) < len(upstream) or None in ends or ti.pk not in last:
                 continue
@@ -434,7 +435,7 @@ def measure(name: str, triggered: dict[int, datetime]) -> PhaseResult:
             s["edge_queued"].add(seconds(attempt.queued_at, max(ends)))
             s["edge_taken"].add(seconds(rq_utc(job.started_at) if job else None, max(ends)))
             s["edge_start"].add(seconds(attempt.start_date, max(ends)))
-        ends = [ti.end_date for ti in tis.values() if ti.end_date is not None]
+        ends = [ti.end_date for same_task in tis.values() for ti in same_task if ti.end_date is not None]
         if ends:
             s["run_end"].add(seconds(run.end_date, max(ends)))
     # A report takes its time before it waits for the run's lock: the latest of the runs' and the

@@ -184,7 +184,11 @@ class BackfillDate(models.Model):
 
 
 class TaskInstance(models.Model):
-    dag_run = models.ForeignKey(DagRun, on_delete=models.CASCADE, related_name="task_instances")
+    # No index of its own: the unique (dag_run, task_id, map_index) index leads with the run and
+    # serves every lookup by run. With a second index on the run alone, PostgreSQL picked that one
+    # for a run newer than its statistics (estimated at one row) and read the whole run to find
+    # one task: a mapped task's every claim read its 10,000 siblings to find their upstream.
+    dag_run = models.ForeignKey(DagRun, on_delete=models.CASCADE, related_name="task_instances", db_index=False)
     # The definition it was created from; null once the task is removed from the DAG.
     definition = models.ForeignKey(Task, on_delete=models.SET_NULL, null=True, blank=True, related_name="instances")
     task_id = models.CharField(max_length=250)
