@@ -148,3 +148,36 @@ def test_what_a_worker_keeps_is_bounded_and_the_least_recently_read_goes_first()
     assert kept.of(1, ["b"]) == {} and set(kept.of(1, ["a", "c"])) == {10, 13}
     kept.keep(1, "a", 10, "v2", text)  # the row's new version replaces the old
     assert kept.of(1, ["a"]) == {10: ("v2", text)}
+
+
+def _rows_filtered_out(plan: dict) -> int:
+    return int(plan.get("Rows Removed by Filter", 0)) + sum(_rows_filtered_out(p) for p in plan.get("Plans", []))
+
+
+def test_an_upstream_of_a_wide_run_newer_than_the_statistics_is_read_by_its_key(settings):
+    """The planner estimates a run it has no statistics for at one row: with an index on the run
+    alone it read all of a mapped task's instances to find their upstream, for every claim."""
+    _postgres_only()
+    from django.test.utils import CaptureQueriesContext
+
+    from orchestrator.engine.runs import advance_run
+
+    settings.ORCHESTRATOR_MAX_MAP_LENGTH = 3000
+    dag = DagFactory()
+    TaskFactory(dag=dag, task_id="extract")
+    TaskFactory(dag=dag, task_id="load", upstream=["extract"], expand={"part": "results.extract"})
+    runs = []
+    for _ in range(2):  # the first run's rows are analyzed; the second adds no more than those
+        run = create_manual_run(dag)
+        advance_run(run.pk)
+        _succeed(_instance(run, "extract"), result=list(range(3000)))
+        runs.append(run)
+    assert TaskInstance.objects.filter(dag_run=runs[1], task_id="load").count() == 3000
+    with CaptureQueriesContext(connection) as queries:
+        upstream_results(runs[1].pk, ["extract"])
+    (read,) = [q["sql"] for q in queries.captured_queries if "xmin" in q["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + read)
+        ((explained,),) = cursor.fetchall()
+    plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]["Plan"]
+    assert _rows_filtered_out(plan) < 10, json.dumps(plan, indent=1)
