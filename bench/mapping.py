@@ -154,9 +154,13 @@ def main() -> int:
         print(f"  mapped task of {args.width} (expand + dispatch): {mapped_seconds * 1000:8.1f} ms")
         print(f"    of which the expansion (the instances created): {expand_seconds * 1000:8.1f} ms")
         print(f"  {args.width} plain tasks (settle + dispatch):   {plain_seconds * 1000:8.1f} ms")
+        from rq import Queue
+
         from orchestrator.redis_conn import get_redis
 
-        get_redis().flushdb()
+        # The expansions' jobs go, not the database: its claim (`claimed_redis`) must stay for
+        # the database to be flushed at the end.
+        Queue("default", connection=get_redis()).empty()
         floor_seconds = insert_floor()
         print(f"  floor: the database copying {args.width - 1} of those instances itself (INSERT ... SELECT): {floor_seconds * 1000:8.1f} ms")
         if args.expansion_only:
