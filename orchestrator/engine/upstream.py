@@ -3,7 +3,7 @@
 A task's `context["results"]` holds each direct upstream's result; a mapped upstream's is the
 list of its instances' results in map_index order. Every instance of a task mapped over a large
 result is handed that whole result: a 10,000-item list is 59 KB, which read, decoded and encoded
-again for each of 10,000 instances cost a third of their run. So the results travel as JSON text
+again for each of 10,000 instances cost a quarter of their run. So the results travel as JSON text
 from the database to the task process (decoded once, there), and a worker keeps the large ones
 it has read (`_kept`): on PostgreSQL the next claim that needs one reads only whether its row
 changed since (`xmin`, the transaction that wrote the row's current version: any UPDATE of the
