@@ -33,9 +33,13 @@ def throwaway_postgres(server_url: str, prefix: str, *, keep: bool = False) -> I
         if keep:
             print(f"kept database {with_database(server_url, name)}")
         else:
+            from django.core.exceptions import ImproperlyConfigured
             from django.db import connections
 
-            connections.close_all()
+            try:
+                connections.close_all()
+            except ImproperlyConfigured:  # stopped before Django was set up: nothing to close
+                pass
             with psycopg.connect(admin_url, autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             print(f"dropped database {name}")
