@@ -66,7 +66,7 @@ class _KeptResults:
             self._groups.move_to_end((dag_run_id, task_id))
             while self._chars > self._budget:
                 _, dropped = self._groups.popitem(last=False)
-                self._chars -= sum(len(text) for _, text in dropped.values())
+                self._chars -= sum(len(kept_text) for _, kept_text in dropped.values())
 
     def clear(self) -> None:
         with self._lock:
@@ -87,7 +87,7 @@ def results_json(dag_run_id: int, upstream: list[str], known: Mapping[str, Any] 
 
 def upstream_results(dag_run_id: int, upstream: list[str], known: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """`results_json`, decoded."""
-    return json.loads(results_json(dag_run_id, upstream, known)) if upstream else {}
+    return json.loads(results_json(dag_run_id, upstream, known))
 
 
 def _result_texts(dag_run_id: int, upstream: list[str], known: Mapping[str, Any] | None) -> dict[str, str]:

@@ -4,6 +4,8 @@ report `none` and ready) is dispatched by the next scheduler pass, never lost an
 and the pass leaves a run to the dispatcher of its chunks while they go."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from rq import Queue
 
@@ -47,21 +49,34 @@ def _assert_dispatched_once(run, *, but: str | None = None) -> None:
     assert sorted(_jobs()) == sorted(job_id_for(ti.pk, 1) for ti in tis)
 
 
-def _second_chunk_fails(monkeypatch):
-    """The second chunk's transaction fails after writing its dispatches, as a crash before its
-    commit would; returns the real dispatch, to put back."""
+def _at_chunk(monkeypatch, number: int, then: Callable[[DagRun], None], *, written: bool) -> tuple[list[int], Callable]:
+    """At the dispatch of chunk `number`, `then(run)`: before the chunk is written, or (`written`)
+    after it is, before its commit. Returns the size of each chunk as it goes, and the real
+    dispatch, to put back."""
     real = runs.dispatch_ready
-    calls = []
+    sizes: list[int] = []
 
-    def crashing(run, due, now, **options):
+    def wrapped(run, due, now, **options):
+        sizes.append(len(due))
+        if len(sizes) == number and not written:
+            then(run)
         went = real(run, due, now, **options)
-        calls.append(went)
-        if len(calls) == 2:
-            raise RuntimeError("injected: the process died before this chunk committed")
+        if len(sizes) == number and written:
+            then(run)
         return went
 
-    monkeypatch.setattr(runs, "dispatch_ready", crashing)
-    return real
+    monkeypatch.setattr(runs, "dispatch_ready", wrapped)
+    return sizes, real
+
+
+def _crash(run: DagRun) -> None:
+    raise RuntimeError("injected: the process died before this chunk committed")
+
+
+def _second_chunk_fails(monkeypatch) -> Callable:
+    """The second chunk's transaction fails after writing its dispatches, as a crash before its
+    commit would; returns the real dispatch, to put back."""
+    return _at_chunk(monkeypatch, 2, _crash, written=True)[1]
 
 
 def test_the_first_chunk_is_on_redis_before_the_last_chunk_is_written(monkeypatch):
@@ -123,19 +138,10 @@ def test_a_pool_admits_exactly_its_slots_across_chunks():
 
 def test_the_rest_waits_when_the_dag_is_paused_between_chunks(monkeypatch):
     dag = _wide_dag(25)
-    real = runs.dispatch_ready
-    calls = []
-
-    def pausing(run, due, now, **options):
-        went = real(run, due, now, **options)
-        calls.append(went)
-        if len(calls) == 1:
-            type(dag).objects.filter(pk=dag.pk).update(paused=True)  # committed with the first chunk
-        return went
-
-    monkeypatch.setattr(runs, "dispatch_ready", pausing)
+    # Paused in the first chunk's transaction: committed with it.
+    sizes, _ = _at_chunk(monkeypatch, 1, lambda run: type(dag).objects.filter(pk=dag.pk).update(paused=True), written=True)
     run = create_manual_run(dag)
-    assert calls == [10]
+    assert sizes == [10]
     assert TaskInstance.objects.filter(dag_run=run, state=TaskState.SCHEDULED).count() == 15
 
 
@@ -209,18 +215,11 @@ def test_a_later_chunk_held_by_a_gate_that_closed_is_written_scheduled(monkeypat
     from orchestrator.engine import reporting, storms
 
     run, root = _root_reported(25)
-    real = runs.dispatch_ready
-    calls = []
-
-    def pausing(run, due, now, **options):
-        calls.append(len(due))
-        if len(calls) == 2:
-            monkeypatch.setattr(storms, "paused_queues", lambda now: {"default"})
-        return real(run, due, now, **options)
-
-    monkeypatch.setattr(runs, "dispatch_ready", pausing)
+    sizes, _ = _at_chunk(
+        monkeypatch, 2, lambda run: monkeypatch.setattr(storms, "paused_queues", lambda now: {"default"}), written=False
+    )
     assert reporting.report_success(root.pk, root.attempt_token)
-    assert calls == [10, 10, 5]
+    assert sizes == [10, 10, 5]
     assert _middle_states(run) == [TaskState.QUEUED] * 10 + [TaskState.SCHEDULED] * 15
     assert len(_jobs()) == 10
 
@@ -263,17 +262,12 @@ def test_the_scheduler_leaves_a_marked_run_to_its_dispatcher_until_the_marker_ex
     from orchestrator.engine import enqueuing
 
     dag = _wide_dag(25)
-    real = runs.dispatch_ready
-    calls = []
 
-    def dying(run, due, now, **options):
-        calls.append(len(due))
-        if len(calls) == 2:
-            get_redis().set(enqueuing.run_marker(run.pk), 1, px=800)  # what a live dispatcher left
-            raise KeyboardInterrupt  # the process goes: nothing of this chunk, no cleanup of ours
-        return real(run, due, now, **options)
+    def dying(run) -> None:
+        get_redis().set(enqueuing.run_marker(run.pk), 1, px=800)  # what a live dispatcher left
+        raise KeyboardInterrupt  # the process goes: nothing of this chunk, no cleanup of ours
 
-    monkeypatch.setattr(runs, "dispatch_ready", dying)
+    _, real = _at_chunk(monkeypatch, 2, dying, written=False)
     monkeypatch.setattr(runs, "_mark_dispatched", lambda run_id: None)  # it died: nothing removes the marker
     with pytest.raises(KeyboardInterrupt):
         create_manual_run(dag)
