@@ -52,6 +52,7 @@ WORKER = component(
             "pid": nullable(INTEGER),
             "queues": {"type": "array", "items": STRING},
             "concurrency": {**INTEGER, "description": "Attempts the worker runs at once (1 unless it says otherwise)."},
+            "task_user": {**nullable(STRING), "description": "The user its tasks run as; null: the worker's own user."},
             "state": STRING,
             "last_heartbeat": MAYBE_TIME,
             "running": {"type": "array", "items": INSTANCE_REF, "description": "Its queued or running attempts."},

@@ -35,6 +35,7 @@ class WorkerRow:
     pid: int | None
     queues: list[str]
     concurrency: int
+    task_user: str | None
     state: str
     last_heartbeat: datetime | None
     running: list[Running] = field(default_factory=list)
@@ -71,6 +72,12 @@ def _concurrency(redis, name: str) -> int:
         return 1
 
 
+def _task_user(redis, name: str) -> str | None:
+    """The user the worker runs its tasks as; None: its own user."""
+    raw = redis.hget(f"rq:worker:{name}", "task_user")
+    return raw.decode(errors="replace") or None if raw else None
+
+
 def workers() -> list[WorkerRow]:
     redis = get_redis()
     rows = [
@@ -80,6 +87,7 @@ def workers() -> list[WorkerRow]:
             pid=w.pid,
             queues=w.queue_names(),
             concurrency=_concurrency(redis, w.name),
+            task_user=_task_user(redis, w.name),
             state=str(w.get_state()),
             last_heartbeat=_aware(w.last_heartbeat),
         )
@@ -154,6 +162,7 @@ def document(row: WorkerRow) -> dict:
         "pid": row.pid,
         "queues": row.queues,
         "concurrency": row.concurrency,
+        "task_user": row.task_user,
         "state": row.state,
         "last_heartbeat": row.last_heartbeat.isoformat() if row.last_heartbeat else None,
         "running": [{"dag_id": r.dag_id, "run_id": r.run_id, "task_id": r.task_id} for r in row.running],

@@ -163,14 +163,15 @@ class ForkServer:
             pid = self._hand_to_spare(request, fds) if forked else None
             if pid is None:
                 pid = _spawn_command(request, fds) if not forked else os.fork()
-        except OSError as exc:
+        except (OSError, TypeError, ValueError) as exc:  # a request it cannot carry out fails alone
             for fd in fds:
                 os.close(fd)
             self._send({"op": "spawn_failed", "id": request["id"], "error": f"{type(exc).__name__}: {exc}"})
             return
         if pid == 0:
-            _prepare_task_process(server_pid=os.getppid())
-            _become_task_process(request, fds)  # never returns
+            server_pid = os.getppid()
+            _prepare_task_process(server_pid)
+            _become_task_process(request, fds, server_pid)  # never returns
         for fd in fds:
             os.close(fd)
         self.children[pid] = None
@@ -214,7 +215,8 @@ class ForkServer:
         if spare is None:
             return None
         try:
-            socket.send_fds(spare.sock, [json.dumps({"env": request["env"]}).encode()], fds)
+            handed = {"env": request["env"], "user": request.get("user")}
+            socket.send_fds(spare.sock, [json.dumps(handed).encode()], fds)
         except OSError:
             _kill_task(spare.pid)  # it died, or cannot hear: the attempt gets a fresh fork
             _reap(spare.pid)
@@ -409,12 +411,12 @@ def _wait_as_spare(sock: socket.socket, server_pid: int) -> None:
         os._exit(0)
     if name:
         _set_process_name(name)
-    _become_task_process(json.loads(data), fds)
+    _become_task_process(json.loads(data), fds, server_pid)
 
 
-def _become_task_process(request: dict[str, Any], fds: list[int]) -> None:
+def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: int) -> None:
     """In the forked child, prepared (`_prepare_task_process`): become the attempt's task
-    process. Never returns."""
+    process (as the task user, when there is one). Never returns."""
     code = 1
     try:
         from orchestrator.worker.task.runner import run_forked
@@ -436,6 +438,8 @@ def _become_task_process(request: dict[str, Any], fds: list[int]) -> None:
         # As Python's own stderr: a traceback holding a lone surrogate is printed, not raised.
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False, errors="backslashreplace")
         _become_environment(request["env"])
+        if request.get("user"):
+            _become_task_user(request["user"], server_pid)
         redis_conn = sys.modules.get("orchestrator.redis_conn")
         if redis_conn is not None:
             redis_conn._clients.clear()  # never share a Redis socket with the fork server (it has none)
@@ -458,6 +462,19 @@ def _become_environment(env: dict[str, str]) -> None:
     for name, value in env.items():
         if os.environ.get(name) != value:
             os.environ[name] = value
+
+
+def _become_task_user(user: dict[str, Any], server_pid: int) -> None:
+    """Drop to the task user for good: its uid and primary gid, no supplementary groups (so no
+    capability is left either), in its attempt's own directory. The kernel clears the parent
+    death signal on a change of credentials: it is set again."""
+    os.setgroups([])
+    os.setresgid(user["gid"], user["gid"], user["gid"])
+    os.setresuid(user["uid"], user["uid"], user["uid"])
+    os.chdir(user["cwd"])
+    from orchestrator.worker.task.runner import set_parent_death_signal
+
+    set_parent_death_signal(server_pid)
 
 
 def direct_spawner() -> str | None:
@@ -490,9 +507,21 @@ def _spawn_command(request: dict[str, Any], fds: list[int]) -> int:
         (os.POSIX_SPAWN_DUP2, stderr_fd, 2),
     ]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _open_fds() if fd > 2]
-    argv = [setpriv, "--pdeathsig", "KILL", "--", *request["argv"]]
+    user = request.get("user")
+    switch = ["--reuid", str(user["uid"]), "--regid", str(user["gid"]), "--clear-groups"] if user else []
+    argv = [setpriv, *switch, "--pdeathsig", "KILL", "--", *request["argv"]]
     defaults = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE)
-    return os.posix_spawn(setpriv, argv, request["env"], file_actions=actions, setsid=True, setsigdef=defaults)
+    if not user:
+        return os.posix_spawn(setpriv, argv, request["env"], file_actions=actions, setsid=True, setsigdef=defaults)
+    # posix_spawn has no working directory of its own here: this server is one thread, so it
+    # steps into the attempt's directory for the spawn and back out.
+    here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.chdir(user["cwd"])
+        return os.posix_spawn(setpriv, argv, request["env"], file_actions=actions, setsid=True, setsigdef=defaults)
+    finally:
+        os.fchdir(here)
+        os.close(here)
 
 
 def _open_fds() -> list[int]:
@@ -506,6 +535,11 @@ def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(argv[1]))
     os.set_inheritable(sock.fileno(), False)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+    # Its environment holds platform settings, and its memory what it preloaded: out of reach of
+    # a task running under the same user (the task processes it forks inherit this until exec).
+    from orchestrator.worker.host.procs import become_undumpable
+
+    become_undumpable()
     modules = [m.strip() for m in os.environ.get("ORCHESTRATOR_PRELOAD_MODULES", "").split(",") if m.strip()]
     preload(modules)
     # Everything imported so far is never collected: a task process's garbage collector then

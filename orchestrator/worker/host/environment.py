@@ -21,25 +21,29 @@ PLATFORM_PREFIX = "ORCHESTRATOR_"
 ADDRESSES = ("DATABASE_URL", "REDIS_URL")
 
 
-def task_environment(worker_environment: Mapping[str, str], passthrough: Iterable[str] = ()) -> dict[str, str]:
+def task_environment(worker_environment: Mapping[str, str], passthrough: Iterable[str] = (), deny: Iterable[str] = ()) -> dict[str, str]:
     """The worker's environment minus DATABASE_URL, REDIS_URL, SECRET_KEY, EMAIL_URL,
     PGPASSWORD and every ORCHESTRATOR_* setting, except the names listed in `passthrough`
-    (ORCHESTRATOR_TASK_ENV_PASSTHROUGH). The task's own context variables (ORCHESTRATOR_DAG_ID
-    and friends) are added later by the task process itself."""
-    allowed = set(passthrough)
+    (ORCHESTRATOR_TASK_ENV_PASSTHROUGH), and minus every name in `deny`
+    (ORCHESTRATOR_TASK_ENV_DENY), which no passthrough lets in. The task's own context
+    variables (ORCHESTRATOR_DAG_ID and friends) are added later by the task process itself."""
+    allowed = set(passthrough) - set(deny)
+    denied = set(deny)
     return {
         name: value
         for name, value in worker_environment.items()
-        if name in allowed or not (name in PLATFORM_SECRETS or name.startswith(PLATFORM_PREFIX))
+        if name not in denied and (name in allowed or not (name in PLATFORM_SECRETS or name.startswith(PLATFORM_PREFIX)))
     }
 
 
-def fork_server_environment(worker_environment: Mapping[str, str], passthrough: Iterable[str] = (), secret_key: str | None = None) -> dict[str, str]:
+def fork_server_environment(
+    worker_environment: Mapping[str, str], passthrough: Iterable[str] = (), secret_key: str | None = None, deny: Iterable[str] = ()
+) -> dict[str, str]:
     """The fork server's environment: what its tasks may see, its ORCHESTRATOR_* settings, the
     database's and Redis's URLs without passwords, and a SECRET_KEY of its own that signs
     nothing (so the platform's key is not even read from disk)."""
-    env = task_environment(worker_environment, passthrough)
-    allowed = set(passthrough)
+    env = task_environment(worker_environment, passthrough, deny)
+    allowed = set(passthrough) - set(deny)
     for name, value in worker_environment.items():
         if name.startswith(PLATFORM_PREFIX):
             env[name] = value

@@ -18,6 +18,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from orchestrator.worker.host.taskuser import AttemptHomes, TaskUser
+
 log = logging.getLogger(__name__)
 
 START_TIMEOUT = 120.0  # the server imports Django and the preloaded modules first
@@ -39,6 +41,7 @@ class TaskHandle:
     lease_expired: bool = False  # the fork server killed it: the worker's lease ran out
     server_died: bool = False  # it died with its fork server (killed, OOM): the platform's failure
     abandoned: bool = False  # started after its slot gave up waiting: killed at once
+    home: str | None = None  # its attempt's own directory (with a task user), removed on release
 
     @property
     def pgid(self) -> int:
@@ -52,8 +55,12 @@ class TaskHandle:
         return self.returncode
 
     def release(self) -> None:
-        """We are done signalling its group: the fork server may reap it."""
+        """We are done signalling its group: the fork server may reap it, and its attempt's
+        directory goes."""
         self.launcher._send({"op": "release", "pid": self.pid})
+        if self.home is not None:
+            self.launcher.remove_home(self.home)
+            self.home = None
 
     def _end(self, status: int, lease_expired: bool = False, server_died: bool = False) -> None:
         self.returncode = status
@@ -63,8 +70,10 @@ class TaskHandle:
 
 
 class Launcher:
-    def __init__(self, environment: dict[str, str] | None = None) -> None:
+    def __init__(self, environment: dict[str, str] | None = None, task_user: TaskUser | None = None) -> None:
         self.environment = environment  # the fork server's own (the worker's by default)
+        self.task_user = task_user  # every task process runs as this user, when set
+        self._homes: AttemptHomes | None = None  # made with the first attempt
         self._lock = threading.Lock()  # one request on the socket at a time
         self._state_lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -124,6 +133,7 @@ class Launcher:
         with self._state_lock:
             sock, server = self._sock, self._server
             self._sock = None
+            homes, self._homes = self._homes, None
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -136,6 +146,25 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+        if homes is not None:
+            homes.close()
+
+    # --- attempts' directories --------------------------------------------------------------------
+
+    def _make_home(self) -> str | None:
+        """A private directory for the next attempt, when tasks run as a task user."""
+        if self.task_user is None:
+            return None
+        with self._state_lock:
+            if self._homes is None:
+                self._homes = AttemptHomes(self.task_user)
+            homes = self._homes
+        return homes.make()
+
+    def remove_home(self, path: str) -> None:
+        homes = self._homes
+        if homes is not None:
+            homes.remove(path)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -148,9 +177,24 @@ class Launcher:
         reply: dict = {}
         with self._state_lock:
             self._pending[request_id] = (done, reply)
-        request = {"op": "spawn", "id": request_id, "env": env, "lease": self._lease_seconds}
+        request: dict = {"op": "spawn", "id": request_id, "env": env, "lease": self._lease_seconds}
         if argv is not None:
             request["argv"] = argv
+        home = self._make_home()
+        if home is not None and self.task_user is not None:
+            # Its home, its temporary files and its working directory: the attempt's own.
+            request["env"] = {**env, "HOME": home, "TMPDIR": home, "PWD": home}
+            request["user"] = {"uid": self.task_user.uid, "gid": self.task_user.gid, "cwd": home}
+        try:
+            handle = self._request_spawn(request_id, request, fds, done, reply)
+        except BaseException:
+            if home is not None:
+                self.remove_home(home)
+            raise
+        handle.home = home
+        return handle
+
+    def _request_spawn(self, request_id: int, request: dict, fds: list[int], done: threading.Event, reply: dict) -> TaskHandle:
         message = json.dumps(request).encode()
         try:
             with self._lock:
