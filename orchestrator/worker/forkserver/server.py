@@ -78,10 +78,44 @@ def preload(modules: list[str]) -> None:
     import retries.context  # noqa: F401  what a stopped task's on_kill hears
 
     for name in modules:
+        threads, sockets = _thread_count(), _sockets()
         try:
             __import__(name)
         except Exception as exc:  # a bad preload must not stop the worker; the task will say why
             print(f"fork server: could not preload {name!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        # A fork copies no thread but the one that forks, and shares every socket with every
+        # task process: a module that starts either cannot be loaded once for all tasks.
+        if _thread_count() > threads:
+            raise PreloadRefused(f"ORCHESTRATOR_PRELOAD_MODULES: {name!r} starts a thread when imported; a task process forked from it would not have that thread. Import it in the task instead")
+        if _sockets() - sockets:
+            raise PreloadRefused(f"ORCHESTRATOR_PRELOAD_MODULES: {name!r} opens a socket when imported; every task process would share it. Import it in the task instead")
+
+
+class PreloadRefused(Exception):
+    """A preloaded module did what no module loaded once for every task may do."""
+
+
+def _thread_count() -> int:
+    """This process's threads, those Python does not know of included."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def _sockets() -> set[str]:
+    """The sockets this process holds open (`socket:[inode]`)."""
+    found = set()
+    for fd in _open_fds():
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            found.add(target)
+    return found
 
 
 class ForkServer:
@@ -541,7 +575,11 @@ def main(argv: list[str]) -> None:
 
     become_undumpable()
     modules = [m.strip() for m in os.environ.get("ORCHESTRATOR_PRELOAD_MODULES", "").split(",") if m.strip()]
-    preload(modules)
+    try:
+        preload(modules)
+    except PreloadRefused as exc:
+        sock.send(json.dumps({"op": "refused", "error": str(exc)}).encode())
+        sys.exit(1)
     # Everything imported so far is never collected: a task process's garbage collector then
     # never walks (and so never copies) the fork server's objects.
     gc.freeze()

@@ -117,7 +117,7 @@ class Launcher:
                 ours.close()
                 self._server.kill()
                 self._server.wait()
-                raise LaunchError("the fork server did not start (see the worker's log for its error)")
+                raise LaunchError(ready.get("error") or "the fork server did not start (see the worker's log for its error)")
             ours.settimeout(None)
             self.direct = bool(ready.get("direct"))
             self._sock = ours
