@@ -109,6 +109,7 @@ class DagAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("dag_id", "description", "paused")}),
         ("Schedule", {"fields": ("schedule", "timezone", "start_date", "catchup", "max_active_runs")}),
+        ("Run parameters", {"fields": ("params", "strict_params")}),
         ("Task defaults", {"fields": ("default_args",)}),
         ("Retry budgets against deadlines", {"fields": ("retry_budgets",)}),
         ("Bookkeeping", {"fields": ("next_run_logical_date", "created_at", "updated_at"), "classes": ("collapse",)}),

@@ -1,7 +1,8 @@
 """Backfills for the command, the API and the pages: create (or preview), pause, unpause, cancel.
 
 Every argument is checked before anything is written; a bad one raises `BackfillError`, which
-names the argument (`from`, `to`, `reprocess`, ...), and nothing is created. The runs
+names the argument (`from`, `to`, `reprocess`, ...), or, for a conf the DAG's params refuse,
+`params.ParamError`, which names the key (`conf.KEY`); and nothing is created. The runs
 themselves are started by the scheduler (`orchestrator.engine.backfills.start_runs`). Each
 action is audited with who did it.
 """
@@ -22,6 +23,7 @@ from orchestrator.documents import iso
 from orchestrator.engine import backfills as engine
 from orchestrator.exceptions import BadRequest, Conflict, NotFound
 from orchestrator.models import Backfill, BackfillDate, Dag
+from orchestrator.params import resolve_conf
 
 DEFAULT_MAX_ACTIVE_RUNS = 10
 MAX_ACTIVE_RUNS_LIMIT = 10_000
@@ -92,13 +94,15 @@ def check(
         raise BackfillError("backwards", f"must be true or false, not {_show(backwards)}")
     if conf is not None and not isinstance(conf, dict):
         raise BackfillError("conf", f"must be a JSON object, not {_show(conf)}")
+    # Every run of the backfill gets this conf: checked against the DAG's params once, here.
+    conf = resolve_conf(dag.params, dag.strict_params, conf)
     limit = int(settings.ORCHESTRATOR_BACKFILL_MAX_RUNS)
     dates = engine.logical_dates(dag, begin, finish, limit)
     if len(dates) > limit:
         raise BackfillError("to", f"the range holds more than ORCHESTRATOR_BACKFILL_MAX_RUNS ({limit}) dates of the schedule; backfill a shorter range")
     if not dates:
         raise BackfillError("from", f"no date of the schedule '{dag.schedule}' ({dag.timezone}) lies between {begin.isoformat()} and {finish.isoformat()}")
-    return Request(dag, begin, finish, str(reprocess), max_active_runs, backwards, conf or {}, dates)
+    return Request(dag, begin, finish, str(reprocess), max_active_runs, backwards, conf, dates)
 
 
 def preview(request: Request) -> list[engine.PlannedDate]:

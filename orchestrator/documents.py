@@ -128,6 +128,8 @@ def dag_document(dag: Dag) -> dict[str, Any]:
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
         "next_run_logical_date": iso(dag.next_run_logical_date),
+        "params": dag.params or {},
+        "strict_params": dag.strict_params,
         "tasks": [
             {
                 "task_id": t.task_id,

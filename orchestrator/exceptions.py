@@ -31,9 +31,11 @@ class StaleAttempt(Exception):
 
 
 class ActionError(Exception):
-    """An action or lookup that cannot be done; `status` is the HTTP status it maps to."""
+    """An action or lookup that cannot be done; `status` is the HTTP status it maps to, and
+    `field`, when set, the request's field at fault (`conf.team`), which the API's error names."""
 
     status = 409
+    field: str | None = None
 
 
 class BadRequest(ActionError):

@@ -31,6 +31,10 @@ class Dag(models.Model):
     # At most this many of the DAG's tasks queued or running over all its runs; null = no limit.
     max_active_tasks = models.PositiveIntegerField(blank=True, null=True)
     default_args = models.JSONField(default=dict, blank=True)
+    # Run parameters: NAME -> a JSON Schema with an optional default and description
+    # (orchestrator.params); strict_params: a conf key that is not one of them is refused.
+    params = models.JSONField(default=dict, blank=True, help_text="NAME: a JSON Schema with an optional default and description.")
+    strict_params = models.BooleanField(default=False, help_text="Refuse a conf key that is not a declared param.")
     # Scheduler bookkeeping: the logical date of the next scheduled run.
     next_run_logical_date = models.DateTimeField(blank=True, null=True)
     # The hash of the spec the DAG's tasks and deadlines were last imported from ("" once they

@@ -39,8 +39,9 @@ class PermissionDeniedError(ActionError):
     status = 403
 
 
-def json_error(status: int, message: str) -> JsonResponse:
-    response = JsonResponse({"error": message}, status=status)
+def json_error(status: int, message: str, field: str | None = None) -> JsonResponse:
+    body = {"error": message} if field is None else {"error": message, "field": field}
+    response = JsonResponse(body, status=status)
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="orchestrator"'
     return response
@@ -57,7 +58,7 @@ ERRORS = (ActionError, RequestDataTooBig, SuspiciousOperation, MultiPartParserEr
 def error_response(exc: Exception) -> JsonResponse | None:
     """The JSON error for what a request can fail with before or inside a view; None for a bug."""
     if isinstance(exc, ActionError):
-        return json_error(exc.status, str(exc))
+        return json_error(exc.status, str(exc), exc.field)
     if isinstance(exc, RequestDataTooBig):
         return too_large()
     if isinstance(exc, SuspiciousOperation):  # e.g. too many form fields

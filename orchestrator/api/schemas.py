@@ -74,7 +74,16 @@ def obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> dic
     return {"type": "object", "required": [p for p in properties if p not in optional], "properties": properties}
 
 
-ERROR = component("Error", obj({"error": {"type": "string", "description": "What went wrong, naming the field or value."}}))
+ERROR = component(
+    "Error",
+    obj(
+        {
+            "error": {"type": "string", "description": "What went wrong, naming the field or value."},
+            "field": {"type": "string", "description": "The field at fault, where one is (e.g. conf.team for a run parameter)."},
+        },
+        optional=("field",),
+    ),
+)
 
 CONTEXT = component(
     "ExecutionContext",
@@ -210,6 +219,12 @@ DAG = component(
             "catchup": BOOLEAN,
             "max_active_runs": INTEGER,
             "next_run_logical_date": MAYBE_TIME,
+            "params": {
+                "type": "object",
+                "additionalProperties": {"type": "object"},
+                "description": "The run parameters, as declared: NAME -> a JSON Schema with an optional default and description.",
+            },
+            "strict_params": {**BOOLEAN, "description": "Whether a conf key that is not a declared param is refused."},
             "tasks": {"type": "array", "items": TASK},
             "last_run": {"anyOf": [RUN_SUMMARY, {"type": "null"}]},
         }

@@ -26,6 +26,7 @@ from django.db.models import Count
 from orchestrator.engine import clearing, schedules
 from orchestrator.engine.runs import advance_run_now, create_run
 from orchestrator.models import Backfill, BackfillDate, Dag, DagRun
+from orchestrator.params import fill_defaults
 from retries.states import FINISHED_RUN_STATES, UNFINISHED_RUN_STATES, RunState, TaskState
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,8 @@ def _start_date_inner(backfill: Backfill, date: BackfillDate, now: datetime) -> 
             backfill.dag,
             run_type=DagRun.RunType.BACKFILL,
             logical_date=date.logical_date,
-            conf=backfill.conf,
+            # Checked when the backfill was made; a param the DAG declared since gets its default.
+            conf=fill_defaults(backfill.dag.params, backfill.conf),
             now=now,
             triggered_by=backfill.created_by,
             backfill=backfill,

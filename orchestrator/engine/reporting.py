@@ -36,6 +36,7 @@ from orchestrator.engine.runs import (
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
+from orchestrator.params import task_params
 from orchestrator.taskconfig import args_for, merge_args, platform_settings, retry_args
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, decide
@@ -155,6 +156,8 @@ class Claimed:
     task_state_epoch: int = 0
     has_task_state: bool = False  # some task state is stored (to read for the task)
     has_start_deadlines: bool = True  # task_started_at deadlines to create with the handshake
+    # The run's declared params (context["params"]): its conf's values, defaults filled.
+    params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def results(self) -> dict[str, Any]:
@@ -168,7 +171,7 @@ SELECT ti.task_id, ti.attempt_token, ti.try_number, ti.infrastructure_try_number
        t.python_callable, t.bash_command, t.op_kwargs, t.args,
        ti.map_index, ti.map_item, ti.dag_run_id, t.upstream, t.expand, ti.queue, ti.circuit,
        ti.task_state_epoch, EXISTS (SELECT 1 FROM orchestrator_taskstateentry e WHERE e.task_instance_id = ti.id),
-       {start_deadlines}
+       {start_deadlines}, d.params
 FROM orchestrator_taskinstance ti
 JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
 JOIN orchestrator_dag d ON d.id = r.dag_id
@@ -183,7 +186,7 @@ def _claim_fields() -> list:
             run("run_id"), run("logical_date"), run("conf"), dag("dag_id"), dag("default_args"),
             task("python_callable"), task("bash_command"), task("op_kwargs"), task("args"),
             ti("map_index"), ti("map_item"), None, task("upstream"), task("expand"), ti("queue"), ti("circuit"),
-            ti("task_state_epoch"), None, None]
+            ti("task_state_epoch"), None, None, dag("params")]
 
 
 def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
@@ -211,7 +214,7 @@ def claim_within(
     (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
      dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
      map_index, map_item, dag_run_id, upstream_ids, expand, queue, circuit,
-     task_state_epoch, has_task_state, has_start_deadlines) = row
+     task_state_epoch, has_task_state, has_start_deadlines, declared_params) = row
     results = upstream.results_json(dag_run_id, upstream_ids, known_results) if upstream_ids else "{}"
     mapped = {name: map_item for name in expand} if expand and map_index >= 0 else {}
     return Claimed(
@@ -237,6 +240,7 @@ def claim_within(
         task_state_epoch=task_state_epoch,
         has_task_state=bool(has_task_state),
         has_start_deadlines=bool(has_start_deadlines),
+        params=task_params(declared_params, conf),
     )
 
 

@@ -26,6 +26,7 @@ from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskAttempt, TaskInstance
+from orchestrator.params import resolve_conf
 from orchestrator.redis_conn import get_redis
 from orchestrator.taskconfig import merge_args
 from retries.states import (
@@ -144,14 +145,17 @@ def _array_type(field: Any) -> str:
 def create_manual_run(
     dag: Dag, *, conf: dict[str, Any] | None = None, triggered_by: str = "", now: datetime | None = None
 ) -> DagRun:
-    """A manual run: its logical date is its trigger time.
+    """A manual run: its logical date is its trigger time; its conf is `conf` with the DAG's
+    params filled from their defaults.
 
-    Bad conf (not a JSON object): BadRequest; a paused DAG: Conflict.
+    Bad conf (not a JSON object): BadRequest; a conf the DAG's params refuse: ParamError (a
+    BadRequest naming the key); a paused DAG: Conflict. Nothing is created for any of them.
     """
     if conf is not None and not isinstance(conf, dict):
         raise BadRequest(f"conf must be a JSON object, got {type(conf).__name__}: {conf!r}")
     if dag.paused:
         raise Conflict(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
+    conf = resolve_conf(dag.params, dag.strict_params, conf)
     now = now or shared_now()
     run = create_run(dag, run_type=DagRun.RunType.MANUAL, logical_date=now, conf=conf, now=now, triggered_by=triggered_by)
     # Start it at once instead of waiting for the next scheduler pass.

@@ -32,6 +32,7 @@ from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness
 from orchestrator.engine.runs import FEW_UPSTREAMS, UNFINISHED, UNFINISHED_PROBE, advance_run, create_run
 from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
+from orchestrator.params import ParamError, fill_defaults, resolve_conf
 from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
 from retries.states import (
@@ -116,9 +117,20 @@ def create_due_run(dag: Dag, now: datetime) -> DagRun | None:
             return None
         try:
             with transaction.atomic():
-                return create_run(dag, run_type=DagRun.RunType.SCHEDULED, logical_date=due, now=now)
+                return create_run(dag, run_type=DagRun.RunType.SCHEDULED, logical_date=due, conf=scheduled_conf(dag), now=now)
         except IntegrityError:
             return None
+
+
+def scheduled_conf(dag: Dag) -> dict:
+    """A scheduled run's conf: the DAG's params at their defaults. A DAG with a schedule has a
+    default for every param (its import, or the admin, refuses it otherwise); one that lacks
+    some anyway still gets its run, with the defaults it has, and the problem is logged."""
+    try:
+        return resolve_conf(dag.params, dag.strict_params, {})
+    except ParamError as exc:
+        log.error("dag %s: its scheduled run lacks a param: %s", dag.dag_id, exc)
+        return fill_defaults(dag.params, {})
 
 
 def _start_backfill_runs(now: datetime, report: PassReport) -> None:

@@ -57,6 +57,10 @@ def dag_spec(dag: Dag) -> dict[str, Any]:
     spec["max_active_runs"] = dag.max_active_runs
     if dag.max_active_tasks is not None:
         spec["max_active_tasks"] = dag.max_active_tasks
+    if dag.params:
+        spec["params"] = _sorted(dag.params)
+    if dag.strict_params:
+        spec["strict_params"] = True
     if dag.default_args:
         spec["default_args"] = {key: dag.default_args[key] for key in DEFAULT_ARG_KEYS if key in dag.default_args}
     # The DAG's own deadlines; a task's are written with the task.

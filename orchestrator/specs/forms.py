@@ -102,10 +102,15 @@ class DagForm(forms.ModelForm):
         help_texts = {
             "timezone": "IANA name, e.g. Europe/Amsterdam.",
             "default_args": "JSON defaults for every task, e.g. {\"retries\": 3, \"execution_timeout\": 30}.",
+            "params": "JSON: NAME -> a JSON Schema with an optional default and description, e.g. "
+            "{\"team\": {\"type\": \"string\", \"default\": \"data\"}}.",
         }
 
     def clean_default_args(self) -> Any:
         return json_mapping(self.cleaned_data.get("default_args"))
+
+    def clean_params(self) -> Any:
+        return json_mapping(self.cleaned_data.get("params"))
 
     def clean(self) -> dict[str, Any]:
         super().clean()

@@ -36,7 +36,7 @@ from orchestrator.sql import concrete_fields
 
 # A change to any of these moves the DAG's next scheduled run: the scheduler recomputes it.
 SCHEDULE_FIELDS = frozenset({"schedule", "start_date", "timezone"})
-JSON_FIELDS = frozenset({"default_args", "op_kwargs", "upstream", "expand", "args", "callback_kwargs", "days", "skip_dates"})
+JSON_FIELDS = frozenset({"params", "default_args", "op_kwargs", "upstream", "expand", "args", "callback_kwargs", "days", "skip_dates"})
 DEADLINE_FIELDS = (
     "reference",
     "interval",
@@ -247,6 +247,8 @@ def write_dag(spec: DagSpec, plan: DagPlan | None = None) -> str:
         "catchup": spec["catchup"],
         "max_active_runs": spec["max_active_runs"],
         "max_active_tasks": spec["max_active_tasks"],
+        "params": spec["params"],
+        "strict_params": spec["strict_params"],
         "default_args": spec["default_args"],
     }
     if spec["paused"] is not None:

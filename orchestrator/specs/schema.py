@@ -9,7 +9,8 @@ The normalised form (`DagSpec`, a plain dict):
 
     dag_id, description, schedule (str | None), timezone, start_date (aware | None),
     catchup, paused (bool | None: None = not given, keep what is stored), max_active_runs,
-    max_active_tasks (int | None), default_args (only the keys given: DEFAULT_ARG_KEYS), deadlines: [DeadlineSpec],
+    max_active_tasks (int | None), params ({NAME: JSON Schema}), strict_params (bool),
+    default_args (only the keys given: DEFAULT_ARG_KEYS), deadlines: [DeadlineSpec],
     tasks: [{task_id, python_callable, bash_command, op_kwargs, upstream, trigger_rule (its own, else
              default_args', else all_success), expand ({NAME: list | "results.TASK_ID"} | None),
              args (default_args keys and LIMIT_KEYS set on the task), deadlines: [DeadlineSpec]}]
@@ -45,6 +46,7 @@ from orchestrator.specs.checks import (
 from orchestrator.specs.deadline_schema import DeadlineSpec, validate_deadlines
 from orchestrator.specs.errors import Problem
 from orchestrator.specs.mapping_schema import check_expand, check_templates
+from orchestrator.specs.params_schema import check_params
 from orchestrator.taskconfig import (
     ARG_KEYS,  # also the order the exporter writes them in
 )
@@ -62,6 +64,8 @@ DAG_KEYS = (
     "paused",
     "max_active_runs",
     "max_active_tasks",
+    "params",
+    "strict_params",
     "default_args",
     "deadlines",
     "tasks",
@@ -91,6 +95,7 @@ DAG_DEFAULTS: dict[str, Any] = {
     "catchup": False,
     "max_active_runs": 16,
     "max_active_tasks": None,
+    "strict_params": False,
 }
 
 
@@ -312,6 +317,10 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
     if max_active_tasks is not None and (not is_int(max_active_tasks) or max_active_tasks < 1):
         problems.add("max_active_tasks", f"must be a whole number >= 1, or null for no limit; not {show(max_active_tasks)}")
 
+    params, strict_params = check_params(
+        raw.get("params"), raw.get("strict_params", DAG_DEFAULTS["strict_params"]), schedule, problems
+    )
+
     default_args: dict[str, Any] = {}
     raw_args = raw.get("default_args")
     if raw_args is not None and not isinstance(raw_args, Mapping):
@@ -347,6 +356,8 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
         "paused": paused,
         "max_active_runs": max_active_runs,
         "max_active_tasks": max_active_tasks,
+        "params": params,
+        "strict_params": strict_params,
         "default_args": default_args,
         "deadlines": deadlines,
         "tasks": tasks,

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from orchestrator import actions, backfills
 from orchestrator.exceptions import ActionError
 from orchestrator.models import Backfill, BackfillDate
+from orchestrator.params import ParamError
 from orchestrator.web.pages import lookup, polled, require
 
 FORM_FIELDS = ("from", "to", "reprocess", "max_active_runs", "backwards", "conf")
@@ -53,7 +54,8 @@ def backfill_new(request: HttpRequest, dag_id: str) -> HttpResponse:
             return HttpResponseRedirect(reverse("web:backfill_detail", args=[backfill.pk]), status=303)
         planned = backfills.preview(checked)
     except ActionError as exc:
-        context = {"dag": dag, "form": form, "error": str(exc), "field": getattr(exc, "argument", ""), "may_trigger": True}
+        field = "conf" if isinstance(exc, ParamError) else getattr(exc, "argument", "")
+        context = {"dag": dag, "form": form, "error": str(exc), "field": field, "may_trigger": True}
         return TemplateResponse(request, "web/backfill_new.html", context, status=exc.status)
     counts = {action: sum(1 for p in planned if p.action == action) for action in BackfillDate.Action.values}
     return TemplateResponse(request, "web/backfill_new.html", {"dag": dag, "form": form, "planned": planned, "counts": counts, "may_trigger": True})

@@ -1,7 +1,6 @@
 """Operator pages: thin views, one domain call each; htmx requests get named partials."""
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -18,6 +17,7 @@ from deadlines.history import dag_deadline_history
 from orchestrator import actions
 from orchestrator.console import charts, dags, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
+from orchestrator.console import params as run_params
 from orchestrator.console import run as run_page
 from orchestrator.console import workers as worker_pages
 from orchestrator.console.choices import Operator, action_done
@@ -76,6 +76,7 @@ def _dag_context(request: HttpRequest, dag: Dag, **extra: Any) -> dict[str, Any]
         "backfills": backfill_pages.recent_backfills(dag),
         "budget": tasks.verdicts,
         "form": {},
+        "param_fields": run_params.param_fields(dag.params),
         **extra,
     }
 
@@ -95,18 +96,21 @@ def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
-    """Trigger a run from the form's optional JSON `conf`; then show the new run."""
+    """Trigger a run from the form's fields (one per param) over its optional JSON `conf`; then
+    show the new run. A refusal comes back on the form, beside the param it names."""
     require(actions.may_trigger(request.user), actions.TRIGGER_PERMISSION)
     dag = lookup(actions.find_dag, dag_id)
     raw_conf = request.POST.get("conf", "").strip()
+    posted = run_params.posted_values(dag.params, request.POST)
     try:
-        try:
-            conf = json.loads(raw_conf) if raw_conf else None
-        except json.JSONDecodeError as exc:
-            raise BadRequest(f"conf is not valid JSON: {exc}") from exc
+        conf = run_params.conf_from_form(dag.params, raw_conf, posted)
         run = actions.trigger(dag, request.user, conf=conf)
     except ActionError as exc:
-        context = _dag_context(request, dag, trigger_error=str(exc), conf_text=raw_conf)
+        beside = run_params.is_beside_a_field(dag.params, exc)
+        context = _dag_context(
+            request, dag, trigger_error="" if beside else str(exc), conf_text=raw_conf,
+            param_fields=run_params.param_fields(dag.params, posted, exc),
+        )  # fmt: skip
         return TemplateResponse(request, "web/dag_detail.html", context, status=exc.status)
     return HttpResponseRedirect(run_url(run), status=303)
 

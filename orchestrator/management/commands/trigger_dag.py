@@ -71,6 +71,8 @@ def parse_conf(conf: str | None) -> dict | None:
         value = json.loads(conf)
     except json.JSONDecodeError as exc:
         raise CommandError(f"--conf is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise CommandError("--conf is nested too deeply") from None
     if not isinstance(value, dict):
         raise CommandError(f"--conf must be a JSON object, got {type(value).__name__}: {conf}")
     where = first_unstorable(value, "conf")

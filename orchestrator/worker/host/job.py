@@ -172,6 +172,7 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         "infrastructure_try_number": claimed.infrastructure_try_number,
         "logical_date": claimed.logical_date.isoformat(),
         "conf": claimed.conf,
+        "params": claimed.params,
         "map_index": claimed.map_index,
     }
     if state is not None:  # a Python task: its store (made live in the task process) and key
