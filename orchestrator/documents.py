@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
-from retries.states import HOLD_FROM
+from orchestrator.queue_listeners import listened_queues, unattended_wait
+from retries.states import HOLD_FROM, TaskState
 
 
 def iso(value: datetime | None) -> str | None:
@@ -37,7 +38,18 @@ def attempt_document(attempt: TaskAttempt) -> dict[str, Any]:
     return doc
 
 
-def task_instance_document(ti: TaskInstance) -> dict[str, Any]:
+def waiting_for(ti: TaskInstance, listened: set[str] | None = None) -> dict[str, Any] | None:
+    """What a task that is ready but held waits for: its hold, or for a task queued where no
+    live worker listens (`listened`: the queues live workers read), that queue. A stale hold
+    of a task that moved on is not shown."""
+    if ti.state in HOLD_FROM:
+        return ti.waiting_for
+    if ti.state == TaskState.QUEUED and ti.heartbeat_at is None:
+        return unattended_wait(ti.queue, ti.queued_at, listened)
+    return None
+
+
+def task_instance_document(ti: TaskInstance, listened: set[str] | None = None) -> dict[str, Any]:
     return {
         "task_id": ti.task_id,
         "map_index": ti.map_index,
@@ -54,8 +66,7 @@ def task_instance_document(ti: TaskInstance) -> dict[str, Any]:
         "queue": ti.queue,
         "failure_fingerprint": ti.failure_fingerprint,
         "last_failure_context": ti.last_failure_context,
-        # Only a task that is ready but held waits for something; a stale value is not shown.
-        "waiting_for": ti.waiting_for if ti.state in HOLD_FROM else None,
+        "waiting_for": waiting_for(ti, listened),
         "attempts": [attempt_document(a) for a in ti.attempts.all()],
         # The task's own store, kept across its attempts (prefetched by run_document).
         "task_state": {entry.key: entry.value for entry in ti.state_entries.all()},
@@ -88,6 +99,9 @@ def deadline_documents(run: DagRun) -> list[dict[str, Any]]:
 
 def run_document(run: DagRun) -> dict[str, Any]:
     instances = in_task_order(run.task_instances.order_by("id").prefetch_related("attempts", "state_entries"))
+    # Redis is asked which queues live workers read only when a task waits in a queue.
+    queued = any(ti.state == TaskState.QUEUED for ti in instances)
+    listened = listened_queues() if queued else None
     return {
         "dag_id": run.dag.dag_id,
         "run_id": run.run_id,
@@ -99,7 +113,7 @@ def run_document(run: DagRun) -> dict[str, Any]:
         "start_date": iso(run.start_date),
         "end_date": iso(run.end_date),
         "logical_date": iso(run.logical_date),
-        "task_instances": [task_instance_document(ti) for ti in instances],
+        "task_instances": [task_instance_document(ti, listened) for ti in instances],
         "deadlines": deadline_documents(run),
     }
 

@@ -105,6 +105,15 @@ class Grid:
         return [(task_id, [run.cells[i] for run in self.runs]) for i, task_id in enumerate(self.task_ids)]
 
 
+def waiting_words(waiting: Any, state: str) -> str:
+    """What a task waits for, as the run and task pages say it: a `queued` task waits in a queue
+    only when no live worker reads it (a `scheduled` one, when its queue is paused)."""
+    if isinstance(waiting, dict) and waiting.get("kind") == "queue" and state == TaskState.QUEUED:
+        return f"no worker listens on queue '{waiting.get('name', '')}'"
+    text = waiting_text(waiting)
+    return f"waiting for {text}" if text else ""
+
+
 def waiting_text(waiting: Any) -> str:
     """`TaskInstance.waiting_for` as words: 'pool default', 'circuit warehouse'."""
     if not isinstance(waiting, dict) or not waiting.get("kind"):

@@ -12,10 +12,12 @@ from django.urls import reverse
 from orchestrator.console import rootcause
 from orchestrator.console.attempts import AttemptView, attempt_view, dead_lettered_at
 from orchestrator.console.choices import ActionChoice, Operator, choice
+from orchestrator.console.grid import waiting_words
 from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label, pretty_json
-from orchestrator.documents import in_task_order
+from orchestrator.documents import in_task_order, waiting_for
 from orchestrator.models import DagRun, TaskInstance
+from orchestrator.queue_listeners import listened_queues
 from orchestrator.taskconfig import args_for
 from retries.policy import cleared_max_tries
 from retries.states import ACTIVE_TASK_STATES, FINISHED_RUN_STATES, TaskState
@@ -35,6 +37,7 @@ class TaskInstanceView:
     buttons: list[ActionChoice]
     cause: rootcause.RootCause | None = None  # the task's own last failure, whatever an operator did since
     action: rootcause.OperatorAction | None = None  # the operator's last action on it, if that is its context
+    waiting: str = ""  # what it waits for, in words (a queue no live worker reads, for one)
 
     @property
     def label(self) -> str:
@@ -69,6 +72,7 @@ def task_instance_views(run: DagRun, operator: Operator, *, offset: int = 0, lim
         rows = rows[offset : offset + limit]
     instances = in_task_order(rows.prefetch_related("attempts"))
     allowed = operator.allowed(instances)
+    listened = listened_queues() if any(ti.state == TaskState.QUEUED for ti in instances) else None
     views = []
     for ti in instances:
         ti.dag_run = run
@@ -89,6 +93,7 @@ def task_instance_views(run: DagRun, operator: Operator, *, offset: int = 0, lim
                 buttons=[_button(run, ti, name) for name in allowed.get(ti.pk, ())],
                 cause=cause,
                 action=rootcause.operator_action(context),
+                waiting=waiting_words(waiting_for(ti, listened), ti.state),
             )
         )
     return views

@@ -22,11 +22,13 @@ from django.utils import timezone
 from orchestrator.console import mapped, rootcause
 from orchestrator.console.attempts import AttemptView, FullOutput, Output, attempt_view, dead_lettered_at
 from orchestrator.console.choices import ActionChoice, Operator, choice
-from orchestrator.console.grid import waiting_text
+from orchestrator.console.grid import waiting_words
 from orchestrator.console.text import attempt_label, context_rows, duration, excerpt, seconds_between
+from orchestrator.documents import waiting_for
 from orchestrator.engine import taskstate
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
 from orchestrator.outputstore import OutputStore, output_store
+from orchestrator.queue_listeners import listened_queues
 from orchestrator.taskconfig import args_for
 from retries.policy import cleared_max_tries
 from retries.states import ACTIVE_TASK_STATES, IN_FLIGHT_TASK_STATES, TaskState
@@ -220,7 +222,7 @@ def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", not
         "ti": ti,
         "finished": _settled(ti.state),
         "attempt_label": attempt_label(ti.try_number, ti.max_tries),
-        "waiting": waiting_text(getattr(ti, "waiting_for", None)),
+        "waiting": waiting_words(waiting_for(ti, listened_queues() if ti.state == TaskState.QUEUED else None), ti.state),
         "attempts": attempts,
         "task_state": task_state_rows(ti, attempts),
         # The task's own context when it is a failure (an operator's action is shown as one, below).

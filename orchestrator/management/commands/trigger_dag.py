@@ -20,6 +20,7 @@ from orchestrator import actions
 from orchestrator.engine.run_wait import wait_outcome
 from orchestrator.exceptions import ActionError
 from orchestrator.models import Dag, DagRun
+from orchestrator.queue_listeners import listened_queues
 from orchestrator.sanitise import first_unstorable
 from retries.states import FINISHED_TASK_STATES, TaskState
 
@@ -108,6 +109,7 @@ class Progress:
     failed: int
     retrying: int
     dead_letter: int
+    unattended: tuple[str, ...] = ()  # queues its queued tasks wait in that no live worker reads
 
     def text(self) -> str:
         parts = [f"tasks: {self.done}/{self.total} done", f"{self.running} running", f"{self.failed} failed"]
@@ -115,7 +117,8 @@ class Progress:
         for count, label in ((self.queued, "queued"), (self.retrying, "waiting to retry"), (self.dead_letter, "dead-lettered")):
             if count:
                 parts.append(f"{count} {label}")
-        return f"{', '.join(parts)}; run: {self.run_state}"
+        waits = "".join(f"; waiting: no worker listens on queue '{queue}'" for queue in self.unattended)
+        return f"{', '.join(parts)}; run: {self.run_state}{waits}"
 
 
 def progress_of(run: DagRun) -> Progress:
@@ -129,7 +132,15 @@ def progress_of(run: DagRun) -> Progress:
         failed=counts.get(TaskState.FAILED, 0) + counts.get(TaskState.UPSTREAM_FAILED, 0),
         retrying=counts.get(TaskState.UP_FOR_RETRY, 0),
         dead_letter=counts.get(TaskState.DEAD_LETTER, 0),
+        unattended=unattended_queues(run) if counts.get(TaskState.QUEUED) else (),
     )
+
+
+def unattended_queues(run: DagRun) -> tuple[str, ...]:
+    """The queues the run's tasks wait in, not taken yet, that no live worker reads."""
+    waiting = set(run.task_instances.filter(state=TaskState.QUEUED, heartbeat_at__isnull=True).values_list("queue", flat=True))
+    listened = listened_queues() if waiting else None
+    return tuple(sorted(waiting - listened)) if listened is not None else ()
 
 
 class ProgressDisplay:
