@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, time
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 
 from orchestrator.exceptions import BadRequest
 
@@ -94,6 +98,46 @@ def choice(name: str, description: str, values: Iterable[str]) -> Param:
 
 def string(name: str, description: str) -> Param:
     return Param(name, description, dict(TEXT), None, "")
+
+
+def parse_since(raw: str) -> datetime:
+    """An ISO 8601 date or date-time; naive means UTC.
+
+    A '+' of an offset that arrived unescaped in a query string was decoded as a space:
+    it is put back before giving up.
+    """
+    candidates = [raw]
+    if " " in raw:
+        head, _, tail = raw.rpartition(" ")
+        candidates.append(f"{head}+{tail}")
+    for candidate in candidates:
+        try:
+            value = parse_datetime(candidate)
+            if value is None:
+                day = parse_date(candidate)
+                value = datetime.combine(day, time.min) if day else None
+            if value is not None:
+                return _in_range(value if timezone.is_aware(value) else value.replace(tzinfo=dt_timezone.utc))
+        except (ValueError, OverflowError):
+            continue
+    raise BadRequest(f"invalid since '{raw}': expected an ISO 8601 date or date-time, e.g. 2026-01-31T00:00:00Z")
+
+
+def _in_range(value: datetime) -> datetime:
+    """`value` in UTC (PostgreSQL refuses offsets beyond ±15:59, ISO 8601 allows ±23:59), or the
+    first or last representable instant when the offset takes it out of range: nothing is
+    after 9999-12-31T23:59:59-05:00, which is no reason for an error."""
+    try:
+        return value.astimezone(dt_timezone.utc)
+    except OverflowError:
+        return (datetime.max if value.year > 1 else datetime.min).replace(tzinfo=dt_timezone.utc)
+
+
+
+def since(description: str) -> Param:
+    """`since`: an ISO 8601 date or date-time (`parse_since`)."""
+    schema = {"type": "string", "anyOf": [{"format": "date-time"}, {"format": "date"}], "examples": ["2026-01-31", "2026-01-31T00:00:00Z"]}
+    return Param("since", description, schema, parse_since)
 
 
 LIMIT = integer("limit", "How many rows at most.", maximum=MAX_LIMIT, default=DEFAULT_LIMIT)

@@ -6,21 +6,17 @@ API and the pages alike. A bad parameter is a BadRequest naming the parameter an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, time
-from datetime import timezone as dt_timezone
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, QuerySet
 from django.db.models.fields.json import KT
 from django.http import QueryDict
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
 from orchestrator import failure_filter as failure_filter_rule
 from orchestrator.documents import iso
-from orchestrator.exceptions import BadRequest
 from orchestrator.models import TaskAttempt
-from orchestrator.querystring import DEFAULT_LIMIT, LIMIT, Param, choice, read_query, string
+from orchestrator.querystring import DEFAULT_LIMIT, LIMIT, choice, read_query, since, string
 from retries.states import Category, Reason
 
 
@@ -40,45 +36,7 @@ class FailureFilter:
         return {k: v for k, v in params.items() if v}
 
 
-def parse_since(raw: str) -> datetime:
-    """An ISO 8601 date or date-time; naive means UTC.
-
-    A '+' of an offset that arrived unescaped in a query string was decoded as a space:
-    it is put back before giving up.
-    """
-    candidates = [raw]
-    if " " in raw:
-        head, _, tail = raw.rpartition(" ")
-        candidates.append(f"{head}+{tail}")
-    for candidate in candidates:
-        try:
-            value = parse_datetime(candidate)
-            if value is None:
-                day = parse_date(candidate)
-                value = datetime.combine(day, time.min) if day else None
-            if value is not None:
-                return _in_range(value if timezone.is_aware(value) else value.replace(tzinfo=dt_timezone.utc))
-        except (ValueError, OverflowError):
-            continue
-    raise BadRequest(f"invalid since '{raw}': expected an ISO 8601 date or date-time, e.g. 2026-01-31T00:00:00Z")
-
-
-def _in_range(value: datetime) -> datetime:
-    """`value` in UTC (PostgreSQL refuses offsets beyond ±15:59, ISO 8601 allows ±23:59), or the
-    first or last representable instant when the offset takes it out of range: nothing is
-    after 9999-12-31T23:59:59-05:00, which is no reason for an error."""
-    try:
-        return value.astimezone(dt_timezone.utc)
-    except OverflowError:
-        return (datetime.max if value.year > 1 else datetime.min).replace(tzinfo=dt_timezone.utc)
-
-
-SINCE = Param(
-    "since",
-    "Only failures that ended at or after this ISO 8601 date or date-time (naive means UTC).",
-    {"type": "string", "anyOf": [{"format": "date-time"}, {"format": "date"}], "examples": ["2026-01-31", "2026-01-31T00:00:00Z"]},
-    parse_since,
-)
+SINCE = since("Only failures that ended at or after this ISO 8601 date or date-time (naive means UTC).")
 FAILURE_PARAMS = (
     choice("category", "Only failures of this category.", Category),
     choice("reason", "Only failures for this reason.", Reason),
