@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
+from orchestrator.console import audit as audit_entries
 from orchestrator.console import charts, dags, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
 from orchestrator.console import params as run_params
@@ -23,8 +24,7 @@ from orchestrator.console import workers as worker_pages
 from orchestrator.console.choices import Operator, action_done
 from orchestrator.console.text import pretty_json
 from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
-from orchestrator.models import AuditLog, Dag, DagRun
-from orchestrator.querystring import parse_limit
+from orchestrator.models import Dag, DagRun
 from orchestrator.web import backfills as backfill_pages
 from orchestrator.web.pages import STOP_POLLING, is_htmx, lookup, polled, require
 from retries.states import Category, Reason
@@ -338,15 +338,21 @@ def favicon(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def audit_log(request: HttpRequest) -> HttpResponse:
-    """Operator actions, newest first (?dag_id=, ?username=, ?action=)."""
-    entries = AuditLog.objects.all()
-    filters = {name: request.GET.get(name, "").strip() for name in ("dag_id", "username", "action")}
-    for name, value in filters.items():
-        if value:
-            entries = entries.filter(**{name: value})
+    """Operator actions, newest first, filtered as `GET /api/v1/audit` is (`console/audit.py`);
+    a bad filter is shown above the table (400)."""
+    params = request.GET.copy()
+    legacy = request.GET.get("username", "")
+    if legacy and not params.get("user"):  # the page's older links
+        params["user"] = legacy
+    if not params.get("limit", "").strip():
+        params["limit"] = str(AUDIT_ROWS)
+    context: dict[str, Any] = {"filters": params}
     try:
-        limit = parse_limit(request.GET, default=AUDIT_ROWS)
-    except BadRequest:
-        limit = AUDIT_ROWS
-    rows = [(entry, pretty_json(entry.details)) for entry in entries.order_by("-at", "-id")[:limit]]
-    return TemplateResponse(request, "web/audit_log.html", {"rows": rows, "filters": filters})
+        flt = audit_entries.parse(params)
+    except BadRequest as exc:
+        context["filter_error"] = str(exc)
+        return TemplateResponse(request, "web/audit_log.html", context, status=400)
+    found = audit_entries.page(flt)
+    rows = [(entry, pretty_json(entry.details), audit_entries.map_index(entry)) for entry in found.rows]
+    context.update(rows=rows, count=found.count)
+    return TemplateResponse(request, "web/audit_log.html", context)
