@@ -1,5 +1,6 @@
 """Validation of what a task reads from other tasks: `expand` (a mapped task's source) and the
-`{{ results.… }}` templates of a bash command. Both may name only a direct upstream.
+templates of a bash command. Both may name only a direct upstream, and a template may not stand
+where the shell would not expand it (`orchestrator/templating.py`).
 
 Called by `schema._validate_task` for files and the admin alike; the limit on a literal list is
 `ORCHESTRATOR_MAX_MAP_LENGTH`, read at call time.
@@ -7,14 +8,14 @@ Called by `schema._validate_task` for files and the admin alike; the limit on a 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.conf import settings
 
 from orchestrator.engine.mapping import RESULTS_PREFIX
 from orchestrator.specs.checks import Problems, join, show
-from orchestrator.templating import CONTEXT_NAMES, result_references
+from orchestrator.templating import CONTEXT_NAMES, quoting_problems, result_references
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -53,11 +54,16 @@ def check_expand(
     return {name: source}
 
 
-def check_templates(bash_command: str, upstream: list[str], prefix: str, problems: Problems) -> None:
-    """Every `{{ results.TASK_ID[.KEY] }}` of a bash command must name a direct upstream."""
+def check_templates(
+    bash_command: str, upstream: list[str], prefix: str, problems: Problems, mapped_names: Collection[str] = (), task_id: object = None
+) -> None:
+    """Every `{{ results.TASK_ID[.KEY] }}` of a bash command must name a direct upstream, and no
+    substitution may stand where the shell expands nothing (single quotes, `$'...'`, a quoted
+    here-document): its value could not reach the command there."""
+    path = join(prefix, "bash_command")
     for reference in result_references(bash_command, upstream):
         if reference.task_id is None:
-            problems.add(
-                join(prefix, "bash_command"),
-                f"{reference.text} does not name a direct upstream of this task (upstream: {upstream})",
-            )
+            problems.add(path, f"{reference.text} does not name a direct upstream of this task (upstream: {upstream})")
+    task = f"task {task_id!r}: " if isinstance(task_id, str) else ""
+    for problem in quoting_problems(bash_command, mapped_names):
+        problems.add(path, task + problem)

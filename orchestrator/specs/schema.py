@@ -137,7 +137,9 @@ def _validate_task(
 
     op_kwargs = check_mapping(raw.get("op_kwargs"), join(prefix, "op_kwargs"), problems, reserved=("context",))
     if isinstance(bash_command, str) and bash_command:
-        check_templates(bash_command, upstream, prefix, problems)
+        expand = raw.get("expand")
+        mapped_names = list(expand) if isinstance(expand, Mapping) else []
+        check_templates(bash_command, upstream, prefix, problems, mapped_names=mapped_names, task_id=task_id)
     return {
         "task_id": task_id,
         "python_callable": python_callable if isinstance(python_callable, str) else "",

@@ -119,6 +119,9 @@ class Outcome:
     is_bash: bool = False
     started: bool = True
     start_error: str | None = None
+    # Nothing started because the task's own command cannot be (a value its environment cannot
+    # hold, a template the shell would not expand): why. Charged to the task, never the platform.
+    unstartable: str | None = None
     handshake: bool = False
     # The database refused to record the handshake (not for want of a connection): why. The task
     # was never told "go"; if it was started, the supervisor stopped it.
@@ -159,6 +162,11 @@ def classify(outcome: Outcome) -> Verdict:
 
     if outcome.handshake_refused is not None:
         return _handshake_refused(outcome.handshake_refused, base)
+
+    if outcome.unstartable is not None:
+        # No platform retry would start it: application/startup_error at once, on the user's budget.
+        context = ExecutionContext.of(Reason.STARTUP_ERROR, Source.WORKER, **base, error=_clip(outcome.unstartable, MAX_MESSAGE_CHARS))
+        return Verdict(False, context=context, error=outcome.unstartable, expected=(TaskState.QUEUED,))
 
     if not outcome.started:
         # A command whose "running" was recorded before its start is still reported as never

@@ -34,7 +34,7 @@ def test_results_of_both_kinds_reach_downstream_tasks_and_templates(worker, make
     dag = make_dag([
         {"task_id": "summary", "python_callable": "tests.mapping.tasks.summary"},
         {"task_id": "shout", "upstream": ["summary"],
-         "bash_command": "echo noise; echo '{{ results.summary.n }} {{ results.summary }} {{ conf.day }}'; echo"},
+         "bash_command": 'echo noise; echo "{{ results.summary.n }} {{ results.summary }} {{ conf.day }}"; echo'},
         {"task_id": "collect", "python_callable": "tests.mapping.tasks.collect", "upstream": ["summary", "shout"]},
     ])
     worker()
@@ -42,7 +42,7 @@ def test_results_of_both_kinds_reach_downstream_tasks_and_templates(worker, make
     assert run.state == "success"
     tis = {task_id: tis[0] for task_id, tis in _by_task(run).items()}
     assert tis["summary"].result == {"n": 3, "label": "three files"}
-    assert tis["shout"].result == '3 {"n": 3, "label": "three files"} monday'  # the last non-empty line
+    assert tis["shout"].result == '3 {"n":3,"label":"three files"} monday'  # the last non-empty line
     assert tis["collect"].result == {
         "results": {"summary": {"n": 3, "label": "three files"}, "shout": tis["shout"].result}, "map_index": -1
     }
@@ -57,7 +57,7 @@ def test_a_mapped_task_of_each_kind_runs_one_instance_per_item_and_downstream_ge
         {"task_id": "files", "python_callable": "tests.mapping.tasks.files"},
         {"task_id": "load", "python_callable": "tests.mapping.tasks.load", "upstream": ["files"],
          "expand": {"path": "results.files"}},
-        {"task_id": "count", "bash_command": "echo '{{ map_index }}:{{ word }}'", "expand": {"word": ["a b", {"k": 1}]}},
+        {"task_id": "count", "bash_command": 'echo "{{ map_index }}:{{ word }}"', "expand": {"word": ["a b", {"k": 1}]}},
         {"task_id": "collect", "python_callable": "tests.mapping.tasks.collect", "upstream": ["load", "count"]},
     ])
     worker()
@@ -67,9 +67,9 @@ def test_a_mapped_task_of_each_kind_runs_one_instance_per_item_and_downstream_ge
     assert [ti.result for ti in tis["load"]] == [
         {"path": f"file-{i}.csv", "map_index": i} for i in range(3)
     ]
-    assert [ti.result for ti in tis["count"]] == ["0:a b", '1:{"k": 1}']
+    assert [ti.result for ti in tis["count"]] == ["0:a b", '1:{"k":1}']
     assert tis["collect"][0].result["results"] == {
-        "load": [ti.result for ti in tis["load"]], "count": ["0:a b", '1:{"k": 1}']
+        "load": [ti.result for ti in tis["load"]], "count": ["0:a b", '1:{"k":1}']
     }
     document = run_document(run)
     assert [(t["task_id"], t["map_index"]) for t in document["task_instances"]] == [

@@ -23,7 +23,7 @@ SPEC = {
         {"task_id": "list_files", "python_callable": "examples.mapping.list_files"},
         {"task_id": "load", "python_callable": "examples.mapping.load_file", "upstream": ["list_files"],
          "expand": {"path": "results.list_files"}, "max_active_tis_per_dagrun": 4},
-        {"task_id": "shout", "bash_command": "echo '{{ results.list_files }} {{ conf.day }} {{ word }}'",
+        {"task_id": "shout", "bash_command": 'echo "{{ results.list_files }} {{ conf.day }} {{ word }}"',
          "upstream": ["list_files"], "expand": {"word": ["a", "b"]}},
         {"task_id": "report", "bash_command": "echo {{ results.load }} {{ results.list_files.0 }}",
          "upstream": ["load", "list_files"]},

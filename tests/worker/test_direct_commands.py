@@ -109,8 +109,9 @@ def test_a_bash_plan_names_its_command_and_context_unless_a_failpoint_needs_its_
 
     settings.ORCHESTRATOR_FAILPOINTS = ""
     plan = plan_for(_claimed())
-    assert plan.command == ("bash", "-c", "echo b 1")
+    assert plan.command == ("bash", "-c", 'echo "${ORCHESTRATOR_SUBST_0}" "${ORCHESTRATOR_SUBST_1}"')
     assert plan.command_env["ORCHESTRATOR_DAG_ID"] == "d" and plan.command_env["ORCHESTRATOR_TRY_NUMBER"] == "1"
+    assert (plan.command_env["ORCHESTRATOR_SUBST_0"], plan.command_env["ORCHESTRATOR_SUBST_1"]) == ("b", "1")
     settings.ORCHESTRATOR_FAILPOINTS = "task.after_running@b=sleep:0"
     assert plan_for(_claimed()).command is None
     settings.ORCHESTRATOR_FAILPOINTS = "task.after_running@other=sleep:0"

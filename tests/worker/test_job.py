@@ -109,7 +109,7 @@ def test_it_retries_a_database_connection_failure_on_the_platform(worker, make_d
 
 def test_it_fails_a_bash_task_that_exits_non_zero_with_its_fingerprint(worker, make_dag):
     """bash exit 3: application/nonzero_exit, fingerprint from the code and last stderr line."""
-    command = "echo 'running {{ task_id }} try {{ try_number }} of {{ dag_id }}'; echo 'error 42 at step 7' >&2; exit 3"
+    command = 'echo "running {{ task_id }} try {{ try_number }} of {{ dag_id }}"; echo \'error 42 at step 7\' >&2; exit 3'
     dag = make_dag([{"task_id": "b", "bash_command": command}])
     worker()
     run = trigger(dag)

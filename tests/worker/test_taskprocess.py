@@ -28,11 +28,15 @@ CONTEXT = {
 
 
 def test_it_renders_context_values_into_a_bash_command():
-    """{{ name }} (spaces optional) becomes the context value; unknown names stay as written."""
+    """{{ name }} (spaces optional) becomes a reference to a variable holding the context value;
+    unknown names stay as written."""
     command = "run --day {{ logical_date }} --id {{dag_id}}.{{ task_id }}/{{ run_id }} -t {{ try_number }} {{ secret }}"
-    assert render(command, CONTEXT) == (
-        "run --day 2026-01-02T03:04:05+00:00 --id etl.load/manual__2026-01-02T03:04:05+00:00 -t 2 {{ secret }}"
+    rendered = render(command, CONTEXT)
+    assert rendered.command == (
+        'run --day "${ORCHESTRATOR_SUBST_0}" --id "${ORCHESTRATOR_SUBST_1}"."${ORCHESTRATOR_SUBST_2}"/"${ORCHESTRATOR_SUBST_3}"'
+        ' -t "${ORCHESTRATOR_SUBST_4}" {{ secret }}'
     )
+    assert list(rendered.env.values()) == ["2026-01-02T03:04:05+00:00", "etl", "load", "manual__2026-01-02T03:04:05+00:00", "2"]
 
 
 def test_it_passes_context_only_to_callables_that_take_it():

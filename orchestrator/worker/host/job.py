@@ -22,7 +22,7 @@ from orchestrator.engine import claimgate, handover, reporting, taskstate
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.outputstore import output_store
 from orchestrator.sanitise import clean_fields, error_text
-from orchestrator.templating import render
+from orchestrator.templating import RenderError, render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify, db_connection_failure
 from orchestrator.worker.host.runtime import WorkerRuntime, default_worker_name, runtime
@@ -87,8 +87,15 @@ def run_claimed(ti: Claimed, *, handed: bool = False, on_started: Callable[[], N
             log.exception("task instance %s attempt %s: could not read its task state", ti.pk, token)
             outcome = Outcome(started=False, start_error=f"could not read its task state: {error_text(exc)}", metadata=_metadata(worker))
             return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
+    try:
+        plan = plan_for(ti, state)
+    except RenderError as exc:
+        # Its command cannot be given its values (one holds a NUL, a template stands in single
+        # quotes): nothing starts, and it is the task's to fix, whichever way it would start.
+        outcome = Outcome(is_bash=True, started=False, unstartable=str(exc), metadata=_metadata(worker))
+        return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
     supervisor = Supervisor(
-        plan_for(ti, state),
+        plan,
         worker,
         supervisor_settings(),
         launcher=shared.launcher,
@@ -162,6 +169,8 @@ def supervisor_settings() -> SupervisorSettings:
 
 
 def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
+    """What the supervisor runs. Raises `RenderError` for a bash command that cannot be given its
+    values: rendered here whichever way it starts, so that such a command starts no process."""
     args = claimed.args
     timeout = args.get("execution_timeout")
     context = {
@@ -194,6 +203,8 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
     # A bash task is started directly (no Python in its process) unless a failpoint is set to
     # fire in its process.
     direct = bool(claimed.bash_command) and not failpoints.in_task_process(claimed.task_id)
+    # Its values travel in its environment, never in its text (`orchestrator/templating.py`).
+    rendered = render(claimed.bash_command, {**context, "results": claimed.results}, claimed.mapped) if claimed.bash_command else None
     return Plan(
         task_instance_id=claimed.pk,
         token=claimed.attempt_token,
@@ -202,8 +213,8 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         is_bash=bool(claimed.bash_command),
         execution_timeout=float(timeout) if timeout is not None and timeout != "" else None,
         kill_grace=float(args["kill_grace"]),
-        command=("bash", "-c", render(claimed.bash_command or "", {**context, "results": claimed.results}, claimed.mapped)) if direct else None,
-        command_env=context_environment(context) if direct else {},
+        command=("bash", "-c", rendered.command) if direct and rendered else None,
+        command_env={**context_environment(context), **rendered.env} if direct and rendered else {},
         has_start_deadlines=claimed.has_start_deadlines,
         results_json=claimed.results_json,
     )

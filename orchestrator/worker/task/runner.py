@@ -107,17 +107,19 @@ class PythonTask:
 
 class BashTask:
     def __init__(self, command: str, context: dict[str, Any], mapped: dict[str, Any] | None = None) -> None:
-        self.command = render(command, context, mapped)
+        # Raises RenderError (a startup error) for a command that cannot be given its values.
+        self.command, self.env = render(command, context, mapped)
         self.context = context
 
     def on_kill(self) -> Callable | None:
         return None  # bash gets the supervisor's SIGTERM itself
 
     def exec(self) -> NoReturn:
-        """Become bash: same pid, same process group, the supervisor's signals reach it directly."""
+        """Become bash: same pid, same process group, the supervisor's signals reach it directly.
+        The command's substituted values are in its environment, never in its text."""
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execvp("bash", ["bash", "-c", self.command])
+        os.execvpe("bash", ["bash", "-c", self.command], {**os.environ, **self.env})
 
 
 def load_task(payload: dict[str, Any]) -> PythonTask | BashTask:
