@@ -312,6 +312,12 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
         _options.setdefault("options", f"-c statement_timeout={_limit} -c idle_in_transaction_session_timeout={_limit}")
 
 ORCHESTRATOR_WORKER_CONCURRENCY = max(1, _number("ORCHESTRATOR_WORKER_CONCURRENCY"))
+# The port a worker answers its probes on (GET /livez, /readyz: orchestrator/worker/host/health.py);
+# unset or empty: none.
+_health_port = os.environ.get("ORCHESTRATOR_WORKER_HEALTH_PORT", "").strip()
+if _health_port and not (_health_port.isdigit() and 0 < int(_health_port) < 65536):
+    raise ImproperlyConfigured(f"ORCHESTRATOR_WORKER_HEALTH_PORT={_health_port!r} is not a port (1 to 65535)")
+ORCHESTRATOR_WORKER_HEALTH_PORT = int(_health_port) if _health_port else None
 ORCHESTRATOR_DB_OUTAGE_TOLERANCE = _number("ORCHESTRATOR_DB_OUTAGE_TOLERANCE")
 ORCHESTRATOR_REPORT_PATIENCE = _number("ORCHESTRATOR_REPORT_PATIENCE")
 ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE = _number("ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE")

@@ -52,6 +52,9 @@ def _settings(*names: str, **env: str | None) -> dict:
         ("ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET", "five"),
         ("ORCHESTRATOR_WORKER_SHUTDOWN_GRACE", "1.5.2"),
         ("DEBUG", "maybe"),
+        ("ORCHESTRATOR_WORKER_HEALTH_PORT", "8001x"),
+        ("ORCHESTRATOR_WORKER_HEALTH_PORT", "0"),
+        ("ORCHESTRATOR_WORKER_HEALTH_PORT", "65536"),
     ],
 )
 def test_it_refuses_a_malformed_value(name, value):
@@ -139,6 +142,11 @@ def test_it_reads_lists_from_comma_separated_values():
 def test_the_output_store_is_off_unless_a_directory_is_named(value, expected):
     shown = _settings("ORCHESTRATOR_TASK_OUTPUT_DIR", "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES", ORCHESTRATOR_TASK_OUTPUT_DIR=value)
     assert shown == {"ORCHESTRATOR_TASK_OUTPUT_DIR": expected, "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES": 64 * 1024 * 1024}
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, None), ("", None), (" 8001 ", 8001)])
+def test_the_worker_health_port_is_off_unless_one_is_named(value, expected):
+    assert _settings("ORCHESTRATOR_WORKER_HEALTH_PORT", ORCHESTRATOR_WORKER_HEALTH_PORT=value) == {"ORCHESTRATOR_WORKER_HEALTH_PORT": expected}
 
 
 def test_it_refuses_an_output_cap_that_is_not_a_number():

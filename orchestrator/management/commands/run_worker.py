@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from orchestrator import redis_conn
 from orchestrator.management.checks import ENGINE_PROCESS_CHECKS
 from orchestrator.worker import failpoints
+from orchestrator.worker.host import health
 from orchestrator.worker.host.procs import become_subreaper, become_undumpable
 from orchestrator.worker.host.rqworker import OrchestratorWorker
 from orchestrator.worker.host.runtime import default_worker_name
@@ -38,6 +39,11 @@ class Command(BaseCommand):
         become_subreaper()
         # Tasks run under our user: keep our environment and memory out of their reach.
         become_undumpable()
+        # Probes over HTTP: a probe process in the container would hold its secrets (health.py).
+        try:
+            health.serve(settings.ORCHESTRATOR_WORKER_HEALTH_PORT)
+        except OSError as exc:
+            raise CommandError(f"ORCHESTRATOR_WORKER_HEALTH_PORT={settings.ORCHESTRATOR_WORKER_HEALTH_PORT}: {exc}") from exc
         # A connection of its own: RQ lengthens its socket timeout for blocking dequeues; a
         # connection to a Redis that stopped answering is found dead by its keepalives.
         connection = redis_conn.client_for(settings.REDIS_URL)
