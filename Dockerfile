@@ -1,4 +1,6 @@
 # The image every service of docker-compose.yml runs: web (gunicorn), scheduler, workers, migrate.
+# Its user is orchestrator; the workers run as root to run their tasks as orchestrator-task
+# (docker-compose.yml, the Helm chart).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -9,7 +11,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DJANGO_SETTINGS_MODULE=orchestrator.settings
 
 WORKDIR /app
-RUN useradd --create-home --uid 1000 orchestrator
+# The platform's processes run as orchestrator (uid 1000). Tasks run as orchestrator-task
+# (ORCHESTRATOR_TASK_USER: the worker, as root, switches each task process to it): a group of its
+# own and no other, no home (each attempt gets a private directory as HOME), no login shell.
+# Python and its packages live under /usr/local and the project under /app, readable by both.
+RUN useradd --create-home --uid 1000 orchestrator \
+    && groupadd --gid 10001 orchestrator-task \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin orchestrator-task
 
 COPY . .
 RUN pip install . \

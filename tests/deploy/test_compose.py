@@ -90,6 +90,8 @@ def problems_with(words: list[str]) -> list[str]:
         app = words[1].split(":")[0]
         missing = [m for m in ("gunicorn", app) if importlib.util.find_spec(m) is None]
         return [f"cannot import {m}" for m in missing]
+    if words[:2] == ["env", "-i"]:  # an empty environment, then a program named by its path
+        return problems_with([os.path.basename(words[2]), *words[3:]]) if words[2].startswith("/usr/local/bin/") else [f"{words[2]!r} is not the image's"]
     if words[:2] == ["python", "-c"]:
         compile(words[2], "<healthcheck>", "exec")
         return []
@@ -127,6 +129,34 @@ def test_every_variable_the_app_gets_is_read_by_the_settings_and_documented(comp
         for name in service.get("environment", {}):
             assert name in read, f"{name} is given to the app but the settings never read it"
             assert f"`{name}`" in configuration, f"{name} is not documented in docs/configuration.md"
+
+
+def test_the_worker_runs_its_tasks_as_the_task_user_with_only_the_capabilities_that_takes(compose):
+    from tests.deploy.test_helm_chart import TASK_USER_CAPABILITIES
+
+    worker = compose["services"]["worker"]
+    env = service_env(compose, "worker", HOST_ENV)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(rf"useradd [^\n]*--uid (\d+) [^\n]*{env['ORCHESTRATOR_TASK_USER']}$", dockerfile, re.M)
+    assert worker["user"] == "0:1000"  # root, to switch users; the image's group
+    assert worker["cap_drop"] == ["ALL"] and worker["cap_add"] == TASK_USER_CAPABILITIES
+    assert worker["security_opt"] == ["no-new-privileges:true"]
+    assert worker["init"] is True
+    # Everything else every service gets, the worker gets too.
+    assert set(service_env(compose, "web", HOST_ENV)) < set(env)
+    for name, service in app_services(compose).items():
+        if name != "worker":
+            assert "user" not in service and "cap_add" not in service, name  # the image's user
+            assert "ORCHESTRATOR_TASK_USER" not in service_env(compose, name, HOST_ENV), name
+
+
+def test_the_worker_health_check_holds_no_secret(compose):
+    """It asks the worker itself over HTTP, from a process whose environment is empty."""
+    worker = compose["services"]["worker"]
+    port = service_env(compose, "worker", HOST_ENV)["ORCHESTRATOR_WORKER_HEALTH_PORT"]
+    words = command_words(worker["healthcheck"]["test"])
+    assert words[:3] == ["CMD", "env", "-i"]
+    assert f"http://127.0.0.1:{port}/livez" in words[-1]
 
 
 def test_every_host_variable_of_the_compose_file_is_documented(compose):

@@ -68,7 +68,11 @@ VARIANTS = {
     "hooks-off": ((), HOOKS_OFF),
     "inline-dags": ((), {"dags.files.etl\\.yaml": "dag_id: etl"}),
     "output-volume": ((), {"outputVolume.claimName": "task-output-claim"}),
+    "no-task-user": ((), {"workerPod.taskUser": ""}),
 }
+# What a worker needs to run its tasks as the task user, and nothing more (see the chart's
+# orchestrator.workerSecurityContext).
+TASK_USER_CAPABILITIES = ["SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE"]
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +151,8 @@ def test_values_the_schema_refuses_stop_the_render_naming_the_field():
         "extraEnv[0].name": ("SECRET_KEY", "/extraEnv/0/name"),
         "config.NOT_A_SETTING": ("1", "NOT_A_SETTING"),
         "workers[0].concurrency": ("0", "/workers/0/concurrency"),
+        "workerPod.taskUser": ("root", "/workerPod/taskUser"),
+        "workerPod.healthPort": ("0", "/workerPod/healthPort"),
     }
     for key, (value, named) in cases.items():
         result = helm_template(sets={key: value}, check=False)
@@ -186,8 +192,14 @@ def test_keda_reads_the_database_from_the_existing_secret(rendered):
 # --- every container -----------------------------------------------------------------------------
 
 
+def runs_tasks_as_another_user(container: dict[str, Any]) -> bool:
+    return "ORCHESTRATOR_TASK_USER" in env_of(container)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_container_has_probes_resources_and_a_non_root_user(rendered, variant):
+    """Every container but a worker with a task user (root with a few capabilities: the test
+    below) runs as a non-root user, with no capability."""
     for owner, spec in pod_specs(rendered[variant]):
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] != 0
@@ -195,10 +207,12 @@ def test_every_container_has_probes_resources_and_a_non_root_user(rendered, vari
         for container in spec.get("initContainers", []) + spec["containers"]:
             where = (owner["metadata"]["name"], container["name"])
             security = container["securityContext"]
-            assert security["runAsNonRoot"] is True and security["runAsUser"] != 0, where
             assert security["readOnlyRootFilesystem"] is True, where
             assert security["allowPrivilegeEscalation"] is False, where
             assert security["capabilities"]["drop"] == ["ALL"], where
+            if runs_tasks_as_another_user(container):
+                continue
+            assert security["runAsNonRoot"] is True and security["runAsUser"] != 0, where
             # Only the proxy adds one back: the one its image's binary needs to be executed at all.
             assert security["capabilities"].get("add", []) == (["NET_BIND_SERVICE"] if container["name"] == "static-proxy" else []), where
             assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"], where
@@ -215,13 +229,71 @@ def test_the_probes_check_what_each_process_records(rendered):
         get = web["web"][probe]["httpGet"]
         assert get["path"] == "/healthz" and {"name": "Host", "value": "localhost"} in get["httpHeaders"]
     assert "localhost" in env_of(web["web"])["ALLOWED_HOSTS"]["value"].split(",")
-    for component, process in [("scheduler", "scheduler"), ("worker-default", "worker"), ("worker-gpu", "worker")]:
-        (container,) = deployments[component]["spec"]["template"]["spec"]["containers"]
-        live = container["livenessProbe"]["exec"]["command"]
-        ready = container["readinessProbe"]["exec"]["command"]
-        assert live[:4] == ["python", "manage.py", "check_alive", process] and "--ready" not in live
-        assert ready[:4] == ["python", "manage.py", "check_alive", process] and "--ready" in ready
-        assert container["startupProbe"]["exec"]["command"][:4] == live[:4]
+    (scheduler,) = deployments["scheduler"]["spec"]["template"]["spec"]["containers"]
+    live = scheduler["livenessProbe"]["exec"]["command"]
+    ready = scheduler["readinessProbe"]["exec"]["command"]
+    assert live[:4] == ["python", "manage.py", "check_alive", "scheduler"] and "--ready" not in live
+    assert ready[:4] == ["python", "manage.py", "check_alive", "scheduler"] and "--ready" in ready
+    assert scheduler["startupProbe"]["exec"]["command"][:4] == live[:4]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_worker_probes_start_no_process_in_the_container(rendered, variant):
+    """A probe process in a worker container would hold its whole environment (the database's
+    password, SECRET_KEY) where a task could read it: the kubelet GETs the worker's own health
+    endpoint instead, on the port the worker is told, and the probes carry no environment."""
+    for deployment in workers(rendered[variant]):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        port = int(env_of(container)["ORCHESTRATOR_WORKER_HEALTH_PORT"]["value"])
+        assert {"name": "health", "containerPort": port} in container["ports"]
+        paths = {}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            handlers = set(container[probe]) & {"exec", "httpGet", "tcpSocket", "grpc"}
+            assert handlers == {"httpGet"}, (deployment["metadata"]["name"], probe)
+            get = container[probe]["httpGet"]
+            assert get["port"] == "health" and set(get) == {"path", "port"}
+            paths[probe] = get["path"]
+        assert paths == {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"}
+        assert not re.search(r"(postgres|redis)://|SECRET_KEY|DATABASE_URL", json.dumps([container[p] for p in paths]))
+
+
+@pytest.mark.parametrize("variant", ["default", "production", "keda"])
+def test_a_worker_runs_its_tasks_as_the_task_user_with_only_the_capabilities_that_takes(rendered, variant):
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for deployment in workers(rendered[variant]):
+        spec = deployment["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        where = deployment["metadata"]["name"]
+        task_user = env_of(container)["ORCHESTRATOR_TASK_USER"]["value"]
+        assert re.search(rf"useradd [^\n]*--uid (\d+) [^\n]*{task_user}$", dockerfile, re.M), task_user  # the image has it
+        security = container["securityContext"]
+        # Root, for switching users takes root; its group stays the pod's (the image's).
+        assert security["runAsUser"] == 0 and security["runAsNonRoot"] is False, where
+        assert "runAsGroup" not in security and spec["securityContext"]["runAsGroup"] == 1000
+        assert security["capabilities"] == {"drop": ["ALL"], "add": TASK_USER_CAPABILITIES}, where
+        assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True, where
+        assert set(security) == {"runAsUser", "runAsNonRoot", "capabilities", "allowPrivilegeEscalation", "readOnlyRootFilesystem"}
+        # Its emptyDirs (world-writable, no sticky bit) made safe before any task runs.
+        assert container["command"][2].startswith("chmod 1777 /tmp && chmod 0755 /app/var && exec python manage.py run_worker ")
+        # The init container still runs as the image's user.
+        for init in spec.get("initContainers", []):
+            assert init["securityContext"]["runAsUser"] == 1000 and "add" not in init["securityContext"]["capabilities"]
+    for deployment in of_kind(rendered[variant], "Deployment"):
+        if deployment not in workers(rendered[variant]):
+            for container in deployment["spec"]["template"]["spec"]["containers"]:
+                assert "ORCHESTRATOR_TASK_USER" not in env_of(container)
+                assert container["securityContext"]["runAsUser"] != 0
+
+
+def test_without_a_task_user_the_worker_stays_the_images_user(rendered):
+    """Tasks would then run as the worker: it must not be root, nor hold any capability."""
+    for deployment in workers(rendered["no-task-user"]):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert "ORCHESTRATOR_TASK_USER" not in env_of(container)
+        security = container["securityContext"]
+        assert security["runAsUser"] == 1000 and security["runAsNonRoot"] is True
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert container["command"][2].startswith("exec python manage.py run_worker ")
 
 
 def test_every_orchestrator_setting_comes_from_values():
@@ -231,7 +303,9 @@ def test_every_orchestrator_setting_comes_from_values():
     assert result.returncode == 0, result.stderr
     read = {name for name in json.loads(result.stdout) if name.startswith("ORCHESTRATOR_")}
     config = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
-    assert read - {"ORCHESTRATOR_SPOOL_DIR"} <= set(config), sorted(read - set(config))
+    # The spool's place and the workers' own two (workerPod) are set by the chart itself.
+    own = {"ORCHESTRATOR_SPOOL_DIR", "ORCHESTRATOR_TASK_USER", "ORCHESTRATOR_WORKER_HEALTH_PORT"}
+    assert read - own <= set(config), sorted(read - own - set(config))
     text = (CHART / "values.yaml").read_text()
     for name in config:  # documented: a comment stands before the key or the group it belongs to
         assert re.search(rf"#[^\n]*\n(\s+ORCHESTRATOR_\w+: [^\n]*\n)*\s+{name}:", text), name
@@ -339,7 +413,7 @@ def test_a_worker_pod_outlives_its_shutdown_grace_and_kill_grace(rendered, varia
         # signal, so it starts the grace instead of ending it.
         assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sh", "-c", "kill -USR1 1"]
         shell, option, script = container["command"]
-        assert (shell, option) == ("sh", "-c") and script.startswith("exec python manage.py run_worker ")  # PID 1
+        assert (shell, option) == ("sh", "-c") and re.match(r"(chmod [^&]+ && )*exec python manage.py run_worker ", script)  # PID 1
 
 
 def test_a_worker_entry_may_have_its_own_shutdown_grace(rendered):

@@ -208,6 +208,32 @@ exec:
 
 {{/* Workers ------------------------------------------------------------------------------- */}}
 
+{{/* The worker container's securityContext. With a task user, the worker runs as root, because
+switching a task process to another user takes root, but keeps only the capabilities it uses:
+SETUID and SETGID to switch, KILL to signal task processes of another uid, CHOWN to give each
+attempt a directory of its own, FOWNER and DAC_OVERRIDE to remove that directory with whatever
+the task left in it. The rest stays as every container has it: no privilege escalation (no
+setuid binary gives more back), a read-only root filesystem, the pod's group (runAsGroup).
+Without a task user the tasks run as the worker, so it stays the image's unprivileged user. */}}
+{{- define "orchestrator.workerSecurityContext" -}}
+{{- $context := deepCopy .Values.securityContext -}}
+{{- if .Values.workerPod.taskUser -}}
+{{- $_ := set $context "runAsUser" 0 -}}
+{{- $_ := set $context "runAsNonRoot" false -}}
+{{- $_ := set $context "capabilities" (dict "drop" (list "ALL") "add" (list "SETUID" "SETGID" "KILL" "CHOWN" "FOWNER" "DAC_OVERRIDE")) -}}
+{{- end -}}
+{{- toYaml $context -}}
+{{- end -}}
+
+{{/* A worker probe: a GET of the worker's own health endpoint (orchestrator/worker/host/health.py),
+made by the kubelet. An exec probe would start a process in the container with its whole
+environment (the database's password, SECRET_KEY), readable by a task of the same uid. */}}
+{{- define "orchestrator.workerProbe" -}}
+httpGet:
+  path: {{ .path }}
+  port: health
+{{- end -}}
+
 {{/* A worker's shutdown grace: its own shutdownGrace, else ORCHESTRATOR_WORKER_SHUTDOWN_GRACE. */}}
 {{- define "orchestrator.workerShutdownGrace" -}}
 {{- $grace := .root.Values.config.ORCHESTRATOR_WORKER_SHUTDOWN_GRACE -}}
