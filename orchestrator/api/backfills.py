@@ -75,7 +75,13 @@ class CreateBody(RequestBody):
     reprocess: Literal[tuple(Backfill.Reprocess.values)] = "none"  # type: ignore[valid-type]
     max_active_runs: Annotated[StrictInt, Field(ge=1, le=backfills.MAX_ACTIVE_RUNS_LIMIT)] = backfills.DEFAULT_MAX_ACTIVE_RUNS
     backwards: StrictBool = False
-    conf: Annotated[JsonObject, Field(description="Parameters for every run's tasks.")] = None
+    conf: Annotated[
+        JsonObject,
+        Field(
+            description="Parameters for every run's tasks, checked against the DAG's params once (a missing one takes its default);"
+            ' a refusal is a 400 whose "field" names the key (conf.KEY).'
+        ),
+    ] = None
     dry_run: Annotated[StrictBool, Field(description="Answer what each date would do; create nothing.")] = False
 
 

@@ -47,7 +47,13 @@ class ClearBody(TaskActionBody):
 
 
 class TriggerBody(RequestBody):
-    conf: Annotated[JsonObject, Field(description="Parameters for the run's tasks.")] = None
+    conf: Annotated[
+        JsonObject,
+        Field(
+            description="Parameters for the run's tasks, checked against the DAG's params (a missing one takes its default);"
+            ' a refusal is a 400 whose "field" names the key (conf.KEY).'
+        ),
+    ] = None
 
 
 ACTION_BODIES: dict[str, type[TaskActionBody]] = {"clear": ClearBody}
