@@ -143,6 +143,7 @@ env = environ.Env(
     ORCHESTRATOR_DAGS_FOLDER=(str, ""),
     ORCHESTRATOR_PRELOAD_MODULES=(list, []),
     ORCHESTRATOR_TASK_ENV_PASSTHROUGH=(list, []),
+    ORCHESTRATOR_TASK_ENV_DENY=(list, []),
 )
 
 DEBUG = _boolean("DEBUG", False)
@@ -336,6 +337,10 @@ ORCHESTRATOR_CIRCUIT_RAMP = _number("ORCHESTRATOR_CIRCUIT_RAMP")
 ORCHESTRATOR_PRELOAD_MODULES = _names("ORCHESTRATOR_PRELOAD_MODULES")
 # Platform variables (DATABASE_URL, REDIS_URL, SECRET_KEY, ...) a task process may still see.
 ORCHESTRATOR_TASK_ENV_PASSTHROUGH = _names("ORCHESTRATOR_TASK_ENV_PASSTHROUGH")
+# More variables of the worker's environment that no task process may see.
+ORCHESTRATOR_TASK_ENV_DENY = _names("ORCHESTRATOR_TASK_ENV_DENY")
+# The user (a name or a uid) every task process runs as; empty: the worker's own user.
+ORCHESTRATOR_TASK_USER = os.environ.get("ORCHESTRATOR_TASK_USER", "").strip()
 for _name in (
     "ORCHESTRATOR_AVERAGE_RUNTIME_WINDOW",
     "ORCHESTRATOR_AVERAGE_RUNTIME_MIN_RUNS",

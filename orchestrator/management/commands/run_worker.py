@@ -8,9 +8,11 @@ from orchestrator import redis_conn
 from orchestrator.management.checks import ENGINE_PROCESS_CHECKS
 from orchestrator.worker import failpoints
 from orchestrator.worker.host import health
+from orchestrator.worker.host.launcher import LaunchError
 from orchestrator.worker.host.procs import become_subreaper, become_undumpable
 from orchestrator.worker.host.rqworker import OrchestratorWorker
 from orchestrator.worker.host.runtime import default_worker_name
+from orchestrator.worker.host.taskuser import TaskUserError, resolve
 
 
 class Command(BaseCommand):
@@ -35,9 +37,13 @@ class Command(BaseCommand):
             failpoints.configured()
         except failpoints.FailpointError as exc:
             raise CommandError(str(exc)) from exc
+        try:
+            task_user = resolve(settings.ORCHESTRATOR_TASK_USER)
+        except TaskUserError as exc:
+            raise CommandError(str(exc)) from exc
         # Orphans of a task's process group come back to us, so none is left as a zombie.
         become_subreaper()
-        # Tasks run under our user: keep our environment and memory out of their reach.
+        # Tasks may run under our user: keep our environment and memory out of their reach.
         become_undumpable()
         # Probes over HTTP: a probe process in the container would hold its secrets (health.py).
         try:
@@ -52,5 +58,9 @@ class Command(BaseCommand):
             connection=connection,
             name=name or default_worker_name(),
             concurrency=concurrency or settings.ORCHESTRATOR_WORKER_CONCURRENCY,
+            task_user=task_user,
         )
-        worker.work(burst=burst, logging_level=None)
+        try:
+            worker.work(burst=burst, logging_level=None)
+        except LaunchError as exc:  # its fork server could not start: no task could run here
+            raise CommandError(str(exc)) from exc

@@ -47,6 +47,7 @@ from orchestrator.worker.host.launcher import Launcher
 from orchestrator.worker.host.runtime import DatabasePool, WorkerRuntime, install, runtime
 from orchestrator.worker.host.shutdown import SHUTDOWN
 from orchestrator.worker.host.spool import Spool
+from orchestrator.worker.host.taskuser import TaskUser, describe
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +82,10 @@ class NoDeathPenalty(BaseDeathPenalty):
 class OrchestratorWorker(SimpleWorker):
     death_penalty_class = NoDeathPenalty
 
-    def __init__(self, *args: Any, concurrency: int = 1, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, concurrency: int = 1, task_user: TaskUser | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.concurrency = max(1, int(concurrency))
+        self.task_user = task_user
         self._free_slots = threading.Semaphore(self.concurrency)
         self._slots: set[threading.Thread] = set()
         self._running: dict[str, tuple[Job, Execution]] = {}
@@ -96,8 +98,13 @@ class OrchestratorWorker(SimpleWorker):
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+        if self.task_user is not None:
+            log.info("worker %s: tasks run as user %s (uid %s, gid %s)", self.name, self.task_user.name, self.task_user.uid, self.task_user.gid)
+        else:
+            log.info("worker %s: tasks run as the worker's own user (no ORCHESTRATOR_TASK_USER)", self.name)
         # The fork server holds nothing a task may not read: no password, no secret key.
-        launcher = Launcher(fork_server_environment(os.environ, settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH))
+        server_env = fork_server_environment(os.environ, settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH, deny=settings.ORCHESTRATOR_TASK_ENV_DENY)
+        launcher = Launcher(server_env, task_user=self.task_user)
         launcher.start()  # warm before the first job: imports happen once, here
         heartbeats = Heartbeats(
             interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
@@ -144,6 +151,7 @@ class OrchestratorWorker(SimpleWorker):
         super().register_birth()
         # The operator pages and the API show how many attempts this worker runs at once.
         self.connection.hset(self.key, "concurrency", str(self.concurrency))
+        self.connection.hset(self.key, "task_user", describe(self.task_user) or "")
 
     def teardown(self) -> None:
         # Stopping: every slot finishes its attempt (within the shutdown grace) before we go,
