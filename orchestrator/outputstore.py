@@ -101,8 +101,10 @@ class NoStore:
 class FileStore:
     """One file per attempt and stream under `root`: `<root>/<ti // 1000>/<ti>-<token>.<stream>`.
 
-    Names come from the two integers only, never from user text. Directories are created 0700
-    and files 0600: output may hold secrets a task printed."""
+    Names come from the two integers only, never from user text. Output may hold secrets a task
+    printed: directories are created 2770 and files 0640, so only the worker's user and group
+    read them (the web server serving them shares the worker's group; a task user does not),
+    and files made in a directory take its group."""
 
     enabled = True
 
@@ -119,11 +121,10 @@ class FileStore:
     def open_writer(self, attempt: AttemptKey) -> OutputWriter:
         """A writer for one attempt; its directory is created now (OSError if it cannot be)."""
         directory = self.path(attempt, STREAMS[0]).parent
-        os.makedirs(self.root, mode=0o700, exist_ok=True)
-        try:
-            os.mkdir(directory, mode=0o700)
-        except FileExistsError:
-            pass
+        if not self.root.is_dir():
+            os.makedirs(self.root, mode=DIRECTORY_MODE, exist_ok=True)
+            os.chmod(self.root, DIRECTORY_MODE)
+        _make_directory(directory)
         per_stream = self.max_bytes // 2
         return _FileWriter({s: _CappedFile(self.path(attempt, s), per_stream // 2, per_stream - per_stream // 2) for s in STREAMS})
 
@@ -190,6 +191,18 @@ class _FileWriter:
             capped.discard()
 
 
+DIRECTORY_MODE = 0o2770  # the worker's user and group; new files take the directory's group
+FILE_MODE = 0o640
+
+
+def _make_directory(directory: Path) -> None:
+    try:
+        os.mkdir(directory, mode=DIRECTORY_MODE)
+    except FileExistsError:
+        return
+    os.chmod(directory, DIRECTORY_MODE)  # whatever the umask; mkdir may also drop the setgid bit
+
+
 def _missing(exc: OSError) -> None:
     """A file the store cannot read is one it does not have: the pages must not fail over it."""
     if not isinstance(exc, FileNotFoundError):
@@ -238,11 +251,13 @@ class _CappedFile:
     def _create(self) -> int:
         flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
         try:
-            return os.open(_partial(self.path), flags, 0o600)
+            fd = os.open(_partial(self.path), flags, FILE_MODE)
         except FileNotFoundError:
             # The retention removed the directory when it emptied it: make it again, once.
-            os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
-            return os.open(_partial(self.path), flags, 0o600)
+            _make_directory(self.path.parent)
+            fd = os.open(_partial(self.path), flags, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)  # whatever the umask
+        return fd
 
     @property
     def cut(self) -> int:
@@ -275,8 +290,9 @@ class _CappedFile:
     def _write_in_order(self, fd: int) -> None:
         """Head, marker, then the ring from its oldest byte: a second file, renamed over."""
         ordered = _ordered(self.path)
-        out = os.open(ordered, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        out = os.open(ordered, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
         try:
+            os.fchmod(out, FILE_MODE)
             _copy(fd, out, 0, self.head)
             _write_all(out, cut_marker(self.cut, self.head, self.tail))
             _copy(fd, out, self.head + self.ring_pos, self.tail - self.ring_pos)

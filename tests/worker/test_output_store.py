@@ -68,7 +68,7 @@ def test_names_come_from_ids_and_the_files_are_private(tmp_path):
     writer.close()
     path = store.path((123456, 7), "stdout")
     assert path == root / "123" / "123456-7.stdout"
-    assert (_mode(root), _mode(path.parent), _mode(path)) == (0o700, 0o700, 0o600)
+    assert (_mode(root), _mode(path.parent), _mode(path)) == (0o2770, 0o2770, 0o640)
     with pytest.raises(ValueError):
         store.path((1, 1), "../../etc/passwd")
     store.delete([(123456, 7), (99, 1)])
@@ -83,7 +83,7 @@ def test_a_writer_whose_directory_the_retention_emptied_makes_it_again(tmp_path)
     writer.write("stdout", b"still here")
     writer.close()
     assert store.read((5, 1), "stdout", 0, 100) == b"still here"
-    assert _mode(store.path((5, 1), "stdout").parent) == 0o700
+    assert _mode(store.path((5, 1), "stdout").parent) == 0o2770
 
 
 # --- through a real worker -------------------------------------------------------------------
@@ -119,7 +119,7 @@ def test_a_task_printing_past_the_cap_keeps_head_marker_and_tail_and_the_page_se
     expected = SEQ[:1000] + cut_marker(len(SEQ) - 2000, 1000, 1000) + SEQ[-1000:]
     assert store.read(key, "stdout", 0, 10**6) == expected
     assert store.read(key, "stderr", 0, 100) == b"oops\n"
-    assert (_mode(root), _mode(store.path(key, "stdout"))) == (0o700, 0o600)
+    assert (_mode(root), _mode(store.path(key, "stdout"))) == (0o2770, 0o640)
     # The database keeps its own (smaller) head and tail, as before.
     assert attempt.output_truncated and attempt.stdout.endswith(SEQ[-300:].decode()) and attempt.stdout.startswith(SEQ[:300].decode())
     assert attempt.result == "20000"
