@@ -70,3 +70,18 @@ def test_a_python_task_run_by_a_real_worker_receives_its_params(worker, queue_na
         "conf": {"mode": "incremental", "team": "ops", "day_offset": 1, "note": "kept"},
     }
     assert DagRun.objects.get(pk=run.pk).conf == ti.result["conf"]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_bash_task_run_by_a_real_worker_reads_its_params(worker, queue_name):
+    """`{{ params.NAME }}` reads the same context["params"]: given values and defaults alike."""
+    dag = Dag.objects.create(
+        dag_id=f"params-{uuid.uuid4().hex[:8]}", params=PARAMS, default_args={"queue": queue_name, "retry_delay": 0.1}
+    )
+    Task.objects.create(dag=dag, task_id="echo", bash_command='echo "{{ params.team }} {{ params.mode }} {{ params.day_offset }}"')
+    worker()
+    run = create_manual_run(dag, conf={"mode": "full"})
+    ti = settle(run, "echo", ("success", "failed"))
+    assert ti.state == "success", ti.last_failure_context
+    assert ti.result == "data full 1"
