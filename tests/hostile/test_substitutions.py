@@ -76,20 +76,26 @@ def test_hostile_values_reach_the_command_as_text_through_conf_results_and_mappe
         {"task_id": "items", "python_callable": GIVEN, "op_kwargs": {"value": values}},
         {"task_id": "conf_bare", "bash_command": bare("{{{{ conf.{key} }}}}")},
         {"task_id": "conf_quoted", "bash_command": quoted("{{{{ conf.{key} }}}}")},
+        {"task_id": "params_bare", "bash_command": bare("{{{{ params.{key} }}}}")},
+        {"task_id": "params_quoted", "bash_command": quoted("{{{{ params.{key} }}}}")},
         {"task_id": "results_bare", "bash_command": bare("{{{{ results.values.{key} }}}}"), "upstream": ["values"]},
         {"task_id": "results_quoted", "bash_command": quoted("{{{{ results.values.{key} }}}}"), "upstream": ["values"]},
         {"task_id": "results_whole", "bash_command": "printf '<%s>' {{ results.items }} \"{{ results.values }}\"", "upstream": ["values", "items"]},
         {"task_id": "mapped_bare", "bash_command": "printf '<%s>' {{ item }}", "upstream": ["items"], "expand": {"item": "results.items"}},
         {"task_id": "mapped_quoted", "bash_command": "printf '<%s>' \"a{{ item }}b\"", "upstream": ["items"], "expand": {"item": "results.items"}},
     ], retries=0)
+    # Declared params: half of them given in the conf, the others filled from their defaults.
+    given = dict(list(by_key.items())[::2])
+    Dag.objects.filter(pk=dag.pk).update(params={key: {"type": "string", "default": value} for key, value in by_key.items()})
+    dag.refresh_from_db()
     worker(**PATHS[path])
-    run = finished(trigger(dag, conf=by_key))
+    run = finished(trigger(dag, conf=given))  # the run's conf is the filled one: conf.KEY sees every value
     assert run.state == "success", [(ti.task_id, ti.state, ti.last_failure_context) for ti in TaskInstance.objects.filter(dag_run=run)]
 
     one_word_each = "".join(f"<{value}>" for value in values)
     part_of_the_text = "".join(f"<a{value}b>" for value in values)
-    assert outputs(run, "conf_bare") == outputs(run, "results_bare") == [printed(one_word_each)]
-    assert outputs(run, "conf_quoted") == outputs(run, "results_quoted") == [printed(part_of_the_text)]
+    assert outputs(run, "conf_bare") == outputs(run, "results_bare") == outputs(run, "params_bare") == [printed(one_word_each)]
+    assert outputs(run, "conf_quoted") == outputs(run, "results_quoted") == outputs(run, "params_quoted") == [printed(part_of_the_text)]
     compact = json.dumps(values, ensure_ascii=False, separators=(",", ":")), json.dumps(by_key, ensure_ascii=False, separators=(",", ":"))
     assert outputs(run, "results_whole") == [printed(f"<{compact[0]}><{compact[1]}>")]
     assert outputs(run, "mapped_bare") == [printed(f"<{value}>") for value in values]
