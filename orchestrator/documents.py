@@ -32,6 +32,7 @@ def attempt_document(attempt: TaskAttempt) -> dict[str, Any]:
         "stderr": attempt.stderr,
         "output_truncated": attempt.output_truncated,
         "resume": attempt.resume,  # what a resumable task decided on this attempt
+        "item": attempt.item,  # a mapped instance's item this attempt ran with; null when not mapped
     }
     if attempt.fingerprint:
         doc["fingerprint"] = attempt.fingerprint

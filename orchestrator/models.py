@@ -316,6 +316,9 @@ class TaskAttempt(models.Model):
     pid = models.IntegerField(blank=True, null=True)
     # What a resumable task decided on this attempt (reattached, already_succeeded, ...).
     resume = models.CharField(max_length=20, blank=True, null=True)
+    # A mapped instance's item as it was dispatched (its task's map_item then): which item this
+    # attempt ran with, kept when the task expands again over another list. Null when not mapped.
+    item = models.JSONField(blank=True, null=True)
 
     class Meta:
         ordering = ["task_instance", "attempt_token"]

@@ -120,6 +120,9 @@ ATTEMPT = component(
                 "anyOf": [{"type": "string", "enum": ["submitted", "reattached", "already_succeeded", "resubmitted"]}, {"type": "null"}],
                 "description": "What a resumable task decided on this attempt, or null.",
             },
+            "item": {
+                "description": "The item of its source a mapped task's instance ran with on this attempt (any JSON value); null for a task that is not mapped."
+            },
             "fingerprint": STRING,
         },
         optional=("fingerprint",),

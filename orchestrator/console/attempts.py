@@ -3,6 +3,7 @@ which paid for it, whether it poisoned its task. Both pages build it here, from 
 (`rootcause.facts_of`), so they never tell one attempt two ways."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -61,6 +62,8 @@ class AttemptView:
     offset_percent: float = 0.0
     width_percent: float = 0.0
     outputs: list[Output] = field(default_factory=list)
+    # A mapped instance's attempt: the item it ran with, as JSON (a long one clipped); else None.
+    item: str | None = None
 
     @property
     def metadata(self) -> list[Row]:
@@ -97,7 +100,17 @@ def attempt_view(attempt: TaskAttempt, fact: rootcause.AttemptFacts, ti: TaskIns
         budget_kind=AttemptKind.PLATFORM if fact.previous_kind == AttemptKind.PLATFORM else AttemptKind.USER,
         charged=rootcause.charged_to(fact.kind) if fact.state == TaskAttempt.State.FAILED and not rootcause.is_action(fact.context) else "",
         poisoned=fact.token in tipped,
+        item=item_text(attempt.item) if ti.map_index >= 0 or attempt.item is not None else None,
     )
+
+
+ITEM_SHOWN = 300  # characters of an attempt's item a page shows (the run document has it whole)
+
+
+def item_text(item: object) -> str:
+    """An item as JSON, clipped to ITEM_SHOWN characters."""
+    text = json.dumps(item, ensure_ascii=False)
+    return text if len(text) <= ITEM_SHOWN else text[: ITEM_SHOWN - 1] + "…"
 
 
 def dead_lettered_at(run: DagRun, task_id: str | None = None) -> dict[str, list[datetime]]:

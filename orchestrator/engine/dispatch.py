@@ -7,6 +7,7 @@ transaction commits, one Redis pipeline for their jobs. A fan-out of hundreds of
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -49,8 +50,11 @@ UPDATE orchestrator_taskinstance SET
     worker_name = '',
     pid = NULL
 WHERE {fence}
-RETURNING id, attempt_token, try_number, infrastructure_try_number, {queued_deadlines} AS queued_deadlines
+RETURNING id, attempt_token, try_number, infrastructure_try_number, {queued_deadlines} AS queued_deadlines, map_item
 """
+# What the dispatch reads back of each task it won (a mapped instance's item only goes into its
+# attempt row: on PostgreSQL within the statement, so it is not sent back).
+_DISPATCHED = "id, attempt_token, try_number, infrastructure_try_number, queued_deadlines"
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,7 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime, unwritten: frozenset
     with_attempts = connection.vendor == "postgresql"
     if with_attempts:  # the attempt rows in the same statement, from what the UPDATE returns
         insert, insert_params = _attempts_insert(now)
-        statement = f"WITH dispatched AS ({statement}), inserted AS ({insert}) SELECT * FROM dispatched"
+        statement = f"WITH dispatched AS ({statement}), inserted AS ({insert}) SELECT {_DISPATCHED} FROM dispatched"
         params += insert_params
     # Prepared on PostgreSQL, where its text is the same for any number of tasks (three arrays):
     # planning it took the server longer than running it for a chain's one task.
@@ -111,12 +115,12 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime, unwritten: frozenset
     if not returned:
         return 0
     attempts, jobs, queued, with_deadlines = [], [], [], []
-    for pk, token, try_number, infrastructure_try_number, has_queued_deadlines in returned:
+    for pk, token, try_number, infrastructure_try_number, has_queued_deadlines, *item in returned:
         ti = by_pk[pk]
         ti.state, ti.attempt_token, ti.try_number, ti.queued_at = TaskState.QUEUED, token, try_number, now
         ti.retry_is_platform, ti.next_retry_at, ti.waiting_for = False, None, None
         queued.append(ti)
-        attempts.append(_new_attempt(pk, token, try_number, infrastructure_try_number, now))
+        attempts.append(_new_attempt(pk, token, try_number, infrastructure_try_number, now, _item(item)))
         jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk], queued_at=now))
         if has_queued_deadlines:
             with_deadlines.append(ti)
@@ -142,9 +146,12 @@ def _hand_over(queued: list[TaskInstance]) -> int | None:
     return chosen.pk
 
 
-def _new_attempt(task_instance_id: int, token: int, try_number: int, infrastructure_try_number: int, now: datetime) -> TaskAttempt:
+def _new_attempt(
+    task_instance_id: int, token: int, try_number: int, infrastructure_try_number: int, now: datetime, item: Any = None
+) -> TaskAttempt:
     """A dispatched attempt's row, as it starts: queued, a user's try (a platform retry is
-    classified when it ends)."""
+    classified when it ends), with the item a mapped instance runs with (its task's `map_item`
+    at dispatch, so the attempt keeps it when the task expands again over another list)."""
     return TaskAttempt(
         task_instance_id=task_instance_id,
         attempt_token=token,
@@ -153,12 +160,21 @@ def _new_attempt(task_instance_id: int, token: int, try_number: int, infrastruct
         kind=AttemptKind.USER,
         state=TaskAttempt.State.QUEUED,
         queued_at=now,
+        item=item,
     )
+
+
+def _item(returned: list[Any]) -> Any:
+    """The `map_item` a dispatch read back (SQLite only; PostgreSQL writes it in the statement)
+    as its JSON value."""
+    if not returned or returned[0] is None:
+        return None
+    return json.loads(returned[0]) if isinstance(returned[0], (str, bytes)) else returned[0]
 
 
 # The columns of a new attempt that come from its task's dispatch (the `dispatched` rows).
 _FROM_DISPATCH = {"task_instance": "id", "attempt_token": "attempt_token", "try_number": "try_number",
-                  "infrastructure_try_number": "infrastructure_try_number"}
+                  "infrastructure_try_number": "infrastructure_try_number", "item": "map_item"}
 
 
 def _attempts_insert(now: datetime) -> tuple[str, list[Any]]:
