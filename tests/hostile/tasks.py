@@ -1,0 +1,78 @@
+"""Hostile tasks: each tries what a task must not be able to do and returns what happened, so
+the tests can assert on the result (the task itself succeeds whatever it was refused)."""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+PTRACE_ATTACH = 16
+PTRACE_DETACH = 17
+
+
+def _outcome(action) -> str:
+    """"ok" when the action worked, else the errno's name (or the exception's type)."""
+    try:
+        action()
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001  whatever stopped it is the answer
+        return type(exc).__name__
+    return "ok"
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def ptrace_attach(pid: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(PTRACE_ATTACH, pid, 0, 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    libc.ptrace(PTRACE_DETACH, pid, 0, 0)
+
+
+def who_am_i(context: dict[str, Any]) -> dict[str, Any]:
+    """The task's credentials, home and working directory, and its environment's names."""
+    home = os.environ.get("HOME", "")
+    stat = os.stat(home) if home else None
+    return {
+        "uid": os.getuid(),
+        "euid": os.geteuid(),
+        "gid": os.getgid(),
+        "groups": os.getgroups(),
+        "home": home,
+        "tmpdir": os.environ.get("TMPDIR"),
+        "cwd": os.getcwd(),
+        "home_mode": oct(stat.st_mode & 0o777) if stat else None,
+        "home_owner": stat.st_uid if stat else None,
+        "environment": sorted(os.environ),
+        "environment_values": "\n".join(os.environ.values()),
+    }
+
+
+def attack_the_platform(directories: list[str], files: list[str], context: dict[str, Any]) -> dict[str, Any]:
+    """Try to list, write into and read the worker's directories, read and delete its files (by
+    name, as an attacker who guessed them would), read the worker's and the fork server's
+    environment and memory, signal and trace them. Signal 0 asks only whether a signal would be
+    let through; SIGCONT would do no harm if it were."""
+    server = os.getppid()
+    worker = parent_of(server)
+    found: dict[str, Any] = {"server": server, "worker": worker}
+    for name, pid in (("worker", worker), ("server", server)):
+        found[f"environ {name}"] = _outcome(lambda pid=pid: Path(f"/proc/{pid}/environ").read_bytes())
+        found[f"mem {name}"] = _outcome(lambda pid=pid: open(f"/proc/{pid}/mem", "rb").close())  # noqa: SIM115
+        found[f"signal {name}"] = _outcome(lambda pid=pid: os.kill(pid, signal.SIGCONT))
+        found[f"may signal {name}"] = _outcome(lambda pid=pid: os.kill(pid, 0))
+        found[f"ptrace {name}"] = _outcome(lambda pid=pid: ptrace_attach(pid))
+    for path in directories:
+        found[f"list {path}"] = _outcome(lambda path=path: os.listdir(path))
+        found[f"write {path}"] = _outcome(lambda path=path: Path(path, "ti-1-1.json").write_text("{}"))
+    for path in files:
+        found[f"read {path}"] = _outcome(lambda path=path: Path(path).read_bytes())
+        found[f"delete {path}"] = _outcome(lambda path=path: os.unlink(path))
+    return found
