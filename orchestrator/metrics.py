@@ -20,6 +20,7 @@ DEADLINE_MISSES = "orchestrator_deadline_misses_total"
 # TASK_FAILURES under the category it had when it happened, and is counted here as moved.
 RECLASSIFICATIONS = "orchestrator_reclassifications_total"
 SPOOL_SET_ASIDE = "orchestrator_spool_set_aside_total"
+SPOOL_FILES_REFUSED = "orchestrator_spool_files_refused_total"
 RESUME_DECISIONS = "orchestrator_resume_decisions_total"
 
 METRICS = {
@@ -31,6 +32,7 @@ METRICS = {
         ("dag_id", "task_id", "from_category", "from_reason"),
     ),
     SPOOL_SET_ASIDE: ("Spooled reports no database would take, set aside by a worker.", ("worker_name",)),
+    SPOOL_FILES_REFUSED: ("Files found in a worker's spool that the platform did not make (their seal does not verify), set aside, never delivered.", ("worker_name",)),
     RESUME_DECISIONS: ("What resumable tasks decided at the start of an attempt.", ("decision",)),
 }
 

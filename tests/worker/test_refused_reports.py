@@ -20,6 +20,7 @@ from orchestrator import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.models import TaskAttempt, TaskInstance, TaskStateEntry
+from orchestrator.worker.host.spool import seal
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
 
@@ -214,7 +215,7 @@ def test_a_spooled_report_the_database_refuses_is_set_aside_and_the_ones_behind_
         path = ended / f"ti-{ti.pk}-{ti.attempt_token}.json"
         report = {"task_instance_id": ti.pk, "token": ti.attempt_token, "success": True, "result": ti.task_id,
                   "ended_at": "2026-01-01T00:00:00+00:00", "output": {"stdout": "", "stderr": "", "output_truncated": False}}  # fmt: skip
-        path.write_text(json.dumps(report))
+        path.write_text(seal(json.dumps(report)))  # sealed as a worker seals it
         os.utime(path, (time.time() - age, time.time() - age))
     counted = set_aside_count()
     worker(ORCHESTRATOR_SPOOL_DIR=str(tmp_path / "spool"))

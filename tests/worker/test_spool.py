@@ -13,7 +13,7 @@ from orchestrator import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.models import TaskInstance
-from orchestrator.worker.host.spool import REPEATED_DELIVERIES, Retry, Spool, Streaks, set_aside_entries
+from orchestrator.worker.host.spool import REPEATED_DELIVERIES, Retry, Spool, Streaks, seal, set_aside_entries
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
 
@@ -43,7 +43,7 @@ def test_an_ended_workers_reports_are_adopted(tmp_path):
     ended = Spool(tmp_path, "host.1")
     ended.put(record(1, 1))
     ended.close()  # the process ended: its lock is gone
-    (tmp_path / "ti-9-1.json").write_text(json.dumps(record(9, 1)))  # the older, flat layout
+    (tmp_path / "ti-9-1.json").write_text(seal(json.dumps(record(9, 1))))  # the older, flat layout
     live = Spool(tmp_path, "host.2")
     seen: list[int] = []
     live.drain(lambda r: seen.append(r["task_instance_id"]) or True)
@@ -65,6 +65,7 @@ def test_a_refused_report_is_set_aside_and_the_rest_delivered(tmp_path):
             raise ValueError("refused for a reason of its own")
         return True
 
+    refused = dict((labels["worker_name"], n) for labels, n in metrics.read(metrics.SPOOL_FILES_REFUSED)).get("host.1", 0)
     assert spool.drain(deliver) == 1
     aside = tmp_path / "set-aside"
     assert sorted(p.name for p in aside.glob("ti-*.json")) == ["ti-1-1.json", "ti-3-1.json"]
@@ -72,7 +73,10 @@ def test_a_refused_report_is_set_aside_and_the_rest_delivered(tmp_path):
     assert not list(spool.directory.glob("ti-*.json"))
     reasons = {entry["task_instance_id"]: entry["reason"] for entry in set_aside_entries()}
     assert reasons[1].startswith("ValueError")
-    assert dict((labels["worker_name"], n) for labels, n in metrics.read(metrics.SPOOL_SET_ASIDE)) == {"host.1": 2}
+    assert dict((labels["worker_name"], n) for labels, n in metrics.read(metrics.SPOOL_SET_ASIDE)) == {"host.1": 1}
+    # The file that is no JSON was not made by a worker: refused, and counted as such.
+    assert "not made by this platform" in (aside / "ti-3-1.json.reason").read_text()
+    assert dict((labels["worker_name"], n) for labels, n in metrics.read(metrics.SPOOL_FILES_REFUSED)).get("host.1") == refused + 1
     spool.close()
 
 
@@ -140,8 +144,8 @@ def test_a_worker_sets_aside_what_the_database_refuses_and_delivers_the_rest(wor
     # Not a state the engine knows: no database could take this report, nor its bare failure.
     bad = {**record(a.pk, a.attempt_token), "success": False, "expected": ["no-such-state"],
            "context": {"category": "application", "reason": "task_exception", "source": "worker", "metadata": {}}}  # fmt: skip
-    (ended / f"ti-{a.pk}-{a.attempt_token}.json").write_text(json.dumps(bad))
-    (ended / f"ti-{b.pk}-{b.attempt_token}.json").write_text(json.dumps(record(b.pk, b.attempt_token, result="done")))
+    (ended / f"ti-{a.pk}-{a.attempt_token}.json").write_text(seal(json.dumps(bad)))
+    (ended / f"ti-{b.pk}-{b.attempt_token}.json").write_text(seal(json.dumps(record(b.pk, b.attempt_token, result="done"))))
     worker(ORCHESTRATOR_SPOOL_DIR=str(tmp_path / "spool"))
     wait_until(lambda: TaskInstance.objects.get(pk=b.pk).state == "success", timeout=30, message="b's report delivered")
     aside = tmp_path / "spool" / "set-aside" / f"ti-{a.pk}-{a.attempt_token}.json"
