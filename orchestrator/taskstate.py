@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from orchestrator.exceptions import StaleAttempt
+from orchestrator.results import MAX_DEPTH, deeper_than
 
 # Message types on the task process's pipes.
 STATE_MESSAGE = "task_state"
@@ -39,7 +40,8 @@ def validated(op: str, key: Any, value: Any = None, *, max_bytes: int = DEFAULT_
 
     A key is a non-empty string of at most 250 characters without NUL; a value must be JSON
     (no NaN or infinity), without NUL or unpaired surrogates (the database cannot store them),
-    and at most `max_bytes` once encoded as UTF-8 JSON.
+    at most `max_bytes` once encoded as UTF-8 JSON, and nested at most MAX_DEPTH levels deep (what
+    the channel to the supervisor carries).
     """
     if op not in OPS:
         raise ValueError(f"task state: unknown operation {op!r}")
@@ -59,10 +61,16 @@ def validated(op: str, key: Any, value: Any = None, *, max_bytes: int = DEFAULT_
         raise ValueError(f"task state: key {key!r} is not valid UTF-8 text") from None
     if op == "delete":
         return key, None
+    too_deep = f"task state: the value of {key!r} is nested deeper than {MAX_DEPTH} levels"
     try:
-        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except RecursionError:  # only nesting exhausts the encoder's stack
+        raise ValueError(too_deep) from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"task state: the value of {key!r} is not JSON-serialisable: {exc}") from None
+    if deeper_than(text, MAX_DEPTH):
+        raise ValueError(too_deep)
+    encoded = text.encode("utf-8")
     if len(encoded) > max_bytes:
         raise ValueError(
             f"task state: the value of {key!r} is {len(encoded)} bytes as JSON; at most {max_bytes}"

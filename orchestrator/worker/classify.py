@@ -6,6 +6,8 @@ one attempt (`Outcome`) and returns what to report (`Verdict`).
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 import signal
 import traceback
@@ -14,6 +16,7 @@ from typing import Any
 
 from orchestrator.results import check_result, problem_message
 from orchestrator.results import last_line as last_stdout_line
+from orchestrator.worker.channel import MalformedMessage
 from retries.context import ExecutionContext
 from retries.fingerprint import (
     bash_fingerprint,
@@ -36,6 +39,17 @@ _CONNECTION_FAILURE = re.compile(
 )
 # The task process's messages that carry the task's own outcome.
 OUTCOME_MESSAGES = frozenset({"success", "failure", "bash_exit", "invalid_result"})
+# Every message a task process sends, and the fields of each that must be objects. (A bash
+# task's exit is seen by the supervisor, never sent: "bash_exit" is not the task's to say.)
+TASK_MESSAGES: dict[str, tuple[str, ...]] = {
+    "running": (),
+    "success": (),
+    "failure": ("exception",),
+    "invalid_result": ("problem",),
+    "startup_error": ("exception",),
+    "terminated": ("context",),
+    "task_state": (),
+}
 # Signals that stop a process on request (a shutdown, an operator), not a crash.
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
 
@@ -57,8 +71,8 @@ def exception_facts(exc: BaseException) -> dict[str, Any]:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     is_db_error, sqlstate = db_connection_failure(exc)
     return {
-        "exception_type": type(exc).__name__,
-        "exception_module": type(exc).__module__,
+        "exception_type": _clip(type(exc).__name__, MAX_MESSAGE_CHARS),
+        "exception_module": _clip(str(type(exc).__module__), MAX_MESSAGE_CHARS),
         "message": _clip(_text_of(exc), MAX_MESSAGE_CHARS),
         "traceback": _clip_tail(text, MAX_TRACEBACK_CHARS),
         "fingerprint": fingerprint_of(exc),
@@ -135,6 +149,10 @@ class Outcome:
     stdout_tail: str = ""  # a bash task's result is its last line
     stdout_truncated: bool = False
     result_max_bytes: int = 65536
+    # The first thing on the task's channel that was no well-formed message (invalid_result
+    # metadata), and the bytes of a line it left unfinished when its process ended.
+    channel_problem: dict[str, Any] | None = None
+    channel_unfinished: int = 0
     oom_kills_before: int | None = None
     oom_kills_after: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)  # worker_name, hostname, pid
@@ -174,6 +192,13 @@ def classify(outcome: Outcome) -> Verdict:
         context = _pre_execution(PreExecutionReason.START_ERROR, base, error=outcome.start_error)
         return Verdict(False, context=context, error=outcome.start_error, expected=expected)
 
+    if outcome.channel_problem is not None:
+        # The task's own channel, written against the rules: the task's failure, whatever followed.
+        return _invalid_result(outcome.channel_problem, base, expected)
+    if outcome.channel_unfinished and _ended_without_outcome(outcome):
+        unfinished = _malformed("unfinished", f"{outcome.channel_unfinished} bytes without an end of line when the task process exited")
+        return _invalid_result(unfinished, base, expected)
+
     if outcome.fork_server_died and outcome.returncode == -signal.SIGKILL and (outcome.final or {}).get("type") not in OUTCOME_MESSAGES:
         return _fork_server_died(outcome, base, expected)
 
@@ -189,6 +214,10 @@ def classify(outcome: Outcome) -> Verdict:
     if kind == "success":
         if outcome.is_bash:
             return _bash_success(outcome, base)
+        # Checked again here: the task process's own check is not to be relied on.
+        problem = check_result(final.get("result"), outcome.result_max_bytes)
+        if problem is not None:
+            return _invalid_result(problem, base)
         return Verdict(True, result=final.get("result"))
     if kind == "invalid_result":
         return _invalid_result(final.get("problem") or {}, base)
@@ -307,11 +336,39 @@ def _bash_success(outcome: Outcome, base: dict[str, Any]) -> Verdict:
     return Verdict(True, result=line)
 
 
-def _invalid_result(problem: dict[str, Any], base: dict[str, Any]) -> Verdict:
-    """A result that cannot be stored fails the attempt, charged to the task: never stored."""
-    fingerprint = exception_fingerprint(f"invalid_result.{problem.get('problem')}", "<result>", 0)
-    context = ExecutionContext.of(Reason.INVALID_RESULT, Source.WORKER, **{**base, **problem})
-    return Verdict(False, context=context, fingerprint=fingerprint, error=problem_message(problem))
+def _invalid_result(problem: dict[str, Any], base: dict[str, Any], expected: tuple[TaskState, ...] = (TaskState.RUNNING,)) -> Verdict:
+    """A result that cannot be stored (or a malformed message on the task's channel) fails the
+    attempt, charged to the task: never stored. The problem may come from the task itself: the
+    platform's own metadata wins over any key of it."""
+    where = "<channel>" if problem.get("channel") else "<result>"
+    fingerprint = exception_fingerprint(f"invalid_result.{problem.get('problem')}", where, 0)
+    context = dataclasses.replace(ExecutionContext.of(Reason.INVALID_RESULT, Source.WORKER), metadata={**problem, **base})
+    return Verdict(False, context=context, fingerprint=fingerprint, error=problem_message(problem), expected=expected)
+
+
+def message_problem(message: dict[str, Any]) -> dict[str, Any] | None:
+    """None for a message a task process may send; else what is wrong with it, as invalid_result
+    metadata: a type no task sends, a field of the wrong kind."""
+    kind = message.get("type")
+    if not isinstance(kind, str) or kind not in TASK_MESSAGES:
+        return _malformed("unknown_message", "a message of no type a task sends")
+    for name in TASK_MESSAGES[kind]:
+        if name in message and not isinstance(message[name], dict):
+            return _malformed("malformed_message", f"a {kind!r} message whose {name!r} is not an object")
+    facts = message.get("exception") if "exception" in TASK_MESSAGES[kind] else None
+    facts = facts or {}
+    retry_after = facts.get("retry_after")
+    if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or not math.isfinite(retry_after) or retry_after < 0):
+        return _malformed("malformed_message", f"a {kind!r} message whose retry_after is not a number of seconds")
+    if not isinstance(facts.get("fingerprint"), (str, type(None))) or len(facts.get("fingerprint") or "") > 64:
+        return _malformed("malformed_message", f"a {kind!r} message whose fingerprint is not a short string")
+    if kind == "running" and not isinstance(message.get("pid", 0), int):
+        return _malformed("malformed_message", "a 'running' message whose pid is not a number")
+    return None
+
+
+def _malformed(problem: str, detail: str) -> dict[str, Any]:
+    return MalformedMessage(problem, detail).problem
 
 
 def _bash_exit(outcome: Outcome, exit_code: int, base: dict[str, Any]) -> Verdict:
@@ -375,6 +432,13 @@ def _pre_execution(kind: PreExecutionReason, base: dict[str, Any], error: str | 
     if error:
         metadata["error"] = _clip(error, MAX_MESSAGE_CHARS)
     return ExecutionContext.of(Reason.PRE_EXECUTION_FAILURE, Source.WORKER, **metadata)
+
+
+def _ended_without_outcome(outcome: Outcome) -> bool:
+    """The task process exited by itself, unstopped, and said nothing of its outcome. (A line
+    left unfinished by a process killed while writing it is no message, and no fault of it.)"""
+    exited = outcome.returncode is not None and outcome.returncode >= 0
+    return exited and outcome.stop is None and (outcome.final or {}).get("type") not in OUTCOME_MESSAGES
 
 
 def _oom_grew(outcome: Outcome) -> bool:

@@ -24,8 +24,8 @@ from orchestrator.engine import taskstate as stored_state
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.outputstore import NoStore, OutputStore
 from orchestrator.sanitise import error_text
-from orchestrator.worker.channel import LineReader, send, send_json_text
-from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, handshake_refused_context, stop_context
+from orchestrator.worker.channel import LineReader, message_max_bytes, send, send_json_text
+from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, handshake_refused_context, message_problem, stop_context
 from orchestrator.worker.host import procs
 from orchestrator.worker.host.environment import task_environment
 from orchestrator.worker.host.heartbeat import AttemptLease, Heartbeats
@@ -176,6 +176,8 @@ class Supervisor:
         self.superseded = False
         self.stopped_by_operator = False  # marked failed by an operator: stopping it for them
         self.succeeded_first = False  # it succeeded: reported before its process is over
+        # What the task wrote on its channel that is no well-formed message: invalid_result.
+        self.channel_problem: dict[str, Any] | None = None
         self.oom_before: int | None = None  # the machine's OOM kills when the attempt began
 
     # --- the attempt --------------------------------------------------------------------------
@@ -247,7 +249,9 @@ class Supervisor:
             stderr_tail=self.streams.stderr.tail_text(),
             stdout_tail=self.streams.stdout.tail_text() if self.plan.is_bash else "",
             stdout_truncated=self.streams.stdout.truncated,
-            result_max_bytes=int(self.plan.payload.get("result_max_bytes", 65536)),
+            result_max_bytes=self._result_max_bytes(),
+            channel_problem=self.channel_problem,
+            channel_unfinished=self.streams.messages.unfinished,
             oom_kills_before=self.oom_before,
             oom_kills_after=oom_kill_count(),
             metadata=metadata,
@@ -319,7 +323,8 @@ class Supervisor:
         self.streams = _Streams(
             stdout=BoundedCapture(self.settings.head_bytes, self.settings.tail_bytes),
             stderr=BoundedCapture(self.settings.head_bytes, self.settings.tail_bytes),
-            messages=LineReader(message_read),
+            # The task's channel: bounded, and every line must be a message (`_on_malformed`).
+            messages=LineReader(message_read, max_bytes=message_max_bytes(self._result_max_bytes(), self.task_state_max_bytes)),
             stored=StoredOutput(self.output_store, (self.plan.task_instance_id, self.plan.token), self._label()),
         )
         for fd in (stdout_read, stderr_read, message_read):
@@ -347,6 +352,7 @@ class Supervisor:
             not self.plan.is_bash
             and self.handshake_at is not None
             and self.stopping is None
+            and self.channel_problem is None
             and self.final is not None
             and self.final.get("type") == "success"
         )
@@ -475,9 +481,16 @@ class Supervisor:
                 self.proc.wait(timeout=EXIT_STATUS_WAIT)
                 continue
             if fd == self.streams.messages.fd:
-                for message in self.streams.messages.feed():
+                channel = self.streams.messages
+                for message in channel.feed():
+                    problem = message_problem(message)
+                    if problem is not None:
+                        channel.refuse(problem)
+                        break
                     self._on_message(message)
-                if self.streams.messages.eof:
+                if channel.problem is not None:
+                    self._on_malformed(channel.problem)
+                if channel.eof:
                     self._close_stream(fd)
                 continue
             self._read_output(fd)
@@ -507,6 +520,20 @@ class Supervisor:
             self.selector.unregister(fd)
             if fd == self.streams.messages.fd:
                 os.close(fd)  # stdout's and stderr's are closed in _finish
+
+    def _on_malformed(self, problem: dict[str, Any]) -> None:
+        """The task wrote something on its channel that is no well-formed message: the attempt
+        fails as application/invalid_result (the task's doing, never the platform's), and its
+        process group is killed at once, as nothing it says can be read any more. A task being
+        stopped already, or whose success was reported, keeps that outcome."""
+        if self.channel_problem is not None or self.stopping is not None or self.succeeded_first:
+            return
+        self.channel_problem = problem
+        log.warning("%s wrote a malformed message on its channel (%s); failing it as invalid_result", self._label(), problem.get("problem"))
+        procs.signal_group(self.pgid, signal.SIGKILL)
+
+    def _result_max_bytes(self) -> int:
+        return int(self.plan.payload.get("result_max_bytes", 65536))
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
