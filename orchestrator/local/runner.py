@@ -222,7 +222,10 @@ class LocalStack:
         if self.job_service is not None:
             self.job_service.daemon_threads = True
             self.env["EXAMPLE_JOB_SERVICE_URL"] = f"http://127.0.0.1:{self.job_service.server_port}"
-            self.say(f"example job service: {self.env['EXAMPLE_JOB_SERVICE_URL']} (every submit and cancel at /events)")
+            self.say(
+                f"example job service: {self.env['EXAMPLE_JOB_SERVICE_URL']} (the remote jobs example_resumable drives; "
+                "every submit and cancel at /events)"
+            )
 
     def _serve_jobs(self) -> None:
         if self.job_service is not None:
