@@ -102,6 +102,7 @@ def run_claimed(ti: Claimed, *, handed: bool = False, on_started: Callable[[], N
         heartbeats=shared.heartbeats,
         db=shared.db.call,
         passthrough=tuple(settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH),
+        deny=tuple(settings.ORCHESTRATOR_TASK_ENV_DENY),
         keep_changes=shared.spool.keep_changes,
         task_state_max_bytes=int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
         output_store=output_store(),

@@ -137,6 +137,7 @@ class Supervisor:
         shutdown: ShutdownRequest = SHUTDOWN,
         db: Callable[..., Any] = run_in_this_thread,
         passthrough: tuple[str, ...] = (),
+        deny: tuple[str, ...] = (),
         keep_changes: Callable[[int, int, list[dict[str, Any]]], Any] | None = None,
         task_state_max_bytes: int = taskstate.DEFAULT_MAX_BYTES,
         output_store: OutputStore | None = None,
@@ -150,6 +151,7 @@ class Supervisor:
         self.heartbeats = heartbeats
         self.db = db  # database calls go through the worker's small pool of connections
         self.passthrough = passthrough
+        self.deny = deny  # ORCHESTRATOR_TASK_ENV_DENY: never in a task's environment
         # Writes task state changes the database could not take to the worker's disk (durably).
         self.keep_changes = keep_changes
         self.task_state_max_bytes = task_state_max_bytes
@@ -301,7 +303,7 @@ class Supervisor:
         message_read, message_write = os.pipe()
         theirs = [stdout_write, stderr_write, control_read, message_write]
         ours = [stdout_read, stderr_read, control_write, message_read]
-        env = {**task_environment(os.environ, self.passthrough), "PYTHONUNBUFFERED": "1"}
+        env = {**task_environment(os.environ, self.passthrough, self.deny), "PYTHONUNBUFFERED": "1"}
         if direct:
             env.update(self.plan.command_env)
         try:
