@@ -10,24 +10,17 @@ OUTAGE_SECONDS + 90 s (deselect it with `-m "not long_outage"`).
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT, wait_until
+from tests.faults.private_postgres import PrivatePostgres, Processes, query
 
 pytestmark = [pytest.mark.integration, pytest.mark.long_outage]
 
@@ -36,99 +29,13 @@ TASKS_END_INTO_OUTAGE = float(os.environ.get("TEST_LONG_OUTAGE_TASKS_END", "120"
 TASKS = 6
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PrivatePostgres:
-    """A throwaway PostgreSQL cluster: its own data directory, socket directory and port."""
-
-    def __init__(self) -> None:
-        binaries = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-        if os.geteuid() != 0 or not binaries or not shutil.which("runuser"):
-            pytest.skip("needs root, runuser and PostgreSQL's server binaries (initdb, pg_ctl)")
-        self.bin = Path(binaries[-1]).parent
-        self.port = _free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="private-pg-"))
-        self.data = self.dir / "data"
-        shutil.chown(self.dir, "postgres", "postgres")
-        self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
-
-    @property
-    def url(self) -> str:
-        return f"postgres://postgres@127.0.0.1:{self.port}/orchestrator"
-
-    def _as_postgres(self, tool: str, *args: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", str(self.bin / tool), *args], check=True, capture_output=True, timeout=180)
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._as_postgres("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.dir / "log"), "-w", "-t", "120", "start")
-
-    def stop(self) -> None:
-        self._as_postgres("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "120", "stop")
-
-    def running(self) -> bool:
-        return (self.data / "postmaster.pid").exists()
-
-    def close(self) -> None:
-        try:
-            if self.running():
-                self.stop()
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _query(url: str, sql: str, params: tuple = ()) -> list[tuple]:
-    import psycopg
-
-    with psycopg.connect(url, connect_timeout=5, autocommit=True) as conn:
-        cursor = conn.execute(sql, params)
-        return cursor.fetchall() if cursor.description is not None else []
-
-
-class Processes:
-    """run_worker / run_scheduler / other commands against the private cluster; killed at the end."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
-        self.procs: list[tuple[subprocess.Popen, list[str]]] = []
-
-    def start(self, *args: str) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )  # fmt: skip
-        lines: list[str] = []
-        threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-        self.procs.append((proc, lines))
-        return proc
-
-    def run(self, *args: str) -> str:
-        result = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
-
-    def close(self) -> None:
-        for proc, lines in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, 9)
-                except ProcessLookupError:
-                    pass
-            proc.wait(timeout=10)
-            print(f"--- {' '.join(proc.args[2:])} ({proc.pid}) ---\n{''.join(lines[-150:])}")
-
-
 @pytest.mark.timeout(OUTAGE_SECONDS + 900)
 def test_a_database_outage_of_minutes_loses_no_outcome_and_charges_nothing(tmp_path):
     cluster = PrivatePostgres()
     processes: Processes | None = None
     try:
         cluster.start()
-        _query(cluster.url.rsplit("/", 1)[0] + "/postgres", "CREATE DATABASE orchestrator")
+        query(cluster.url.rsplit("/", 1)[0] + "/postgres", "CREATE DATABASE orchestrator")
         queue = f"outage-{uuid.uuid4().hex[:8]}"
         env = {
             **os.environ,
@@ -162,7 +69,7 @@ def test_a_database_outage_of_minutes_loses_no_outcome_and_charges_nothing(tmp_p
         processes.run("trigger_dag", "long_outage")
 
         def states() -> dict[str, tuple[Any, ...]]:
-            rows = _query(
+            rows = query(
                 cluster.url,
                 "SELECT task_id, state, try_number, infrastructure_try_number,"
                 " (SELECT count(*) FROM orchestrator_taskattempt a WHERE a.task_instance_id = ti.id)"
@@ -185,7 +92,7 @@ def test_a_database_outage_of_minutes_loses_no_outcome_and_charges_nothing(tmp_p
         final = states()
         for task_id, (state, try_number, infra, attempts) in final.items():
             assert (state, try_number, infra, attempts) == ("success", 1, 0, 1), (task_id, final[task_id])
-        wait_until(lambda: _query(cluster.url, "SELECT state FROM orchestrator_dagrun")[0][0] == "success", timeout=60, message="the run to succeed")
+        wait_until(lambda: query(cluster.url, "SELECT state FROM orchestrator_dagrun")[0][0] == "success", timeout=60, message="the run to succeed")
         events = [json.loads(line) for line in windows.read_text().splitlines()]
         starts = sorted(e["task_id"] for e in events if e["event"] == "start")
         assert starts == sorted(f"t{i}" for i in range(TASKS)), "a task ran twice (or not at all)"
