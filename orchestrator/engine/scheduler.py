@@ -281,6 +281,8 @@ CLEAN_EVERY = 60.0
 
 class _Cleaning:
     next_at = 0.0  # time.monotonic() of the next clean-up step in this scheduler
+    # Runs that could not be deleted: skipped (named once, in a warning) while this scheduler lives.
+    undeletable: set[int] = set()
 
 
 def _clean_history(now: datetime, report: PassReport) -> None:
@@ -288,7 +290,9 @@ def _clean_history(now: datetime, report: PassReport) -> None:
     if days <= 0 or time.monotonic() < _Cleaning.next_at:
         return
     keep_failed = float(settings.ORCHESTRATOR_RETENTION_KEEP_FAILED_DAYS) or None
-    done = retention.clean(*retention.cutoffs(now, days, keep_failed), max_transactions=CLEAN_TRANSACTIONS_PER_PASS)
+    done = retention.clean(
+        *retention.cutoffs(now, days, keep_failed), max_transactions=CLEAN_TRANSACTIONS_PER_PASS, skipped=_Cleaning.undeletable
+    )
     if done.transactions < CLEAN_TRANSACTIONS_PER_PASS:
         _Cleaning.next_at = time.monotonic() + CLEAN_EVERY  # nothing left for now
     if done.runs or done.task_instances:

@@ -214,3 +214,134 @@ def test_a_duty_of_one_never_pauses():
     out = StringIO()
     call_command("db_clean", "--older-than", "5", "--max-duty", "1", stdout=out)
     assert "deleted 1 runs" in out.getvalue() and "paused 0.0 s" in out.getvalue()
+
+
+# --- every row a run can have, and a run that cannot be deleted -------------------------------
+
+
+def _run_with_every_dependent_row(dag, tmp_path, settings) -> tuple[DagRun, list]:
+    """An old failed run with a row of every kind that hangs from a run (and an output file);
+    returns it with the output store's keys of its attempts."""
+    from deadlines.models import Deadline
+    from orchestrator.models import Backfill, BackfillDate, TaskStateEntry
+    from orchestrator.outputstore import FileStore
+
+    settings.ORCHESTRATOR_TASK_OUTPUT_DIR = str(tmp_path / "output")
+    run = _finished_run(dag, fail=True, ended_days_ago=40)
+    ti = TaskInstance.objects.get(dag_run=run)
+    attempt = TaskAttempt.objects.get(task_instance=ti)
+    now = timezone.now()
+    TaskStateEntry.objects.create(
+        task_instance=ti, key="job", value={"id": 7}, written_at=now, attempt_token=attempt.attempt_token, try_number=1, infrastructure_try_number=0
+    )
+    Deadline.objects.create(dag_run=run, reference="dagrun_queued_at", callback="x.y", need_by=now)
+    Deadline.objects.create(dag_run=run, task_instance=ti, scope="task", task_id="only", reference="task_started_at", callback="x.y", need_by=now)
+    backfill = Backfill.objects.create(dag=dag, from_date=now, to_date=now, created_by="alice", created_at=now)
+    BackfillDate.objects.create(backfill=backfill, logical_date=run.logical_date, action="rerun", state="started", dag_run=run)
+    AuditLog.objects.create(action="clear", dag_id=dag.dag_id, run_id=run.run_id, task_id="only")
+    store = FileStore(settings.ORCHESTRATOR_TASK_OUTPUT_DIR, 1 << 20)
+    key = (attempt.task_instance_id, attempt.attempt_token)
+    writer = store.open_writer(key)
+    writer.write("stdout", b"old output")
+    writer.close()
+    return run, [key]
+
+
+# The models whose rows hang from a run (a foreign key to it, or to one of them): what the test
+# above makes one of each. A new one must be added there, so that retention is tested with it.
+HANGING_FROM_A_RUN = {"TaskInstance", "TaskAttempt", "TaskStateEntry", "Deadline", "BackfillDate"}
+
+
+def _hanging_from(model, seen=None) -> set[str]:
+    seen = set() if seen is None else seen
+    for rel in model._meta.related_objects:
+        name = rel.related_model.__name__
+        if name not in seen:
+            seen.add(name)
+            _hanging_from(rel.related_model, seen)
+    return seen
+
+
+def test_the_test_makes_a_row_of_every_kind_that_hangs_from_a_run():
+    assert _hanging_from(DagRun) == HANGING_FROM_A_RUN
+
+
+def test_it_deletes_a_run_with_every_kind_of_row_that_can_hang_from_it(settings, tmp_path):
+    """Task state, attempts, deadlines of the run and of its tasks, a backfill's date, failure
+    counts and stored output: all deleted (the backfill's date let go of it), the audit kept."""
+    from orchestrator.models import BackfillDate, TaskStateEntry
+    from orchestrator.outputstore import FileStore
+
+    dag = _dag()
+    old, keys = _run_with_every_dependent_row(dag, tmp_path, settings)
+    recent = _finished_run(dag, fail=False, ended_days_ago=1)
+    assert _counted_failures() == 1
+
+    out = StringIO()
+    call_command("db_clean", "--older-than", "30", stdout=out)
+
+    assert list(DagRun.objects.values_list("pk", flat=True)) == [recent.pk]
+    assert not TaskStateEntry.objects.exists() and not Deadline.objects.exists()
+    assert TaskAttempt.objects.filter(task_instance__dag_run=recent).count() == TaskAttempt.objects.count() == 1
+    assert BackfillDate.objects.get().dag_run_id is None
+    assert _counted_failures() == 0
+    assert AuditLog.objects.filter(run_id=old.run_id).exists()
+    assert FileStore(settings.ORCHESTRATOR_TASK_OUTPUT_DIR, 1 << 20).size(keys[0], "stdout") is None
+    assert "done: deleted 1 runs, 1 task instances, 1 attempts" in out.getvalue()
+
+
+@pytest.fixture
+def undeletable_run():
+    """Makes a run undeletable: a row of a table the application does not know of refers to it."""
+    from django.db import connection
+
+    made = []
+
+    def make(run: DagRun) -> DagRun:
+        with connection.cursor() as cursor:
+            if not made:
+                cursor.execute("CREATE TABLE retention_test_hold (run_id bigint NOT NULL REFERENCES orchestrator_dagrun (id))")
+                made.append(True)
+            cursor.execute("INSERT INTO retention_test_hold (run_id) VALUES (%s)", [run.pk])
+        return run
+
+    yield make
+    if made:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE retention_test_hold")
+
+
+def test_a_run_that_cannot_be_deleted_is_skipped_with_one_warning_and_blocks_nothing(settings, tmp_path, undeletable_run, caplog):
+    """The oldest run cannot be deleted: its batch fails, is retried run by run, the others go;
+    it is skipped with one warning (no traceback), and the scheduler's next passes say no more."""
+    import logging
+
+    dag = _dag()
+    stuck, _ = _run_with_every_dependent_row(dag, tmp_path, settings)
+    undeletable_run(stuck)
+    others = [_finished_run(dag, fail=fail, ended_days_ago=35) for fail in (False, True, False)]
+    settings.ORCHESTRATOR_RETENTION_DAYS = 30
+    _Cleaning.next_at = 0.0
+    _Cleaning.undeletable = set()
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            _Cleaning.next_at = 0.0
+            schedule_once()
+
+    assert list(DagRun.objects.values_list("pk", flat=True)) == [stuck.pk]
+    assert not TaskInstance.objects.filter(dag_run__in=[r.pk for r in others]).exists()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("orchestrator")]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert str(stuck.pk) in warnings[0].getMessage() and warnings[0].exc_info is None
+    assert _counted_failures() == 0  # its task instances went in transactions of their own
+
+
+def test_db_clean_skips_a_run_it_cannot_delete_and_says_so(settings, tmp_path, undeletable_run):
+    dag = _dag()
+    stuck = undeletable_run(_finished_run(dag, fail=False, ended_days_ago=40))
+    other = _finished_run(dag, fail=False, ended_days_ago=39)
+    out = StringIO()
+    call_command("db_clean", "--older-than", "30", stdout=out)
+    assert list(DagRun.objects.values_list("pk", flat=True)) == [stuck.pk]
+    assert not DagRun.objects.filter(pk=other.pk).exists()
+    assert "deleted 1 runs" in out.getvalue() and "skipped 1 runs" in out.getvalue()

@@ -72,5 +72,5 @@ class Command(BaseCommand):
         return (
             f"{when}: deleted {report.runs} runs, {report.task_instances} task instances, {report.attempts} attempts, "
             f"{report.deadlines} deadlines in {report.transactions} transactions (longest {report.longest_transaction:.2f} s), "
-            f"paused {report.paused:.1f} s"
+            f"paused {report.paused:.1f} s" + (f"; skipped {report.skipped} runs it could not delete (see the warnings)" if report.skipped else "")
         )
