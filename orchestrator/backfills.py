@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import connection, transaction
 
+from orchestrator.actions import ACT_PERMISSION, TRIGGER_PERMISSION
 from orchestrator.audit import User, audit, username_of
 from orchestrator.clock import shared_now
 from orchestrator.documents import iso
@@ -103,6 +104,16 @@ def check(
     if not dates:
         raise BackfillError("from", f"no date of the schedule '{dag.schedule}' ({dag.timezone}) lies between {begin.isoformat()} and {finish.isoformat()}")
     return Request(dag, begin, finish, str(reprocess), max_active_runs, backwards, conf, dates)
+
+
+def permissions_for(reprocess: str) -> tuple[str, ...]:
+    """What a user needs to create (or preview) a backfill: triggering runs; and, when it may
+    re-run existing runs (`reprocess` other than none), acting on task instances too, since a
+    re-run clears their tasks as an operator's clear does. The command line has no user and
+    needs none, as for every command."""
+    if reprocess == Backfill.Reprocess.NONE:
+        return (TRIGGER_PERMISSION,)
+    return (TRIGGER_PERMISSION, ACT_PERMISSION)
 
 
 def preview(request: Request) -> list[engine.PlannedDate]:

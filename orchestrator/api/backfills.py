@@ -8,7 +8,7 @@ from ninja.params.functions import Path
 from pydantic import Field, StrictBool, StrictInt
 
 from orchestrator import actions, backfills
-from orchestrator.api.access import Authenticated
+from orchestrator.api.access import Authenticated, require_perm
 from orchestrator.api.inputs import DagId, JsonBody, JsonObject, RequestBody, Text
 from orchestrator.api.schemas import component, nullable, replies
 from orchestrator.models import Backfill
@@ -98,6 +98,8 @@ class NoFields(RequestBody):
     openapi_extra=replies({201: ("The new backfill.", BACKFILL), 200: ("dry_run: what each date would do.", PREVIEW)}),
 )
 def create_backfill(request: HttpRequest, dag_id: DagId, body: JsonBody[CreateBody]) -> JsonResponse:
+    for permission in backfills.permissions_for(body.reprocess):
+        require_perm(request, permission)
     checked = backfills.check(
         actions.find_dag(dag_id),
         start=body.from_,

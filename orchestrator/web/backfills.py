@@ -47,6 +47,8 @@ def backfill_new(request: HttpRequest, dag_id: str) -> HttpResponse:
     _require_trigger(request)
     dag = lookup(actions.find_dag, dag_id)
     form = {name: request.POST.get(name, "") for name in FORM_FIELDS}
+    for permission in backfills.permissions_for(form["reprocess"] or Backfill.Reprocess.NONE):
+        require(request.user.has_perm(permission), permission)
     try:
         checked = _checked(dag, form)
         if request.POST.get("step") == "create":

@@ -144,3 +144,28 @@ def test_the_run_document_says_which_backfill_a_run_belongs_to(alice_client, dag
     assert (doc["run_type"], doc["backfill_id"]) == ("backfill", backfill_id)
     listed = alice_client.get("/api/v1/dags/etl/runs").json()["runs"][0]
     assert (listed["run_type"], listed["backfill_id"]) == ("backfill", backfill_id)
+
+
+@pytest.fixture
+def trigger_only_client(db):
+    """May trigger runs, may not act on task instances."""
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    user = User.objects.create_user("tess", "tess@example.com", "pw")
+    user.user_permissions.add(Permission.objects.get(codename="trigger_dagrun", content_type__app_label="orchestrator"))
+    client = Client()
+    client.force_login(User.objects.get(pk=user.pk))
+    return client
+
+
+@pytest.mark.parametrize("reprocess", ["failed", "completed"])
+def test_reprocessing_also_needs_the_permission_to_act_on_tasks(trigger_only_client, alice_client, dag, reprocess):
+    """A backfill that re-runs runs clears their tasks: it needs orchestrator.change_taskinstance
+    as well as orchestrator.trigger_dagrun; one that only creates runs does not."""
+    for dry_run in (False, True):
+        response = post(trigger_only_client, "/dags/etl/backfills", {**BODY, "reprocess": reprocess, "dry_run": dry_run})
+        assert response.status_code == 403 and "orchestrator.change_taskinstance" in response.json()["error"]
+    assert not Backfill.objects.exists()
+    assert post(trigger_only_client, "/dags/etl/backfills", {**BODY, "reprocess": "none"}).status_code == 201
+    assert post(alice_client, "/dags/etl/backfills", {**BODY, "reprocess": reprocess}).status_code == 201

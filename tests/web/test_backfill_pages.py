@@ -85,3 +85,18 @@ def test_the_dag_page_shows_each_retry_budget_against_its_deadline(alice_client,
     assert 'id="retry-budget"' in page
     assert page.count("can miss") == 3  # each of the three tasks: 450 s against 400 s
     assert "450 s" in page and "400 s" in page
+
+
+@pytest.mark.parametrize("step", ["preview", "create"])
+def test_the_form_refuses_to_reprocess_without_the_permission_to_act_on_tasks(db, dag, step):
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    user = User.objects.create_user("tess", "tess@example.com", "pw")
+    user.user_permissions.add(Permission.objects.get(codename="trigger_dagrun", content_type__app_label="orchestrator"))
+    client = Client()
+    client.force_login(User.objects.get(pk=user.pk))
+    response = client.post("/dags/etl/backfill", {**FORM, "reprocess": "completed", "step": step})
+    assert response.status_code == 403 and "orchestrator.change_taskinstance" in response.content.decode()
+    assert not Backfill.objects.exists()
+    assert client.post("/dags/etl/backfill", {**FORM, "step": step}).status_code in (200, 303)
