@@ -9,6 +9,7 @@ from orchestrator.management.checks import ENGINE_PROCESS_CHECKS
 from orchestrator.worker import failpoints
 from orchestrator.worker.host import health
 from orchestrator.worker.host.launcher import LaunchError
+from orchestrator.worker.host.memory import MemoryLimits, MemoryLimitsUnavailable
 from orchestrator.worker.host.procs import become_subreaper, become_undumpable
 from orchestrator.worker.host.rqworker import OrchestratorWorker
 from orchestrator.worker.host.runtime import default_worker_name
@@ -41,6 +42,11 @@ class Command(BaseCommand):
             task_user = resolve(settings.ORCHESTRATOR_TASK_USER)
         except TaskUserError as exc:
             raise CommandError(str(exc)) from exc
+        try:
+            # A cgroup per attempt where it can make them; the cgroups of workers that died go.
+            memory_limits = MemoryLimits.start(settings.ORCHESTRATOR_MEMORY_LIMITS)
+        except MemoryLimitsUnavailable as exc:
+            raise CommandError(str(exc)) from exc
         # Orphans of a task's process group come back to us, so none is left as a zombie.
         become_subreaper()
         # Tasks may run under our user: keep our environment and memory out of their reach.
@@ -59,8 +65,11 @@ class Command(BaseCommand):
             name=name or default_worker_name(),
             concurrency=concurrency or settings.ORCHESTRATOR_WORKER_CONCURRENCY,
             task_user=task_user,
+            memory_limits=memory_limits,
         )
         try:
             worker.work(burst=burst, logging_level=None)
         except LaunchError as exc:  # its fork server could not start: no task could run here
             raise CommandError(str(exc)) from exc
+        finally:
+            memory_limits.close()

@@ -249,7 +249,7 @@ class ForkServer:
         if spare is None:
             return None
         try:
-            handed = {"env": request["env"], "user": request.get("user")}
+            handed = {"env": request["env"], "user": request.get("user"), "cgroup": request.get("cgroup")}
             socket.send_fds(spare.sock, [json.dumps(handed).encode()], fds)
         except OSError:
             _kill_task(spare.pid)  # it died, or cannot hear: the attempt gets a fresh fork
@@ -471,6 +471,10 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         # As Python's own stderr: a traceback holding a lone surrogate is printed, not raised.
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False, errors="backslashreplace")
+        if request.get("cgroup"):
+            # Into the attempt's memory cgroup before any of the task's code runs, while this
+            # process may still write there (it drops to the task user below).
+            _enter_cgroup(request["cgroup"])
         _become_environment(request["env"])
         if request.get("user"):
             _become_task_user(request["user"], server_pid)
@@ -486,6 +490,12 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
         from orchestrator.worker.task.runner import exit_now
 
         exit_now(code)
+
+
+def _enter_cgroup(procs_file: str) -> None:
+    """Move this process into the cgroup whose `cgroup.procs` is `procs_file`."""
+    with open(procs_file, "w") as handle:
+        handle.write(str(os.getpid()))
 
 
 def _become_environment(env: dict[str, str]) -> None:
@@ -545,17 +555,53 @@ def _spawn_command(request: dict[str, Any], fds: list[int]) -> int:
     switch = ["--reuid", str(user["uid"]), "--regid", str(user["gid"]), "--clear-groups"] if user else []
     argv = [setpriv, *switch, "--pdeathsig", "KILL", "--", *request["argv"]]
     defaults = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE)
+    if request.get("cgroup"):
+        # posix_spawn cannot put the new process in a cgroup of its own, and moving it once it
+        # runs would let the command run (and fork) outside it first. This server is one
+        # thread: it steps into the attempt's cgroup for the spawn, so the new process is born
+        # there, and back out. Its own memory stays charged where it was (the kernel does not
+        # move charges with a process); only what the spawn itself allocates is the attempt's.
+        home = _cgroup_home()
+        _enter_cgroup(request["cgroup"])
+        try:
+            return _posix_spawn(setpriv, argv, request["env"], actions, defaults, user)
+        finally:
+            try:
+                _enter_cgroup(home)
+            except OSError as exc:  # the command runs, and is watched: never lose it over this
+                print(f"fork server: could not step back into its own cgroup: {exc}", file=sys.stderr, flush=True)
+    return _posix_spawn(setpriv, argv, request["env"], actions, defaults, user)
+
+
+def _posix_spawn(setpriv: str, argv: list[str], env: dict[str, str], actions: list[tuple], defaults: tuple, user: dict[str, Any] | None) -> int:
     if not user:
-        return os.posix_spawn(setpriv, argv, request["env"], file_actions=actions, setsid=True, setsigdef=defaults)
+        return os.posix_spawn(setpriv, argv, env, file_actions=actions, setsid=True, setsigdef=defaults)
     # posix_spawn has no working directory of its own here: this server is one thread, so it
     # steps into the attempt's directory for the spawn and back out.
     here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.chdir(user["cwd"])
-        return os.posix_spawn(setpriv, argv, request["env"], file_actions=actions, setsid=True, setsigdef=defaults)
+        return os.posix_spawn(setpriv, argv, env, file_actions=actions, setsid=True, setsigdef=defaults)
     finally:
         os.fchdir(here)
         os.close(here)
+
+
+_CGROUP_HOME: str | None = None
+
+
+def _cgroup_home() -> str:
+    """The `cgroup.procs` of this server's own memory cgroup (read once, before it first steps
+    out of it)."""
+    global _CGROUP_HOME
+    if _CGROUP_HOME is None:
+        from orchestrator.worker.host.memory import own_procs_file
+
+        home = own_procs_file()
+        if home is None:
+            raise OSError("this fork server's memory cgroup cannot be found")
+        _CGROUP_HOME = home
+    return _CGROUP_HOME
 
 
 def _open_fds() -> list[int]:

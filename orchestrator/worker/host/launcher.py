@@ -168,9 +168,11 @@ class Launcher:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def spawn(self, fds: list[int], env: dict[str, str], argv: list[str] | None = None) -> TaskHandle:
+    def spawn(self, fds: list[int], env: dict[str, str], argv: list[str] | None = None, *, cgroup: str | None = None) -> TaskHandle:
         """A new task process holding `fds` (stdout, stderr, control read end, message write end);
-        with `argv` (and `direct`), that command itself, holding only `fds` (stdout, stderr)."""
+        with `argv` (and `direct`), that command itself, holding only `fds` (stdout, stderr).
+        With `cgroup` (a `cgroup.procs` file), the process is in that cgroup before it runs
+        anything of the task's."""
         self.start()
         request_id = next(self._ids)
         done = threading.Event()
@@ -180,6 +182,8 @@ class Launcher:
         request: dict = {"op": "spawn", "id": request_id, "env": env, "lease": self._lease_seconds}
         if argv is not None:
             request["argv"] = argv
+        if cgroup is not None:
+            request["cgroup"] = cgroup
         home = self._make_home()
         if home is not None and self.task_user is not None:
             # Its home, its temporary files and its working directory: the attempt's own.

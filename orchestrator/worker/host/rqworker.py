@@ -44,6 +44,7 @@ from orchestrator.worker.host.environment import fork_server_environment
 from orchestrator.worker.host.heartbeat import Heartbeats
 from orchestrator.worker.host.job import deliver_spooled, run_claimed
 from orchestrator.worker.host.launcher import Launcher
+from orchestrator.worker.host.memory import WATCH_INTERVAL, WATCHED, MemoryLimits
 from orchestrator.worker.host.runtime import DatabasePool, WorkerRuntime, install, runtime
 from orchestrator.worker.host.shutdown import SHUTDOWN
 from orchestrator.worker.host.spool import Spool
@@ -67,6 +68,8 @@ DEQUEUE_TIMEOUT = 5
 # before doing its own after-work (reaping its task process, ending its RQ job): on two cores
 # that work, done at once, took the interpreter from the next task's start, a chain's step.
 HAND_ON_HEAD_START = 0.2
+# How often the worker removes memory cgroups left behind (by its attempts, by dead workers).
+SWEEP_INTERVAL = 5.0
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -82,10 +85,14 @@ class NoDeathPenalty(BaseDeathPenalty):
 class OrchestratorWorker(SimpleWorker):
     death_penalty_class = NoDeathPenalty
 
-    def __init__(self, *args: Any, concurrency: int = 1, task_user: TaskUser | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, concurrency: int = 1, task_user: TaskUser | None = None, memory_limits: MemoryLimits | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.concurrency = max(1, int(concurrency))
         self.task_user = task_user
+        self.memory_limits = memory_limits or MemoryLimits(WATCHED)
+        self._swept_at = 0.0
         self._free_slots = threading.Semaphore(self.concurrency)
         self._slots: set[threading.Thread] = set()
         self._running: dict[str, tuple[Job, Execution]] = {}
@@ -102,6 +109,10 @@ class OrchestratorWorker(SimpleWorker):
             log.info("worker %s: tasks run as user %s (uid %s, gid %s)", self.name, self.task_user.name, self.task_user.uid, self.task_user.gid)
         else:
             log.info("worker %s: tasks run as the worker's own user (no ORCHESTRATOR_TASK_USER)", self.name)
+        if self.memory_limits.directory is not None:
+            log.info("worker %s: memory limits enforced by a cgroup per attempt, under %s", self.name, self.memory_limits.directory)
+        else:
+            log.info("worker %s: memory limits watched (each attempt's processes measured every %ss)", self.name, WATCH_INTERVAL)
         # The fork server holds nothing a task may not read: no password, no secret key.
         server_env = fork_server_environment(os.environ, settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH, deny=settings.ORCHESTRATOR_TASK_ENV_DENY)
         launcher = Launcher(server_env, task_user=self.task_user)
@@ -117,7 +128,8 @@ class OrchestratorWorker(SimpleWorker):
         db = DatabasePool(DATABASE_CONNECTIONS)
         spool = Spool(Path(settings.ORCHESTRATOR_SPOOL_DIR), self.name)
         shared = WorkerRuntime(
-            self.name, launcher, heartbeats, db, spool, offered_queues=self._offered_queues, hand_on=self._hand_on
+            self.name, launcher, heartbeats, db, spool, offered_queues=self._offered_queues, hand_on=self._hand_on,
+            memory_limits=self.memory_limits,
         )
         install(shared)
         launcher.keep_alive(heartbeats.lease_seconds)  # from the first job on, the fork server holds the lease
@@ -152,6 +164,7 @@ class OrchestratorWorker(SimpleWorker):
         # The operator pages and the API show how many attempts this worker runs at once.
         self.connection.hset(self.key, "concurrency", str(self.concurrency))
         self.connection.hset(self.key, "task_user", describe(self.task_user) or "")
+        self.connection.hset(self.key, "memory_limits", self.memory_limits.mode)
 
     def teardown(self) -> None:
         # Stopping: every slot finishes its attempt (within the shutdown grace) before we go,
@@ -318,3 +331,10 @@ class OrchestratorWorker(SimpleWorker):
         self.heartbeat()
         for job, execution in running:
             self.maintain_heartbeats(job, execution)
+        if time.monotonic() - self._swept_at >= SWEEP_INTERVAL:
+            # Cgroups an ended attempt could not remove at once, and those of workers that died.
+            self._swept_at = time.monotonic()
+            try:
+                self.memory_limits.sweep()
+            except Exception:
+                log.warning("could not sweep the memory cgroups", exc_info=True)

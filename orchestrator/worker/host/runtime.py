@@ -19,6 +19,7 @@ from django.db import InterfaceError, OperationalError, connection
 from orchestrator.engine.reporting import Claimed
 from orchestrator.worker.host.heartbeat import Heartbeats
 from orchestrator.worker.host.launcher import Launcher
+from orchestrator.worker.host.memory import MemoryLimits
 from orchestrator.worker.host.spool import Spool
 
 
@@ -74,6 +75,8 @@ class WorkerRuntime:
     # place to the task it was given (`engine/handover.py`).
     offered_queues: Callable[[], frozenset[str]]
     hand_on: Callable[[Claimed], None]
+    # How it limits its attempts' memory: a cgroup per attempt, or a watch (None: watched).
+    memory_limits: MemoryLimits | None = None
 
 
 _runtime: WorkerRuntime | None = None

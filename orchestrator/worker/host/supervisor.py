@@ -30,6 +30,7 @@ from orchestrator.worker.host import procs
 from orchestrator.worker.host.environment import task_environment
 from orchestrator.worker.host.heartbeat import AttemptLease, Heartbeats
 from orchestrator.worker.host.launcher import Launcher, TaskHandle
+from orchestrator.worker.host.memory import WATCHED, AttemptMemory, MemoryLimits, machine_oom_kills
 from orchestrator.worker.host.oom import oom_kill_count
 from orchestrator.worker.host.output import BoundedCapture, StoredOutput
 from orchestrator.worker.host.shutdown import SHUTDOWN, ShutdownRequest
@@ -69,6 +70,8 @@ class Plan:
     has_start_deadlines: bool | None = None
     # The context's `results`, as JSON text: sent after the payload, decoded only by the task.
     results_json: str = "{}"
+    # MiB: what the task's processes together may use (None: no limit).
+    memory_limit_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class Supervisor:
         task_state_max_bytes: int = taskstate.DEFAULT_MAX_BYTES,
         output_store: OutputStore | None = None,
         on_started: Callable[[], None] | None = None,
+        memory_limits: MemoryLimits | None = None,
     ) -> None:
         self.plan = plan
         self.worker = worker
@@ -180,13 +184,19 @@ class Supervisor:
         self.succeeded_first = False  # it succeeded: reported before its process is over
         # What the task wrote on its channel that is no well-formed message: invalid_result.
         self.channel_problem: dict[str, Any] | None = None
-        self.oom_before: int | None = None  # the machine's OOM kills when the attempt began
+        self.oom_before: int | None = None  # the worker's cgroup's OOM kills when the attempt began
+        self.machine_oom_before: int | None = None  # and the machine's
+        # The worker's way of limiting memory (a cgroup per attempt, or a watch), and this
+        # attempt's limit when it has one.
+        self.memory_limits = memory_limits or MemoryLimits(WATCHED)
+        self.memory: AttemptMemory | None = None
 
     # --- the attempt --------------------------------------------------------------------------
 
     def run(self) -> Supervised:
         metadata: dict[str, Any] = {"worker_name": self.worker.worker_name, "hostname": self.worker.hostname}
         self.oom_before = oom_kill_count()
+        self.machine_oom_before = machine_oom_kills()
         # The lease outlives this call: the job forgets it once the outcome is recorded.
         self.lease = self.heartbeats.watch(self.plan.task_instance_id, self.plan.token)
         direct = self.plan.command is not None and self._can_start_directly()
@@ -211,6 +221,7 @@ class Supervisor:
             # `running`, or its report would be refused and the task stranded there.
             log.error("could not start the task process for %s: %s", self._label(), exc)
             start_error = f"{type(exc).__name__}: {exc}"
+            self._finish_memory()
             outcome = Outcome(is_bash=self.plan.is_bash, started=False, handshake=recorded_running, start_error=start_error, metadata=metadata)
             return Supervised(superseded=False, outcome=outcome)
         try:
@@ -256,8 +267,15 @@ class Supervisor:
             channel_unfinished=self.streams.messages.unfinished,
             oom_kills_before=self.oom_before,
             oom_kills_after=oom_kill_count(),
+            machine_oom_kills_before=self.machine_oom_before,
+            machine_oom_kills_after=machine_oom_kills(),
             metadata=metadata,
         )
+        if self.memory is not None:
+            report = self.memory.measure()
+            outcome.memory_limit_mib, outcome.memory_enforced_by = report.limit_mib, report.enforced_by
+            outcome.peak_memory_mib, outcome.memory_exceeded = report.peak_mib, report.exceeded
+            outcome.killed_by_host_oom = report.killed_by_host_oom
         return Supervised(
             superseded=self.superseded,
             outcome=outcome,
@@ -307,10 +325,13 @@ class Supervisor:
         if direct:
             env.update(self.plan.command_env)
         try:
+            # Its memory limit: a cgroup it is born into, or a watch once it runs.
+            self.memory = self.memory_limits.attempt(self.plan.task_instance_id, self.plan.token, self.plan.memory_limit_mib)
+            cgroup = self.memory.procs_file if self.memory is not None else None
             if direct:  # only its output: no pipe to a Python runner that is not there
-                self.proc = self.launcher.spawn(theirs[:2], env, list(self.plan.command or ()))
+                self.proc = self.launcher.spawn(theirs[:2], env, list(self.plan.command or ()), cgroup=cgroup)
             else:
-                self.proc = self.launcher.spawn(theirs, env)
+                self.proc = self.launcher.spawn(theirs, env, cgroup=cgroup)
         except BaseException:
             for fd in ours:
                 os.close(fd)
@@ -320,6 +341,8 @@ class Supervisor:
                 os.close(fd)
         self.spawned_at = time.monotonic()
         self.pgid = self.proc.pgid
+        if self.memory is not None:
+            self.memory.started(self.proc.pid)
         self.control_fd = control_write
         self.stdout_fd, self.stderr_fd = stdout_read, stderr_read
         self.streams = _Streams(
@@ -400,6 +423,7 @@ class Supervisor:
                 self.handshake_retry_at = None
                 self._handshake()
             self._enforce(now)
+            self._watch_memory(now)
             if self.proc.exited():
                 if self.proc.lease_expired:
                     # Killed by the fork server while this worker could not renew its lease (it
@@ -456,6 +480,7 @@ class Supervisor:
         while not procs.reap_group(self.pgid) and time.monotonic() < deadline:
             time.sleep(0.02)
         self.proc.release()  # its group was SIGKILLed: the fork server may reap it now
+        self._finish_memory()
         for fd in list(self.streams.open_fds):
             self._close_stream(fd)
         self.streams.stored.close()
@@ -658,6 +683,23 @@ class Supervisor:
             log.warning("%s did not stop within %ss of SIGTERM; sending SIGKILL to its group", self._label(), self.plan.kill_grace)
             stopping.sigkill_sent = True
             procs.signal_group(self.pgid, signal.SIGKILL)
+
+    def _watch_memory(self, now: float) -> None:
+        """Past its memory limit (the kernel killed one of its processes in its cgroup, or its
+        watched tree is over): every process of it is killed now, whatever they would do next."""
+        if self.memory is None or self.succeeded_first or not self.memory.check(now):
+            return
+        report = self.memory.report
+        log.warning("%s went past its memory limit of %s MiB (%s); killing its processes", self._label(), report.limit_mib, report.enforced_by)
+        procs.signal_group(self.pgid, signal.SIGKILL)
+
+    def _finish_memory(self) -> None:
+        """Its processes are gone: its last measures are taken and its cgroup removed."""
+        if self.memory is not None:
+            try:
+                self.memory.finish()
+            except Exception:  # never lose an attempt's outcome over its cgroup
+                log.exception("%s: could not finish its memory limit", self._label())
 
     def _on_refused(self) -> None:
         """The attempt is no longer current. An operator who marked it failed gets the stop
