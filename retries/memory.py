@@ -67,7 +67,7 @@ def together_problem(memory_limit: object, steps: object) -> str | None:
     if memory_limit is None:
         return "needs memory_limit: the first attempt's limit, which the list steps up from"
     assert isinstance(steps, (list, tuple))
-    if steps[0] <= memory_limit:  # type: ignore[operator]
+    if steps[0] <= memory_limit:
         return f"must start above memory_limit ({memory_limit} MiB); not {list(steps)!r}"
     return None
 
