@@ -57,6 +57,15 @@ class ListenerSpec:
 
 _manager: pluggy.PluginManager | None = None
 _loaded_from: tuple[str, ...] = ()
+# Listeners of the project's own apps (the alerts app's), registered by them as they load.
+_builtin: dict[str, Any] = {}
+
+
+def register_builtin(plugin: Any, *, name: str) -> None:
+    """Add one of the project's own listeners to every plugin manager from now on."""
+    global _manager
+    _builtin[name] = plugin
+    _manager = None
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -66,6 +75,8 @@ def get_plugin_manager() -> pluggy.PluginManager:
     if _manager is None or paths != _loaded_from:
         manager = pluggy.PluginManager("orchestrator")
         manager.add_hookspecs(ListenerSpec)
+        for name, plugin in _builtin.items():
+            manager.register(plugin, name=name)
         for path in paths:
             try:
                 manager.register(_load(path), name=path)

@@ -1,0 +1,132 @@
+"""Events join incidents: routing by category and owner, grouping, repeat and resolve."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from alerts import incidents
+from alerts.models import Delivery, Incident
+from orchestrator import listeners
+from orchestrator.clock import shared_now
+from orchestrator.models import TaskInstance
+from retries.states import Reason, RunState
+from tests.alerts.helpers import fail, rule, run_of, succeed, ti_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_it_routes_by_category_and_owner():
+    """Infrastructure failures go to the platform's rule, application failures to the owning team's only."""
+    platform = rule("platform", category=["infrastructure"])
+    data = rule("data", category=["application"], owner=["data-team"])
+    theirs, other = run_of("etl", owner="data-team"), run_of("web", owner="web-team")
+    fail(theirs, reason=Reason.WORKER_LOST)
+    fail(theirs)
+    fail(other)
+    assert list(Incident.objects.filter(rule=platform).values_list("count", flat=True)) == [1]
+    (incident,) = Incident.objects.filter(rule=data)
+    assert incident.count == 1 and incident.sample["dag_id"] == "etl" and incident.sample["reason"] == "task_exception"
+    assert incident.sample["message"] == "KeyError: 'x'"
+
+
+def test_it_sends_one_notification_for_three_failures_of_one_group():
+    r = rule("by-reason", group_by=["category", "reason"])
+    runs = [run_of(f"d{i}") for i in range(3)]
+    for run in runs:
+        fail(run)
+    (incident,) = Incident.objects.filter(rule=r)
+    assert incident.count == 3 and incident.group == {"category": "application", "reason": "task_exception"}
+    assert list(incident.deliveries.values_list("event", flat=True)) == ["opened"]
+    assert incident.feeds.count() == 3
+
+
+def test_a_rule_groups_apart_what_differs_in_its_keys():
+    r = rule("by-dag", group_by=["dag_id"])
+    a, b = run_of("a"), run_of("b")
+    fail(a)
+    fail(a)
+    fail(b)
+    assert sorted(Incident.objects.filter(rule=r).values_list("group__dag_id", "count")) == [("a", 2), ("b", 1)]
+
+
+def test_a_dead_letter_and_every_failed_attempt_are_events_of_their_own():
+    failed, dead = rule("each", when="task_failed"), rule("dead", when="task_dead_lettered", reason=["poisoned"])
+    run = run_of("p", retries=5)
+    from orchestrator.models import Dag
+
+    Dag.objects.filter(dag_id="p").update(default_args={"retries": 5, "retry_delay": 0, "poison_threshold": 2})
+    TaskInstance.objects.filter(dag_run=run).update(max_tries=6)
+    fail(run)
+    fail(run)
+    assert Incident.objects.get(rule=failed).count == 2
+    assert ti_of(run).state == "dead_letter"
+    assert Incident.objects.get(rule=dead).sample["reason"] == "poisoned"
+
+
+def test_it_repeats_after_repeat_after_while_open():
+    r = rule("rep", repeat_after=60)
+    fail(run_of("x"))
+    incident = Incident.objects.get(rule=r)
+    now = shared_now()
+    assert incidents.queue_repeats(now + timedelta(seconds=30)) == 0
+    assert incidents.queue_repeats(now + timedelta(seconds=61)) == 1
+    assert incidents.queue_repeats(now + timedelta(seconds=62)) == 0  # 60 s after the last notification, not the first
+    assert incidents.queue_repeats(now + timedelta(seconds=122)) == 1
+    assert list(incident.deliveries.values_list("event", flat=True)) == ["opened", "repeat", "repeat"]
+
+
+def test_it_resolves_once_every_task_that_fed_it_succeeded_and_a_later_event_opens_a_new_one():
+    r = rule("res", resolve=True)
+    one, two = run_of("one"), run_of("two")
+    fail(one)
+    fail(two)
+    incident = Incident.objects.get(rule=r)
+    succeed(one)
+    assert incidents.resolve_over(shared_now()) == 0  # "two" still failing
+    succeed(two)
+    assert incidents.resolve_over(shared_now()) == 1
+    incident.refresh_from_db()
+    assert incident.state == "resolved" and incident.resolved_at is not None
+    assert list(incident.deliveries.values_list("event", flat=True)) == ["opened", "resolved"]
+    assert incidents.resolve_over(shared_now()) == 0  # resolved once
+    fail(run_of("three"))
+    assert Incident.objects.filter(rule=r, state="open").count() == 1
+    assert Incident.objects.filter(rule=r).count() == 2
+
+
+def test_a_rule_without_resolve_closes_silently():
+    r = rule("quiet", resolve=False)
+    run = run_of("q")
+    fail(run)
+    succeed(run)
+    assert incidents.resolve_over(shared_now()) == 1
+    assert list(Delivery.objects.filter(incident__rule=r).values_list("event", flat=True)) == ["opened"]
+
+
+def test_a_failed_run_is_an_event_through_the_listener_hook():
+    r = rule("runs", when="run_failed", owner=["ops"])
+    run = run_of("rf", owner="ops", retries=0)
+    fail(run)
+    from orchestrator.engine.runs import advance_run
+
+    advance_run(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.FAILED
+    assert listeners.drain()
+    (incident,) = Incident.objects.filter(rule=r)
+    assert incident.sample["run_id"] == run.run_id and incident.sample["task_id"] is None
+    assert incident.sample["reason"] == "task_exception"
+
+
+def test_no_rule_no_query(django_assert_max_num_queries):
+    """With no rules (read once), a failure's report costs what it did before alerts existed."""
+    run = run_of("cheap")
+    fail(run)  # reads the (empty) rules once
+    from alerts import events
+    from retries.context import ExecutionContext
+    from retries.states import Source
+
+    ti = TaskInstance.objects.select_related("dag_run__dag").get(dag_run=run)
+    with django_assert_max_num_queries(0):
+        events.task_failed(ti, ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER), fingerprint=None)
