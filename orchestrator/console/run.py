@@ -67,7 +67,7 @@ def explain(ti: TaskInstance, name: str) -> str:
 
 def task_instance_views(run: DagRun, operator: Operator, *, offset: int = 0, limit: int | None = None) -> list[TaskInstanceView]:
     dead_lettered = dead_lettered_at(run)
-    rows = run.task_instances.select_related("definition").order_by("id")
+    rows = run.task_instances.filter(map_index__gte=-1).select_related("definition").order_by("id")  # not parked rows
     if limit is not None:
         rows = rows[offset : offset + limit]
     instances = in_task_order(rows.prefetch_related("attempts"))
@@ -106,7 +106,7 @@ def _button(run: DagRun, ti: TaskInstance, name: str) -> ActionChoice:
 
 def context(run: DagRun, operator: Operator, *, action_error: str = "", notice: str = "", page: int = 1) -> dict[str, Any]:
     """The context of the run page and of its #run-body partial: one page of its tasks."""
-    counts = dict(run.task_instances.order_by().values_list("state").annotate(n=Count("id")))
+    counts = dict(run.task_instances.filter(map_index__gte=-1).order_by().values_list("state").annotate(n=Count("id")))
     total = sum(counts.values())
     page = min(max(1, page), page_count(total, RUN_PAGE_SIZE))
     offset = (page - 1) * RUN_PAGE_SIZE

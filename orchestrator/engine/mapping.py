@@ -10,6 +10,12 @@ up. So two schedulers, or a scheduler and a worker's report, never expand a task
 
 An instance is a task instance like any other: its own tries, budgets, attempts, deadlines,
 result and actions; the state machine does not know it was mapped.
+
+A task made unexpanded again (its source cleared with it, `clearing.unexpand`) has its
+placeholder (its former instance 0) and its other former instances parked below -1. Its next
+expansion moves the placeholder to instance 0 as always, places each parked row back at its
+map_index k (over new item k, or `removed` past the new list) and inserts only the indexes the
+old list did not have: every instance keeps its row, and so its attempts, across expansions.
 """
 from __future__ import annotations
 
@@ -22,10 +28,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from deadlines import lifecycle
 from orchestrator import metrics, sql
 from orchestrator.engine import tablestats
+from orchestrator.engine.clearing import parked_index
 from orchestrator.engine.transitions import transition
 from orchestrator.engine.upstream import upstream_results
 from orchestrator.listeners import notify
@@ -110,8 +118,10 @@ def expand_ready(ti: TaskInstance, now: datetime) -> tuple[TaskState, list[TaskI
         return _fail(ti, expansion.problem, now)
     items = expansion.items or []
     if not items:
-        if not transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, state=TaskState.SKIPPED, end_date=now):
-            return None
+        with transaction.atomic():
+            if not transition(ti.pk, expected=[TaskState.NONE], token=ti.attempt_token, state=TaskState.SKIPPED, end_date=now):
+                return None
+            _place_parked(ti, items)
         ti.state = TaskState.SKIPPED
         lifecycle.task_finished(ti, now)
         return TaskState.SKIPPED, []
@@ -122,13 +132,47 @@ def expand_ready(ti: TaskInstance, now: datetime) -> tuple[TaskState, list[TaskI
         ):
             return None
         ti.state, ti.map_index, ti.map_item = TaskState.SCHEDULED, 0, items[0]
-        created = _insert(ti, items[1:])
+        placed = _place_parked(ti, items)
+        _insert(ti, items[placed:], start=placed)
+        created = list(
+            TaskInstance.objects.filter(dag_run_id=ti.dag_run_id, task_id=ti.task_id, map_index__gte=1, map_index__lt=len(items))
+            .order_by("map_index")
+        ) if len(items) > 1 else []
     log.info("task %s of run %s expanded into %d instances", ti.task_id, ti.dag_run_id, len(items))
     return TaskState.SCHEDULED, [ti, *created]
 
 
-def _insert(first: TaskInstance, items: list[Any]) -> list[TaskInstance]:
-    """Insert instances 1..n of a mapped task (`first` is instance 0); returns them with their ids.
+def _place_parked(first: TaskInstance, items: list[Any]) -> int:
+    """Place the instances of an earlier expansion, parked while the task was unexpanded
+    (`clearing.unexpand`), back at their map_index k: `scheduled` over new item k, or, past the
+    new list, `removed` (their rows, and so their attempts, kept). Returns the first map_index
+    (1 and up) that has no row yet."""
+    parked = list(
+        TaskInstance.objects.filter(dag_run_id=first.dag_run_id, task_id=first.task_id, map_index__lt=-1).values_list("pk", "map_index")
+    )
+    if not parked:
+        return 1
+    item_field = TaskInstance._meta.get_field("map_item")
+    updated_at = TaskInstance._meta.get_field("updated_at").get_db_prep_save(timezone.now(), connection)
+    table, removed = TaskInstance._meta.db_table, str(TaskState.REMOVED)
+    running, past = [], []
+    for pk, parked_at in parked:
+        index = parked_index(parked_at)
+        if index < len(items):
+            running.append([index, item_field.get_db_prep_save(items[index], connection), str(TaskState.SCHEDULED), updated_at, pk, parked_at])
+        else:
+            past.append([index, updated_at, pk, parked_at])
+    where = f"WHERE id = %s AND map_index = %s AND state = '{removed}'"
+    with connection.cursor() as cursor:
+        if running:
+            cursor.executemany(f"UPDATE {table} SET map_index = %s, map_item = %s, state = %s, updated_at = %s {where}", running)
+        if past:
+            cursor.executemany(f"UPDATE {table} SET map_index = %s, updated_at = %s {where}", past)
+    return max(parked_index(parked_at) for _, parked_at in parked) + 1
+
+
+def _insert(first: TaskInstance, items: list[Any], start: int = 1) -> None:
+    """Insert instances start..start+len(items)-1 of a mapped task (`first` is instance 0).
 
     `bulk_create` builds a model object and prepares every column of every row (7 s of a
     10,000-instance expansion under load), and on SQLite, which binds at most 999 parameters a
@@ -136,9 +180,9 @@ def _insert(first: TaskInstance, items: list[Any]) -> list[TaskInstance]:
     once, each row sets only its map_index and item (SQLite: one prepared INSERT run for every row; PostgreSQL: a few multi-row INSERTs), and
     one SELECT reads the rows back."""
     if not items:
-        return []
+        return
     fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
-    template = _instance(first, 1, None)
+    template = _instance(first, start, None)
     base = [field.get_db_prep_save(field.pre_save(template, True), connection) for field in fields]
     names = [field.name for field in fields]
     index_at, item_at = names.index("map_index"), names.index("map_item")
@@ -163,12 +207,11 @@ def _insert(first: TaskInstance, items: list[Any]) -> list[TaskInstance]:
             cursor.execute(
                 f"{insert.removesuffix(' VALUES ')} SELECT {', '.join(columns)}"
                 " FROM unnest(%s::integer[], %s::text[]) AS u(map_index, map_item)",
-                [*constants, list(range(1, len(items) + 1)), [json.dumps(item, cls=item_field.encoder) for item in items]],
+                [*constants, list(range(start, start + len(items))), [json.dumps(item, cls=item_field.encoder) for item in items]],
             )
         else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
-            cursor.executemany(insert + one, [row(map_index, item) for map_index, item in enumerate(items, start=1)])
+            cursor.executemany(insert + one, [row(map_index, item) for map_index, item in enumerate(items, start=start)])
     tablestats.grew(TaskInstance._meta.db_table, len(items))
-    return list(TaskInstance.objects.filter(dag_run_id=first.dag_run_id, task_id=first.task_id, map_index__gte=1).order_by("map_index"))
 
 
 def _instance(first: TaskInstance, map_index: int, item: Any) -> TaskInstance:
@@ -180,7 +223,8 @@ def _instance(first: TaskInstance, map_index: int, item: Any) -> TaskInstance:
         map_index=map_index,
         map_item=item,
         state=TaskState.SCHEDULED,
-        max_tries=first.max_tries,
+        # A fresh set of tries: instance 0 may have run before (an expansion over a new list).
+        max_tries=first.max_tries - first.try_number,
         infrastructure_retry_limit=first.infrastructure_retry_limit,
         queue=first.queue,
         pool=first.pool,

@@ -54,6 +54,14 @@ def readiness(rule: str, upstream_states: Iterable[str]) -> Readiness:
     raise ValueError(f"unknown trigger rule {rule!r}")
 
 
+def taking_part(states: list[str]) -> list[str]:
+    """One task's instances' states as trigger rules read them: a mapped task's instances that an
+    expansion over a shorter list removed take no part (`removed` is dropped unless it is all
+    there is: a task removed from its DAG)."""
+    kept = [s for s in states if s != TaskState.REMOVED]
+    return kept if kept else states
+
+
 def run_outcome(task_states: Iterable[str]) -> RunState | None:
     """The run's final state once every task is done, else None (still running)."""
     states = [TaskState(s) for s in task_states]

@@ -22,6 +22,7 @@ from django.db import connection
 
 from orchestrator import sql
 from orchestrator.models import Task
+from retries.states import TaskState
 
 # A result shorter than this is read every time (a null, a few keys): keeping it saves nothing.
 KEEP_FROM_CHARS = 1024
@@ -115,7 +116,11 @@ def _read(dag_run_id: int, task_ids: list[str]) -> list[tuple[str, int, str, Any
     """(task id, map_index, result as JSON text, its task's expand) of the task instances, in
     map_index order; on PostgreSQL a result kept from an earlier read is not read again."""
     expand_field = Task._meta.get_field("expand")
-    where = f" WHERE ti.dag_run_id = %s AND ti.task_id IN ({sql.placeholders(len(task_ids))}) ORDER BY ti.map_index"
+    # Not the instances an expansion over a shorter list removed, nor those parked meanwhile.
+    where = (
+        f" WHERE ti.dag_run_id = %s AND ti.task_id IN ({sql.placeholders(len(task_ids))})"
+        f" AND (ti.map_index = -1 OR (ti.map_index >= 0 AND ti.state <> '{TaskState.REMOVED}')) ORDER BY ti.map_index"
+    )
     joined = " FROM orchestrator_taskinstance ti LEFT JOIN orchestrator_task t ON t.id = ti.definition_id"
     if connection.vendor != "postgresql":
         rows = sql.fetch(f"SELECT ti.task_id, ti.map_index, ti.result, t.expand{joined}{where}",
