@@ -103,6 +103,14 @@ def task_finished(task_instance: TaskInstance | int, now: datetime) -> None:
         settle_finished(rows, now)
 
 
+def tasks_finished(task_instance_ids: list[int], now: datetime) -> None:
+    """`task_finished` for many tasks at once (an operator's action on a mapped task's instances):
+    one read of their deadlines."""
+    rows = list(Deadline.objects.select_related("dag_run__dag").filter(task_instance_id__in=task_instance_ids))
+    if rows:
+        settle_finished(rows, now)
+
+
 def run_finished(dag_run: DagRun, now: datetime) -> None:
     """A run reached success or failed: resolve its DAG-level deadlines."""
     finished_at = now

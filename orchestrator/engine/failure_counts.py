@@ -5,7 +5,7 @@ failed attempt in it. They stay exact because `count()` runs in the transaction 
 that makes an attempt `failed` or changes what a failed attempt is counted under:
 
 - `reporting.report_failure()` (a worker's report, and the scheduler's lost tasks and jobs);
-- `actions.mark_failed()` of a queued or running task (its attempt ends `failed`);
+- `actions.mark_failed()` of queued or running tasks (their attempts end `failed`: `count_attempts()`);
 - `actions.reclassify()`: `count(..., -1)` before the attempt's context changes, `count()` after.
 
 Nothing on the success path calls it. `backfill()` counts what failed before the table existed
@@ -55,6 +55,16 @@ def count(task_instance_id: int, token: int, sign: int = 1) -> None:
     sql = _upsert_sql(default_connection.vendor, " AND a.task_instance_id = %s AND a.attempt_token = %s")
     with default_connection.cursor() as cursor:
         cursor.execute(sql, [sign, task_instance_id, token])
+
+
+def count_attempts(attempt_ids: list[int]) -> None:
+    """`count()` for many attempts at once (a mark_failed of many queued or running tasks)."""
+    if not attempt_ids:
+        return
+    # Not cached: the statement's text varies with the number of attempts.
+    sql = _upsert_sql.__wrapped__(default_connection.vendor, f" AND a.id IN ({', '.join(['%s'] * len(attempt_ids))})")
+    with default_connection.cursor() as cursor:
+        cursor.execute(sql, [1, *attempt_ids])
 
 
 def uncount_task_instances(task_instance_ids: list[int]) -> None:

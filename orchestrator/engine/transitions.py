@@ -5,7 +5,7 @@ late or duplicate report (an old worker presumed lost, a second scheduler) chang
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import connection
@@ -48,13 +48,19 @@ def transition_sql(
     return f"UPDATE {TaskInstance._meta.db_table} SET {assigned} WHERE {where}", params
 
 
-def transition_many(rows: Iterable[tuple[int, int, str]], **changes: Any) -> set[int]:
+def transition_many(rows: Iterable[tuple[int, int, str]], *, computed: Mapping[str, str] | None = None, **changes: Any) -> set[int]:
     """Apply the same `changes` (plain values) to many task instances in one statement (SQLite:
     one per CHUNK rows), each fenced by the (attempt token, state) it was read with; return the ids that
-    won. `rows` are (id, token, state)."""
+    won. `rows` are (id, token, state). `computed`: columns set from the row's own columns, by
+    field name → an SQL expression the caller writes (`attempt_token + 1`), never from data."""
     rows = list(rows)
     changes.setdefault("updated_at", timezone.now())
     assigned, values = sql.assignments(TaskInstance, changes)
+    if computed:
+        quote = connection.ops.quote_name
+        assigned += "".join(
+            f", {quote(sql.column_field(TaskInstance, name).column)} = {expression}" for name, expression in computed.items()
+        )
     won: set[int] = set()
     step = max(1, len(rows)) if connection.vendor == "postgresql" else CHUNK  # PostgreSQL: arrays, any length
     for start in range(0, len(rows), step):
