@@ -23,6 +23,7 @@ refuses. Who may act is the permission constants and `may_*()` here.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -34,13 +35,13 @@ from django.db.models import QuerySet
 
 from deadlines import lifecycle
 from orchestrator import metrics
-from orchestrator.audit import User, audit, username_of
+from orchestrator.audit import User, audit, audit_many, username_of
 from orchestrator.clock import shared_now
-from orchestrator.engine import circuits, clearing, failure_counts, taskstate
+from orchestrator.engine import circuits, clearing, failure_counts, taskstate, waits
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.runs import advance_run_now, create_manual_run
-from orchestrator.engine.transitions import transition
+from orchestrator.engine.transitions import transition, transition_many
 from orchestrator.exceptions import ActionError, Conflict, NotFound
 from orchestrator.models import AuditLog, Circuit, Dag, DagRun, TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
@@ -111,8 +112,8 @@ def find_task_instances(dag_id: str, run_id: str, task_id: str, map_index: int |
     """The task's instances in map_index order (one unless it is mapped), or only `map_index`."""
     run = find_run(dag_id, run_id)
     rows = TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").filter(dag_run=run, task_id=task_id)
-    if map_index is not None:
-        rows = rows.filter(map_index=map_index)
+    # Unless asked for by its index, not a former instance parked while its task is unexpanded.
+    rows = rows.filter(map_index=map_index) if map_index is not None else rows.filter(map_index__gte=-1)
     found = list(rows.order_by("map_index"))
     if not found:
         if map_index is not None and TaskInstance.objects.filter(dag_run=run, task_id=task_id).exists():
@@ -127,18 +128,27 @@ def act_on_task(
     """One action on a task's instances (a mapped task's every instance, or one), each audited.
 
     An instance whose state refuses the action is skipped when others were acted on; when none
-    could be, the first refusal is raised.
+    could be, the first refusal is raised. Clear, mark success and mark failed act on all the
+    others at once, in one transaction: one that changed meanwhile makes the whole action a
+    Conflict that changes nothing.
     """
-    entries: list[AuditLog] = []
-    refused: list[ActionError] = []
-    for ti in instances:
-        try:
-            entries.append(TASK_ACTIONS[action](ti, user, note=note, **options))
-        except ActionError as exc:
-            refused.append(exc)
-    if not entries and refused:
-        raise refused[0]
-    return entries
+    if action == "reclassify":  # each on its own: which attempt it moves is the instance's own
+        entries: list[AuditLog] = []
+        refused: list[ActionError] = []
+        for ti in instances:
+            try:
+                entries.append(reclassify(ti, user, note=note))
+            except ActionError as exc:
+                refused.append(exc)
+        if not entries and refused:
+            raise refused[0]
+        return entries
+    allowed = [ti for ti in instances if not refusal(action, ti, user_failed=False)]
+    if not allowed:
+        if instances:
+            raise Conflict(refusal(action, instances[0], user_failed=False))
+        return []
+    return BULK_ACTIONS[action](allowed, user, note=note, **options)
 
 
 # --- what an action allows now -------------------------------------------------------------------
@@ -162,6 +172,8 @@ def refusal(action: str, ti: TaskInstance, *, user_failed: bool) -> str:
     user-charged failed attempt, which only reclassify needs.
     """
     verb = VERBS[action]
+    if ti.map_index >= 0 and ti.state == TaskState.REMOVED:
+        return f"cannot {verb} task '{ti.label}': it was removed when its task expanded over a shorter list"
     if ti.state not in ALLOWED_FROM[action]:
         if ti.state in ACTIVE_TASK_STATES:
             return f"cannot {verb} task '{ti.label}' while it is {ti.state}; wait for it to finish"
@@ -225,15 +237,21 @@ def set_paused(dag: Dag, user: User, *, paused: bool) -> AuditLog | None:
     return audit(user, "pause" if paused else "unpause", dag.dag_id, "", "", before, after, {})
 
 
-def trigger(dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None, actor: str = "") -> DagRun:
-    """Create a manual run with `conf` (a JSON object). Paused DAG: Conflict; other conf: BadRequest.
+def trigger(
+    dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None, actor: str = "", logical_date: Any = None
+) -> DagRun:
+    """Create a manual run with `conf` (a JSON object), at `logical_date` when given (ISO 8601
+    text, naive in the DAG's timezone; else the trigger time). Paused DAG: Conflict; other conf,
+    or a logical date that is not ISO 8601: BadRequest naming it.
 
     `triggered_by` defaults to the user's name; the CLI passes no user, "cli", and as `actor`
     the operating-system user who ran it, the audit log's "who".
     """
     by = triggered_by if triggered_by is not None else username_of(user)
-    run = create_manual_run(dag, conf=conf, triggered_by=by)
+    run = create_manual_run(dag, conf=conf, triggered_by=by, logical_date=logical_date)
     details: dict[str, Any] = {"conf": conf or {}}
+    if logical_date is not None:
+        details["logical_date"] = run.logical_date.isoformat()
     if by != username_of(user):  # e.g. "cli": who asked, when no user did
         details["triggered_by"] = by
     audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details, username=actor)
@@ -255,36 +273,62 @@ def clear(ti: TaskInstance, user: User, *, include_downstream: bool = False, kee
     (transitively) go back to `none` too, since their upstream is no longer failed; with
     `include_downstream`, every transitive downstream task that is finished, dead-lettered,
     waiting to retry or scheduled gets the same treatment as the task itself (one that a
-    worker holds makes the whole action a Conflict). A finished run is reopened. Every task it
+    worker holds makes the whole action a Conflict), except that a mapped task expanding over
+    this task's result (or a cleared downstream's) is made unexpanded again
+    (`clearing.unexpand`), to expand over the new result. A finished run is reopened. Every task it
     clears has its task state emptied (and so a new idempotency key) unless `keep_task_state`.
     """
     _refuse_unless_allowed("clear", ti)
+    return _clear([ti], user, include_downstream=include_downstream, keep_task_state=keep_task_state, note=note)[0]
+
+
+def _clear(
+    instances: list[TaskInstance], user: User, *, include_downstream: bool = False, keep_task_state: bool = False, note: str = ""
+) -> list[AuditLog]:
+    """`clear` of one task's instances (each allowed), in one transaction, each audited: the
+    same few statements however many instances (set-based, `clearing.clear_many`)."""
+    first = instances[0]
     now = shared_now()
-    context = _user_context(Reason.MANUAL_CLEAR, user, note, ti.state, now)
+
+    def context_of(ti: TaskInstance) -> dict[str, Any]:
+        extra = {} if ti.task_id == first.task_id else {"cleared_with": first.task_id}
+        return _user_context(Reason.MANUAL_CLEAR, user, note, ti.state, now, **extra)
+
     to_clear: list[TaskInstance] = []
+    downstream: list[TaskInstance] = []
     if include_downstream:
-        downstream = _downstream(ti, _run_instances(ti))
-        busy = [d.task_id for d in downstream if d.state in ACTIVE_TASK_STATES]
+        downstream = _downstream(first, _run_instances(first))
+        busy = sorted({d.task_id for d in downstream if d.state in ACTIVE_TASK_STATES})
         if busy:
             raise Conflict(f"cannot clear downstream tasks a worker holds: {', '.join(busy)}")
-        to_clear = [d for d in downstream if d.state in CLEAR_DOWNSTREAM_FROM]
+        to_clear = [d for d in clearing.clearable(downstream) if d.state in CLEAR_DOWNSTREAM_FROM]
     with transaction.atomic():
-        clearing.clear_one(ti, context)
-        touched = []
-        for other in to_clear:
-            downstream_context = _user_context(Reason.MANUAL_CLEAR, user, note, other.state, now, cleared_with=ti.task_id)
-            clearing.clear_one(other, downstream_context)
-            touched.append({"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value})
-        touched += _reset_upstream_failed(ti)
+        for waiting in [*instances, *to_clear]:
+            waits.end_attempt(waiting, TaskState.NONE, context_of(waiting), now)
+        changed = clearing.clear_with_sources([*instances, *to_clear], downstream, context_of)
+        changed_ids = {ti.pk for ti in changed}
+        waits.forget(changed_ids)  # a cleared task's next wait starts afresh
+        touched = [
+            {"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value}
+            for other in to_clear if other.pk in changed_ids
+        ]
+        cleared_tasks = {first.task_id, *(other.task_id for other in to_clear)}
+        unexpanded = sorted({other.task_id for other in downstream if clearing.source_of(other) in cleared_tasks})
+        touched += _reset_upstream_failed(first)
         if not keep_task_state:
-            taskstate.empty([ti.pk, *(other.pk for other in to_clear)])
-        _reopen_if_unfinished(ti.dag_run)
-        entry = audit(
-            user, "clear", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.NONE,
-            _instance_details(ti, {"note": note, "include_downstream": include_downstream, "keep_task_state": keep_task_state, "downstream": touched}),
+            taskstate.empty(changed_ids)
+        _reopen_if_unfinished(first.dag_run)
+        details = {"note": note, "include_downstream": include_downstream, "keep_task_state": keep_task_state}
+        if unexpanded:
+            details["unexpanded"] = unexpanded
+        entries = audit_many(
+            user, "clear", first.dag_run.dag.dag_id, first.dag_run.run_id, first.task_id,
+            # The downstream tasks are reset once, for all: the first entry names them.
+            [(ti.state, TaskState.NONE, _instance_details(ti, {**details, "downstream": touched if at == 0 else []}))
+             for at, ti in enumerate(instances)],
         )
-    advance_run_now(ti.dag_run_id)
-    return entry
+    advance_run_now(first.dag_run_id)
+    return entries
 
 
 def mark_success(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
@@ -295,18 +339,24 @@ def mark_success(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     so that they run, and a failed run is reopened.
     """
     _refuse_unless_allowed("mark_success", ti)
+    return _mark_success([ti], user, note=note)[0]
+
+
+def _mark_success(instances: list[TaskInstance], user: User, *, note: str = "") -> list[AuditLog]:
+    """`mark_success` of one task's instances (each allowed), in one transaction, each audited."""
+    first = instances[0]
     now = shared_now()
-    context = _user_context(Reason.MANUAL_MARK_SUCCESS, user, note, ti.state, now)
     with transaction.atomic():
-        _finish_one(ti, TaskState.SUCCESS, context, now)
-        touched = _reset_upstream_failed(ti)
-        _reopen_if_unfinished(ti.dag_run)
-        entry = audit(
-            user, "mark_success", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.SUCCESS,
-            _instance_details(ti, {"note": note, "downstream": touched}),
+        _finish_many(instances, TaskState.SUCCESS, lambda ti: _user_context(Reason.MANUAL_MARK_SUCCESS, user, note, ti.state, now), now)
+        touched = _reset_upstream_failed(first)
+        _reopen_if_unfinished(first.dag_run)
+        entries = audit_many(
+            user, "mark_success", first.dag_run.dag.dag_id, first.dag_run.run_id, first.task_id,
+            [(ti.state, TaskState.SUCCESS, _instance_details(ti, {"note": note, "downstream": touched if at == 0 else []}))
+             for at, ti in enumerate(instances)],
         )
-    advance_run_now(ti.dag_run_id)
-    return entry
+    advance_run_now(first.dag_run_id)
+    return entries
 
 
 def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
@@ -322,23 +372,51 @@ def mark_failed(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
     rules; a succeeded run is reopened so that it ends `failed`.
     """
     _refuse_unless_allowed("mark_failed", ti)
+    return _mark_failed([ti], user, note=note)[0]
+
+
+def _mark_failed(instances: list[TaskInstance], user: User, *, note: str = "") -> list[AuditLog]:
+    """`mark_failed` of one task's instances (each allowed), in one transaction, each audited."""
+    first = instances[0]
     now = shared_now()
-    stopping = ti.state in ACTIVE_TASK_STATES
-    context = _user_context(Reason.MANUAL_MARK_FAILED, user, note, ti.state, now, **({"stop": True} if stopping else {}))
+    stopping = {ti.pk for ti in instances if ti.state in ACTIVE_TASK_STATES}
+
+    def context_of(ti: TaskInstance) -> dict[str, Any]:
+        return _user_context(Reason.MANUAL_MARK_FAILED, user, note, ti.state, now, **({"stop": True} if ti.pk in stopping else {}))
+
     with transaction.atomic():
-        _finish_one(ti, TaskState.FAILED, context, now)
-        if stopping:
-            if TaskAttempt.objects.filter(
-                task_instance=ti, attempt_token=ti.attempt_token, state__in=[TaskAttempt.State.QUEUED, TaskAttempt.State.RUNNING]
-            ).update(state=TaskAttempt.State.FAILED, end_date=now, context=context):
-                failure_counts.count(ti.pk, ti.attempt_token)
-        _reopen_if_unfinished(ti.dag_run)
-        entry = audit(
-            user, "mark_failed", ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id, ti.state, TaskState.FAILED,
-            _instance_details(ti, {"note": note, "stopped": stopping, "worker_name": ti.worker_name if stopping else ""}),
+        _finish_many(instances, TaskState.FAILED, context_of, now)
+        _stop_attempts([ti for ti in instances if ti.pk in stopping], context_of, now)
+        _reopen_if_unfinished(first.dag_run)
+        entries = audit_many(
+            user, "mark_failed", first.dag_run.dag.dag_id, first.dag_run.run_id, first.task_id,
+            [(ti.state, TaskState.FAILED, _instance_details(
+                ti, {"note": note, "stopped": ti.pk in stopping, "worker_name": ti.worker_name if ti.pk in stopping else ""}
+            )) for ti in instances],
         )
-    advance_run_now(ti.dag_run_id)
-    return entry
+    advance_run_now(first.dag_run_id)
+    return entries
+
+
+def _stop_attempts(stopped: list[TaskInstance], context_of: Callable[[TaskInstance], dict[str, Any]], now: datetime) -> None:
+    """The running attempts of the tasks `mark_failed` took from their workers end `failed` with
+    the task's context (one statement per context), and are counted as failures."""
+    by_context: dict[str, tuple[dict[str, Any], list[TaskInstance]]] = {}
+    for ti in stopped:
+        context = context_of(ti)
+        by_context.setdefault(json.dumps(context, sort_keys=True, default=str), (context, []))[1].append(ti)
+    ended: list[int] = []
+    for context, group in by_context.values():
+        tokens = {ti.pk: ti.attempt_token for ti in group}
+        attempts = [
+            pk for pk, ti_pk, token in TaskAttempt.objects.filter(
+                task_instance_id__in=list(tokens), state__in=[TaskAttempt.State.QUEUED, TaskAttempt.State.RUNNING]
+            ).values_list("pk", "task_instance_id", "attempt_token")
+            if tokens[ti_pk] == token
+        ]
+        TaskAttempt.objects.filter(pk__in=attempts).update(state=TaskAttempt.State.FAILED, end_date=now, context=context)
+        ended += attempts
+    failure_counts.count_attempts(ended)
 
 
 def reclassify(ti: TaskInstance, user: User, *, note: str = "") -> AuditLog:
@@ -447,6 +525,12 @@ TASK_ACTIONS: dict[str, Callable[..., AuditLog]] = {
     "mark_failed": mark_failed,
     "reclassify": reclassify,
 }
+# Clear and the marks on many instances of one task at once (each allowed by `refusal`).
+BULK_ACTIONS: dict[str, Callable[..., list[AuditLog]]] = {
+    "clear": _clear,
+    "mark_success": _mark_success,
+    "mark_failed": _mark_failed,
+}
 
 
 # --- bulk actions -------------------------------------------------------------------------------
@@ -487,36 +571,45 @@ def _instance_details(ti: TaskInstance, details: dict[str, Any]) -> dict[str, An
     return {**details, "map_index": ti.map_index} if ti.map_index >= 0 else details
 
 
-def _finish_one(ti: TaskInstance, state: TaskState, context: dict[str, Any], now: datetime) -> None:
+def _finish_many(
+    instances: list[TaskInstance], state: TaskState, context_of: Callable[[TaskInstance], dict[str, Any]], now: datetime
+) -> None:
+    """The instances to `state` by an operator, one fenced statement per context; Conflict when
+    one changed since it was read (call in a transaction: then nothing of it stays)."""
     # A task marked failed has no result; one marked success keeps what it had (usually none).
     extra: dict[str, Any] = {"result": None} if state == TaskState.FAILED else {}
-    won = transition(
-        ti.pk,
-        expected=[ti.state],
-        token=ti.attempt_token,
-        state=state,
-        end_date=now,
-        next_retry_at=None,
-        retry_is_platform=False,
-        last_failure_context=context,
-        **extra,
-    )
-    if not won:
-        raise clearing.changed_meanwhile(ti)
-    finished = TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").get(pk=ti.pk)
-    lifecycle.task_finished(finished, now)
+    by_context: dict[str, tuple[dict[str, Any], list[TaskInstance]]] = {}
+    for ti in instances:
+        context = context_of(ti)
+        by_context.setdefault(json.dumps(context, sort_keys=True, default=str), (context, []))[1].append(ti)
+    for context, group in by_context.values():
+        won = transition_many(
+            [(ti.pk, ti.attempt_token, ti.state) for ti in group],
+            state=state,
+            end_date=now,
+            next_retry_at=None,
+            retry_is_platform=False,
+            last_failure_context=context,
+            **extra,
+        )
+        lost = [ti for ti in group if ti.pk not in won]
+        if lost:
+            raise clearing.changed_meanwhile(lost[0])
+    for ti in instances:
+        waits.end_attempt(ti, state, context_of(ti), now)  # a waiting task's wait ends with the mark
+    lifecycle.tasks_finished([ti.pk for ti in instances], now)
 
 
 def _reset_upstream_failed(ti: TaskInstance) -> list[dict[str, str]]:
     """Put transitive downstream tasks that are upstream_failed back to none, to be settled again."""
-    touched = []
-    for other in _downstream(ti, _run_instances(ti)):
-        if other.state != TaskState.UPSTREAM_FAILED:
-            continue
-        if not transition(other.pk, expected=[TaskState.UPSTREAM_FAILED], token=other.attempt_token, state=TaskState.NONE, end_date=None):
-            raise clearing.changed_meanwhile(other)
-        touched.append({"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value})
-    return touched
+    reset = [other for other in _downstream(ti, _run_instances(ti)) if other.state == TaskState.UPSTREAM_FAILED]
+    if not reset:
+        return []
+    won = transition_many([(other.pk, other.attempt_token, other.state) for other in reset], state=TaskState.NONE, end_date=None)
+    lost = [other for other in reset if other.pk not in won]
+    if lost:
+        raise clearing.changed_meanwhile(lost[0])
+    return [{"task_id": other.task_id, "prior_state": other.state, "new_state": TaskState.NONE.value} for other in reset]
 
 
 def downstream_of(ti: TaskInstance) -> list[TaskInstance]:

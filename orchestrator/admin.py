@@ -102,12 +102,12 @@ class DagDeadlineInline(admin.StackedInline):
 class DagAdmin(admin.ModelAdmin):
     form = DagForm
     inlines = [TaskInline, DagDeadlineInline]
-    list_display = ("dag_id", "schedule", "timezone", "paused", "task_count", "next_run_logical_date", "updated_at")
-    list_filter = ("paused", "catchup", "timezone")
-    search_fields = ("dag_id", "description")
+    list_display = ("dag_id", "owner", "schedule", "timezone", "paused", "task_count", "next_run_logical_date", "updated_at")
+    list_filter = ("paused", "catchup", "timezone", "owner")
+    search_fields = ("dag_id", "description", "owner")
     readonly_fields = ("next_run_logical_date", "created_at", "updated_at", "retry_budgets")
     fieldsets = (
-        (None, {"fields": ("dag_id", "description", "paused")}),
+        (None, {"fields": ("dag_id", "description", "owner", "paused")}),
         ("Schedule", {"fields": ("schedule", "timezone", "start_date", "catchup", "max_active_runs")}),
         ("Run parameters", {"fields": ("params", "strict_params")}),
         ("Task defaults", {"fields": ("default_args",)}),

@@ -33,6 +33,8 @@ def attempt_document(attempt: TaskAttempt) -> dict[str, Any]:
         "output_truncated": attempt.output_truncated,
         "resume": attempt.resume,  # what a resumable task decided on this attempt
         "item": attempt.item,  # a mapped instance's item this attempt ran with; null when not mapped
+        "memory_limit_mib": attempt.memory_limit_mib,  # the limit it ran with; null: none
+        "peak_memory_mib": attempt.peak_memory_mib,  # the most it was seen to use; null: not measured
     }
     if attempt.fingerprint:
         doc["fingerprint"] = attempt.fingerprint
@@ -43,14 +45,21 @@ def waiting_for(ti: TaskInstance, listened: set[str] | None = None) -> dict[str,
     """What a task that is ready but held waits for: its hold, or for a task queued where no
     live worker listens (`listened`: the queues live workers read), that queue. A stale hold
     of a task that moved on is not shown."""
-    if ti.state in HOLD_FROM:
+    if ti.state in HOLD_FROM or ti.state == TaskState.UP_FOR_RESCHEDULE:  # held, or waiting (engine/waits.py)
         return ti.waiting_for
     if ti.state == TaskState.QUEUED and ti.heartbeat_at is None:
         return unattended_wait(ti.queue, ti.queued_at, listened)
     return None
 
 
-def task_instance_document(ti: TaskInstance, listened: set[str] | None = None) -> dict[str, Any]:
+def task_instance_document(
+    ti: TaskInstance, listened: set[str] | None = None, earlier: list[TaskAttempt] | None = None
+) -> dict[str, Any]:
+    """`earlier`: for an unexpanded mapped task's placeholder, the attempts of its parked former
+    instances (`parked_attempts`), listed with its own, oldest first."""
+    attempts = list(ti.attempts.all())
+    if earlier:
+        attempts = sorted([*attempts, *earlier], key=lambda a: (a.queued_at, a.pk))
     return {
         "task_id": ti.task_id,
         "map_index": ti.map_index,
@@ -68,7 +77,7 @@ def task_instance_document(ti: TaskInstance, listened: set[str] | None = None) -
         "failure_fingerprint": ti.failure_fingerprint,
         "last_failure_context": ti.last_failure_context,
         "waiting_for": waiting_for(ti, listened),
-        "attempts": [attempt_document(a) for a in ti.attempts.all()],
+        "attempts": [attempt_document(a) for a in attempts],
         # The task's own store, kept across its attempts (prefetched by run_document).
         "task_state": {entry.key: entry.value for entry in ti.state_entries.all()},
     }
@@ -76,8 +85,10 @@ def task_instance_document(ti: TaskInstance, listened: set[str] | None = None) -
 
 def in_task_order(instances: Iterable[TaskInstance]) -> list[TaskInstance]:
     """Task instances in the order their tasks were created, a mapped task's by map_index (its
-    instances after the first are created when it expands, after the run's other tasks)."""
-    instances = list(instances)
+    instances after the first are created when it expands, after the run's other tasks). The
+    former instances of a task made unexpanded again, parked below -1, are no entries of the
+    run: `parked_attempts` finds their history."""
+    instances = [ti for ti in instances if ti.map_index >= -1]
     first: dict[str, int] = {}
     for ti in instances:
         first[ti.task_id] = min(first.get(ti.task_id, ti.pk), ti.pk)
@@ -98,8 +109,20 @@ def deadline_documents(run: DagRun) -> list[dict[str, Any]]:
     ]
 
 
+def parked_attempts(instances: Iterable[TaskInstance]) -> dict[str, list[TaskAttempt]]:
+    """By task id, the attempts of the parked former instances among `instances` (with their
+    attempts prefetched): shown with the placeholder of their task while it is unexpanded."""
+    found: dict[str, list[TaskAttempt]] = {}
+    for ti in instances:
+        if ti.map_index < -1:
+            found.setdefault(ti.task_id, []).extend(ti.attempts.all())
+    return found
+
+
 def run_document(run: DagRun) -> dict[str, Any]:
-    instances = in_task_order(run.task_instances.order_by("id").prefetch_related("attempts", "state_entries"))
+    rows = list(run.task_instances.order_by("id").prefetch_related("attempts", "state_entries"))
+    earlier = parked_attempts(rows)
+    instances = in_task_order(rows)
     # Redis is asked which queues live workers read only when a task waits in a queue.
     queued = any(ti.state == TaskState.QUEUED for ti in instances)
     listened = listened_queues() if queued else None
@@ -114,7 +137,9 @@ def run_document(run: DagRun) -> dict[str, Any]:
         "start_date": iso(run.start_date),
         "end_date": iso(run.end_date),
         "logical_date": iso(run.logical_date),
-        "task_instances": [task_instance_document(ti, listened) for ti in instances],
+        "task_instances": [
+            task_instance_document(ti, listened, earlier.get(ti.task_id) if ti.map_index == -1 else None) for ti in instances
+        ],
         "deadlines": deadline_documents(run),
     }
 
@@ -142,6 +167,7 @@ def dag_document(dag: Dag) -> dict[str, Any]:
         "paused": dag.paused,
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
+        "owner": dag.owner or None,
         "next_run_logical_date": iso(dag.next_run_logical_date),
         "params": dag.params or {},
         "strict_params": dag.strict_params,

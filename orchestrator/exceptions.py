@@ -1,6 +1,7 @@
 """The orchestrator's exceptions.
 
-Task code raises `NonRetryableError` or `RetryAfter` to say how its failure is to be treated;
+Task code raises `NonRetryableError` or `RetryAfter` to say how its failure is to be treated,
+or `Reschedule` to wait without holding a slot;
 its task state raises `StaleAttempt` in an attempt that was superseded.
 Operator actions and lookups raise an `ActionError`, whose `status` is the HTTP status the
 API and the pages answer with.
@@ -25,6 +26,18 @@ class RetryAfter(Exception):
         super().__init__(message or f"retry after {seconds:g}s")
 
 
+class Reschedule(Exception):
+    """Come back after `seconds` without holding a slot: the attempt ends `rescheduled`, charged
+    to neither budget, and the task is sent again with the same try (bounded by `wait_timeout`)."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        seconds = float(seconds)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"Reschedule seconds must be a finite number >= 0, got {seconds}")
+        self.seconds = seconds
+        super().__init__(message or f"reschedule in {seconds:g}s")
+
+
 class StaleAttempt(Exception):
     """Raised in a task whose attempt was superseded (a newer attempt of the same task instance
     owns it now) when it tries to change its task state: nothing was changed."""
@@ -40,6 +53,10 @@ class ActionError(Exception):
 
 class BadRequest(ActionError):
     status = 400
+
+
+class Forbidden(ActionError):
+    status = 403
 
 
 class NotFound(ActionError):

@@ -23,6 +23,7 @@ def failed_attempts(
     task_id: str = "",
     host: str = "",
     fingerprint: str = "",
+    owner: str = "",
     since: datetime | None = None,
 ) -> QuerySet[TaskAttempt]:
     """The failed attempts that match every filter given (an empty one matches all), unordered."""
@@ -38,6 +39,8 @@ def failed_attempts(
         rows = rows.filter(task_instance__dag_run__dag__dag_id=dag_id)
     if task_id:
         rows = rows.filter(task_instance__task_id=task_id)
+    if owner:
+        rows = rows.filter(task_instance__dag_run__dag__owner=owner)
     if host:
         rows = rows.filter(hostname=host)
     if fingerprint:

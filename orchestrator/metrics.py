@@ -21,7 +21,9 @@ DEADLINE_MISSES = "orchestrator_deadline_misses_total"
 RECLASSIFICATIONS = "orchestrator_reclassifications_total"
 SPOOL_SET_ASIDE = "orchestrator_spool_set_aside_total"
 SPOOL_FILES_REFUSED = "orchestrator_spool_files_refused_total"
+SPOOL_UNWRITABLE = "orchestrator_spool_unwritable_total"
 RESUME_DECISIONS = "orchestrator_resume_decisions_total"
+ALERT_NOTIFICATIONS = "orchestrator_alert_notifications_total"
 
 METRICS = {
     TASK_FAILURES: ("Failed task attempts by category and reason.", ("dag_id", "task_id", "category", "reason")),
@@ -33,7 +35,9 @@ METRICS = {
     ),
     SPOOL_SET_ASIDE: ("Spooled reports no database would take, set aside by a worker.", ("worker_name",)),
     SPOOL_FILES_REFUSED: ("Files found in a worker's spool that the platform did not make (their seal does not verify), set aside, never delivered.", ("worker_name",)),
+    SPOOL_UNWRITABLE: ("Outcomes a worker could neither deliver (the database away) nor spool (its spool unwritable): their leases let go, retried as the platform's.", ("worker_name",)),
     RESUME_DECISIONS: ("What resumable tasks decided at the start of an attempt.", ("decision",)),
+    ALERT_NOTIFICATIONS: ("Tries at sending an alert notification, by rule and outcome (sent or failed).", ("rule", "outcome")),
 }
 
 

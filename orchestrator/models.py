@@ -12,9 +12,10 @@ from django.db import models
 from django.db.models import Q
 
 from orchestrator.clock import shared_now
-from retries.states import UNFINISHED_TASK_STATES, AttemptKind, CircuitState, RunState, TaskState, TriggerRule, choices
+from retries.states import UNFINISHED_TASK_STATES, AttemptKind, CircuitState, RunState, TaskState, TriggerRule, WaitFor, choices
 
 IDENTIFIER = RegexValidator(r"^[A-Za-z0-9_.\-]{1,250}$", "Use 1-250 letters, digits, '_', '.' or '-'.")
+OWNER = RegexValidator(r"^[A-Za-z0-9_.\-]{1,100}$", "Use 1-100 letters, digits, '_', '.' or '-'.")
 
 
 class Dag(models.Model):
@@ -35,6 +36,8 @@ class Dag(models.Model):
     # (orchestrator.params); strict_params: a conf key that is not one of them is refused.
     params = models.JSONField(default=dict, blank=True, help_text="NAME: a JSON Schema with an optional default and description.")
     strict_params = models.BooleanField(default=False, help_text="Refuse a conf key that is not a declared param.")
+    # The team that owns it: alert rules route on it, the DAG list and the failures filter by it.
+    owner = models.CharField(max_length=100, blank=True, default="", validators=[OWNER], help_text="The team that owns it, e.g. data-team.")
     # Scheduler bookkeeping: the logical date of the next scheduled run.
     next_run_logical_date = models.DateTimeField(blank=True, null=True)
     # The hash of the spec the DAG's tasks and deadlines were last imported from ("" once they
@@ -67,6 +70,9 @@ class Task(models.Model):
     args = models.JSONField(default=dict, blank=True)
     # A mapped task: {NAME: SOURCE}, SOURCE a list literal or "results.UPSTREAM_ID"; null = not mapped.
     expand = models.JSONField(blank=True, null=True)
+    # A task that runs no process: {KIND: SPEC}, what the scheduler waits for (docs/waiting.md);
+    # null for a python or bash task.
+    wait_for = models.JSONField(blank=True, null=True)
     position = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -238,6 +244,9 @@ class TaskInstance(models.Model):
     map_item = models.JSONField(blank=True, null=True)
     # Grows each time a clear empties the task state: part of the task's idempotency key.
     task_state_epoch = models.PositiveIntegerField(default=0, db_default=0)
+    # MiB: the memory limit of its next attempts once one went past its limit (stepped up by
+    # retries/memory.py); null until then: the task's own `memory_limit` holds.
+    memory_limit_mib = models.PositiveIntegerField(blank=True, null=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -268,6 +277,7 @@ class TaskInstance(models.Model):
             models.Index(fields=["pool", "state"], name="ti_pool_state", condition=Q(pool__isnull=False)),
             models.Index(fields=["circuit", "state"], name="ti_circuit_state", condition=Q(circuit__isnull=False)),
         ]
+        permissions = [("approve_taskinstance", "Can approve or reject a task waiting for an approval")]
 
     def __str__(self) -> str:
         return f"{self.label} ({self.state})"
@@ -295,13 +305,14 @@ class TaskAttempt(models.Model):
         RUNNING = "running"
         SUCCESS = "success"
         FAILED = "failed"
+        RESCHEDULED = "rescheduled"  # the task raised Reschedule: charged to neither budget
 
     task_instance = models.ForeignKey(TaskInstance, on_delete=models.CASCADE, related_name="attempts")
     attempt_token = models.PositiveIntegerField()
     try_number = models.PositiveIntegerField()
     infrastructure_try_number = models.PositiveIntegerField()
     kind = models.CharField(max_length=10, choices=choices(AttemptKind), default=AttemptKind.USER)
-    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.QUEUED)
     queued_at = models.DateTimeField()
     start_date = models.DateTimeField(blank=True, null=True)
     end_date = models.DateTimeField(blank=True, null=True)
@@ -319,6 +330,10 @@ class TaskAttempt(models.Model):
     # A mapped instance's item as it was dispatched (its task's map_item then): which item this
     # attempt ran with, kept when the task expands again over another list. Null when not mapped.
     item = models.JSONField(blank=True, null=True)
+    # MiB: the memory limit it ran with (null: none), and the most its processes used, measured
+    # where it had a limit (null where not measured).
+    memory_limit_mib = models.PositiveIntegerField(blank=True, null=True)
+    peak_memory_mib = models.PositiveIntegerField(blank=True, null=True)
 
     class Meta:
         ordering = ["task_instance", "attempt_token"]
@@ -332,6 +347,45 @@ class TaskAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_instance_id}#{self.attempt_token} {self.state}"
+
+
+class TaskWait(models.Model):
+    """What an up_for_reschedule task waits for: one row per waiting task instance, with the time
+    of its next check. The scheduler's check claims a due wait by moving `next_check_at` on with
+    a conditional update (`engine/waits.py`); the wait ends with a move of its task fenced by
+    `attempt_token` like any report, so two schedulers (or an event and a check) end it once.
+
+    A rescheduled python task's row stays while the task is dispatched again, so its wait_timeout
+    counts from its first reschedule; a clear deletes it.
+    """
+
+    task_instance = models.OneToOneField(TaskInstance, on_delete=models.CASCADE, related_name="wait")
+    kind = models.CharField(max_length=32, choices=choices(WaitFor))
+    # The wait_for kind's own spec ({"name": ...} for an event, {"url": ...} for http, ...).
+    spec = models.JSONField(default=dict, blank=True)
+    # An event's name: what `POST /api/v1/events` looks a waiting task up by.
+    event_name = models.CharField(max_length=250, blank=True, default="")
+    # The task's attempt this wait belongs to: ending the wait is fenced by it.
+    attempt_token = models.PositiveIntegerField()
+    since = models.DateTimeField()  # the first reschedule, or the wait's first check
+    timeout_at = models.DateTimeField()
+    # When it is next checked (a rescheduled task: dispatched again); for an event or an
+    # approval, its timeout. Null while a rescheduled task is back on the schedule.
+    next_check_at = models.DateTimeField(blank=True, null=True)
+    poke_interval = models.FloatField(default=60.0)
+    checks = models.PositiveIntegerField(default=0)
+    last_check = models.JSONField(blank=True, null=True)  # what the last check saw (http: status)
+
+    class Meta:
+        indexes = [
+            # run_scheduler: the due waits it checks in batches (engine/waits.check_due).
+            models.Index(fields=["next_check_at"], name="wait_due", condition=Q(next_check_at__isnull=False)),
+            # POST /api/v1/events: the tasks waiting for an event name.
+            models.Index(fields=["event_name"], name="wait_event_name", condition=~Q(event_name="")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_instance_id} waits for {self.kind}"
 
 
 class TaskStateEntry(models.Model):

@@ -59,6 +59,8 @@ _NUMBERS: dict[str, tuple[type, float | int]] = {
     "ORCHESTRATOR_MAX_MAP_LENGTH": (int, 1024),
     # The largest value a task may keep in its task state (bytes of JSON).
     "ORCHESTRATOR_TASK_STATE_MAX_BYTES": (int, 65536),
+    # The most keys a task instance's task state may hold: a new key past it is refused.
+    "ORCHESTRATOR_TASK_STATE_MAX_KEYS": (int, 1000),
     "ORCHESTRATOR_CIRCUIT_WINDOW": (float, 60.0),
     "ORCHESTRATOR_CIRCUIT_MIN_ATTEMPTS": (int, 20),
     "ORCHESTRATOR_CIRCUIT_FAILURE_RATE": (float, 0.5),
@@ -74,6 +76,8 @@ _NUMBERS: dict[str, tuple[type, float | int]] = {
     "ORCHESTRATOR_DEADLINE_RISK_WINDOW": (int, 5),
     "ORCHESTRATOR_DEADLINE_RISK_MIN_SAMPLES": (int, 3),
     "ORCHESTRATOR_BACKFILL_MAX_RUNS": (int, 1000),
+    # How long an alert notification is tried again (backoff from 1 s, capped at 60 s) before it is given up.
+    "ORCHESTRATOR_ALERT_RETRY_FOR": (float, 3600.0),
     # The scheduler's clean-up of history (db_clean): finished runs older than this many days
     # are deleted; 0 = never. Failed runs may be kept longer (0 = as long as the others).
     "ORCHESTRATOR_RETENTION_DAYS": (float, 0.0),
@@ -164,6 +168,7 @@ INSTALLED_APPS = [
     "django_rq",
     "orchestrator",
     "deadlines",
+    "alerts",
 ]
 
 MIDDLEWARE = [
@@ -244,6 +249,7 @@ DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="orchestrator@localhost")
 
 ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET = _number("ORCHESTRATOR_INFRASTRUCTURE_RETRY_BUDGET")
 ORCHESTRATOR_BACKFILL_MAX_RUNS = _number("ORCHESTRATOR_BACKFILL_MAX_RUNS")
+ORCHESTRATOR_ALERT_RETRY_FOR = _number("ORCHESTRATOR_ALERT_RETRY_FOR")
 ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY = _number("ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY")
 ORCHESTRATOR_PRE_EXECUTION_RETRIES = _number("ORCHESTRATOR_PRE_EXECUTION_RETRIES")
 ORCHESTRATOR_PRE_EXECUTION_EXCLUDED_REASONS = [
@@ -323,6 +329,7 @@ ORCHESTRATOR_DB_OUTAGE_TOLERANCE = _number("ORCHESTRATOR_DB_OUTAGE_TOLERANCE")
 ORCHESTRATOR_REPORT_PATIENCE = _number("ORCHESTRATOR_REPORT_PATIENCE")
 ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE = _number("ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE")
 ORCHESTRATOR_TASK_STATE_MAX_BYTES = _number("ORCHESTRATOR_TASK_STATE_MAX_BYTES")
+ORCHESTRATOR_TASK_STATE_MAX_KEYS = _number("ORCHESTRATOR_TASK_STATE_MAX_KEYS")
 ORCHESTRATOR_LISTENER_TIMEOUT = _number("ORCHESTRATOR_LISTENER_TIMEOUT")
 ORCHESTRATOR_QUEUE_STORM_WINDOW = _number("ORCHESTRATOR_QUEUE_STORM_WINDOW")
 ORCHESTRATOR_QUEUE_STORM_THRESHOLD = _number("ORCHESTRATOR_QUEUE_STORM_THRESHOLD")
@@ -341,6 +348,11 @@ ORCHESTRATOR_TASK_ENV_PASSTHROUGH = _names("ORCHESTRATOR_TASK_ENV_PASSTHROUGH")
 ORCHESTRATOR_TASK_ENV_DENY = _names("ORCHESTRATOR_TASK_ENV_DENY")
 # The user (a name or a uid) every task process runs as; empty: the worker's own user.
 ORCHESTRATOR_TASK_USER = os.environ.get("ORCHESTRATOR_TASK_USER", "").strip()
+# How a worker enforces tasks' memory_limit: auto (a cgroup per attempt where it can make one,
+# else watched), cgroup (refuse to start without), watched (measure the task's processes).
+ORCHESTRATOR_MEMORY_LIMITS = os.environ.get("ORCHESTRATOR_MEMORY_LIMITS", "auto").strip().lower() or "auto"
+if ORCHESTRATOR_MEMORY_LIMITS not in ("auto", "cgroup", "watched"):
+    raise ImproperlyConfigured(f"ORCHESTRATOR_MEMORY_LIMITS must be auto, cgroup or watched, not {ORCHESTRATOR_MEMORY_LIMITS!r}")
 for _name in (
     "ORCHESTRATOR_AVERAGE_RUNTIME_WINDOW",
     "ORCHESTRATOR_AVERAGE_RUNTIME_MIN_RUNS",

@@ -21,6 +21,15 @@ ARG_KEYS = (
     "infrastructure_retry_limit",
     "poison_threshold",
     "queue",
+    # Memory (retries/memory.py): the first attempt's limit in MiB, the limits after each
+    # memory_limit_exceeded, and the queue of every attempt after the first one.
+    "memory_limit",
+    "memory_limit_on_retry",
+    "queue_on_oom",
+    # Waiting (docs/waiting.md): how long a wait or a rescheduling task may take in all, and
+    # how often a wait_for task's wait is checked.
+    "wait_timeout",
+    "poke_interval",
 )
 
 
@@ -38,6 +47,11 @@ def system_defaults() -> dict[str, Any]:
         # 0 = never dead-letter: poison detection is opt-in per DAG or task.
         "poison_threshold": 0,
         "queue": "default",
+        "memory_limit": None,
+        "memory_limit_on_retry": [],
+        "queue_on_oom": None,
+        "wait_timeout": 604800.0,
+        "poke_interval": 60.0,
     }
 
 

@@ -32,6 +32,7 @@ INVALID = "invalid"  # refused by validated(): nothing changed
 OPS = ("set", "delete", "resume")
 MAX_KEY_LENGTH = 250
 DEFAULT_MAX_BYTES = 65536
+DEFAULT_MAX_KEYS = 1000
 RESUME_DECISIONS = ("submitted", "reattached", "already_succeeded", "resubmitted")
 
 
@@ -82,6 +83,15 @@ def validated(op: str, key: Any, value: Any = None, *, max_bytes: int = DEFAULT_
     return key, json.loads(encoded)
 
 
+def too_many_keys(key: str, count: int, max_keys: int) -> ValueError:
+    """What `set` raises for a new key when the store already holds `count` >= `max_keys` keys:
+    the task's own store and the database (`engine.taskstate.apply`) say it alike."""
+    return ValueError(
+        f"task state: cannot add key {key[:40]!r}: it holds {count} keys, at most ORCHESTRATOR_TASK_STATE_MAX_KEYS"
+        f" ({max_keys}); set an existing key, or delete keys no longer needed"
+    )
+
+
 def _has_nul(value: Any) -> bool:
     if isinstance(value, str):
         return "\x00" in value
@@ -99,10 +109,18 @@ class TaskStateStore:
     "status"); it is called under a lock, so threads of a task take turns.
     """
 
-    def __init__(self, entries: dict[str, Any], request: Callable[[dict[str, Any]], dict[str, Any] | None], *, max_bytes: int) -> None:
+    def __init__(
+        self,
+        entries: dict[str, Any],
+        request: Callable[[dict[str, Any]], dict[str, Any] | None],
+        *,
+        max_bytes: int,
+        max_keys: int = DEFAULT_MAX_KEYS,
+    ) -> None:
         self._entries = dict(entries)
         self._request = request
         self._max_bytes = max_bytes
+        self.max_keys = max_keys
         self._lock = threading.RLock()
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -123,6 +141,10 @@ class TaskStateStore:
         """Store `value` under `key`; returns once the change is durable."""
         key, stored = validated("set", key, value, max_bytes=self._max_bytes)
         with self._lock:
+            # The copy the attempt started with is the whole store (no other attempt writes
+            # meanwhile): a change kept on the worker's disk is checked here, before it is kept.
+            if key not in self._entries and len(self._entries) >= self.max_keys:
+                raise too_many_keys(key, len(self._entries), self.max_keys)
             self._send({"op": "set", "key": key, "value": stored})
             self._entries[key] = stored
 
@@ -155,9 +177,9 @@ class MemoryTaskState(TaskStateStore):
     """A store that keeps its changes in memory: for calling a task outside a worker (tests,
     a REPL). It applies the same rules."""
 
-    def __init__(self, entries: dict[str, Any] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, entries: dict[str, Any] | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES, max_keys: int = DEFAULT_MAX_KEYS) -> None:
         self.decisions: list[str] = []
-        super().__init__(entries or {}, self._answer, max_bytes=max_bytes)
+        super().__init__(entries or {}, self._answer, max_bytes=max_bytes, max_keys=max_keys)
 
     def _answer(self, message: dict[str, Any]) -> dict[str, Any]:
         if message["op"] == "resume":

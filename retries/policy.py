@@ -13,12 +13,15 @@ from typing import Any
 
 from retries.backoff import retry_delay_seconds
 from retries.context import ExecutionContext
+from retries.memory import exceeded_fingerprint
 from retries.states import (
+    NOT_RETRIED,
     PLATFORM_RETRYABLE,
     RESCHEDULED_BY_RECLASSIFY,
     AttemptKind,
     Category,
     Reason,
+    Source,
     TaskState,
 )
 
@@ -146,6 +149,8 @@ def _user_charge(
         # Only application failures have a fingerprint: a timeout, or an
         # infrastructure failure that fell through to the user budget, breaks a poison streak.
         fingerprint = None
+    # Nor does a task that went past its memory limit: it is no bug repeating itself.
+    fingerprint = exceeded_fingerprint(fingerprint, context.reason)
     if fingerprint is not None and fingerprint == budget.last_fingerprint:
         streak = budget.fingerprint_streak + 1
     else:
@@ -160,7 +165,7 @@ def _user_charge(
         fingerprint_streak=streak,
         attempt_fingerprint=fingerprint,
     )
-    if context.reason is Reason.NON_RETRYABLE:
+    if context.reason in NOT_RETRIED:
         return Decision(next_state=TaskState.FAILED, task_context=context, next_retry_at=None, **common)
     if fingerprint is not None and args.poison_threshold > 0 and streak >= args.poison_threshold:
         poisoned = context.with_reason(
@@ -190,6 +195,55 @@ def _user_charge(
         next_retry_at=now + timedelta(seconds=delay),
         **common,
     )
+
+
+# --- waiting without holding a slot ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WaitStep:
+    """Where a waiting task goes next: on waiting until `next_check_at` (a check, or for a
+    rescheduled task its next dispatch), or, past its wait_timeout, failed (`timed_out`)."""
+
+    timed_out: bool
+    next_check_at: datetime | None
+    timeout_at: datetime
+
+    def timeout_context(self, source: Source, **metadata: Any) -> ExecutionContext:
+        return ExecutionContext.of(Reason.WAIT_TIMEOUT, source, timeout_at=self.timeout_at.isoformat(), **metadata)
+
+
+def wait_timeout_at(since: datetime, wait_timeout: float) -> datetime:
+    """When a wait that began at `since` (a task's first reschedule, or its first check) times out."""
+    return since + timedelta(seconds=min(max(0.0, float(wait_timeout)), MAX_RETRY_AFTER_SECONDS))
+
+
+def rescheduled(*, since: datetime, now: datetime, delay: float, wait_timeout: float) -> WaitStep:
+    """A python task raised Reschedule(delay): it is sent again after exactly that delay (neither
+    budget charged, the same try), unless its wait began more than wait_timeout ago. A delay
+    that ends past the timeout is cut to it: then the task fails as timeout/wait_timeout."""
+    timeout_at = wait_timeout_at(since, wait_timeout)
+    if now >= timeout_at:
+        return WaitStep(True, None, timeout_at)
+    delay = min(max(0.0, float(delay)), MAX_RETRY_AFTER_SECONDS)
+    return WaitStep(False, min(now + timedelta(seconds=delay), timeout_at), timeout_at)
+
+
+def next_check(
+    *, since: datetime, now: datetime, poke_interval: float, wait_timeout: float, met_at: datetime | None = None, checked: bool = True
+) -> WaitStep:
+    """A wait that is not met yet: checked again `poke_interval` seconds on (or at `met_at`, the
+    time a time wait is met, if sooner), or at its timeout; past the timeout it fails. A wait no
+    check can meet (an event, an approval: `checked` False) is only looked at at its timeout."""
+    timeout_at = wait_timeout_at(since, wait_timeout)
+    if now >= timeout_at:
+        return WaitStep(True, None, timeout_at)
+    if not checked:
+        return WaitStep(False, timeout_at, timeout_at)
+    at = now + timedelta(seconds=max(1.0, float(poke_interval)))
+    if met_at is not None:
+        at = min(at, max(met_at, now))
+    return WaitStep(False, min(at, timeout_at), timeout_at)
 
 
 # --- operator actions ------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ class TaskState(StrEnum):
     SKIPPED = "skipped"
     DEAD_LETTER = "dead_letter"
     REMOVED = "removed"
+    # Waiting without holding a slot: a task that raised Reschedule, or a `wait_for` task whose
+    # wait the scheduler checks (or an event or an approval completes).
+    UP_FOR_RESCHEDULE = "up_for_reschedule"
 
 
 class RunState(StrEnum):
@@ -49,7 +52,7 @@ ACTIVE_TASK_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING})
 # Ready or waiting for its retry: the scheduler dispatches it once next_retry_at has passed.
 WAITING_TO_RUN_STATES = frozenset({TaskState.SCHEDULED, TaskState.UP_FOR_RETRY})
 # Moving on by itself: a waiting client (trigger_dag --wait) keeps waiting.
-IN_FLIGHT_TASK_STATES = WAITING_TO_RUN_STATES | ACTIVE_TASK_STATES
+IN_FLIGHT_TASK_STATES = WAITING_TO_RUN_STATES | ACTIVE_TASK_STATES | {TaskState.UP_FOR_RESCHEDULE}
 
 # --- task states: the legal prior states of each move ----------------------------------------------
 
@@ -65,8 +68,13 @@ REPORT_SUCCESS_FROM = frozenset({TaskState.RUNNING})
 # A failure is reported for a running task, or for a queued one whose process never said
 # "running" (a pre-execution failure).
 REPORT_FAILURE_FROM = ACTIVE_TASK_STATES
+# A running python task raised Reschedule: its attempt ends `rescheduled`, the task waits.
+RESCHEDULE_FROM = frozenset({TaskState.RUNNING})
+# A wait ends (met, failed, timed out, an event, an approval) only while the task waits; a
+# rescheduled task's wait over, it goes back on the schedule with the same try.
+WAIT_END_FROM = frozenset({TaskState.UP_FOR_RESCHEDULE})
 # Operator actions. Tasks a worker may hold are never cleared or reclassified.
-CLEAR_FROM = FINISHED_TASK_STATES | {TaskState.DEAD_LETTER, TaskState.UP_FOR_RETRY}
+CLEAR_FROM = FINISHED_TASK_STATES | {TaskState.DEAD_LETTER, TaskState.UP_FOR_RETRY, TaskState.UP_FOR_RESCHEDULE}
 # Clearing with downstream also resets downstream tasks that are merely scheduled.
 CLEAR_DOWNSTREAM_FROM = CLEAR_FROM | {TaskState.SCHEDULED}
 MARK_SUCCESS_FROM = frozenset(
@@ -78,6 +86,7 @@ MARK_SUCCESS_FROM = frozenset(
         TaskState.NONE,
         TaskState.SCHEDULED,
         TaskState.SKIPPED,
+        TaskState.UP_FOR_RESCHEDULE,
     }
 )
 MARK_FAILED_FROM = (MARK_SUCCESS_FROM - {TaskState.FAILED}) | {TaskState.SUCCESS}
@@ -99,6 +108,27 @@ class WaitKind(StrEnum):
     MAX_ACTIVE_TIS_PER_DAGRUN = "max_active_tis_per_dagrun"  # a mapped task's instances in one run
     CIRCUIT = "circuit"
     QUEUE = "queue"  # its queue is paused by an infrastructure storm
+    WAIT = "wait"  # up_for_reschedule: its name is the wait's kind (WaitFor)
+
+
+class WaitFor(StrEnum):
+    """What an up_for_reschedule task waits for: a `wait_for` kind, or `reschedule` for a
+    python task that raised Reschedule."""
+
+    RESCHEDULE = "reschedule"
+    TIME = "time"
+    TIME_AFTER_LOGICAL_DATE = "time_after_logical_date"
+    DAG_RUN = "dag_run"
+    HTTP = "http"
+    EVENT = "event"
+    APPROVAL = "approval"
+
+
+# Waits nothing but a person or a sender completes: no check is due (their `next_check_at` is
+# null), only their wait_timeout.
+WAITS_WITHOUT_CHECKS = frozenset({WaitFor.EVENT, WaitFor.APPROVAL})
+# The `wait_for` kinds of a spec (a rescheduled task's wait is no spec's).
+SPEC_WAIT_KINDS = tuple(kind.value for kind in WaitFor if kind is not WaitFor.RESCHEDULE)
 
 
 class CircuitState(StrEnum):
@@ -134,6 +164,8 @@ class Reason(StrEnum):
     OPERATOR_RECLASSIFIED = "operator_reclassified"
     # application
     INVALID_RESULT = "invalid_result"
+    MEMORY_LIMIT_EXCEEDED = "memory_limit_exceeded"
+    WAIT_FAILED = "wait_failed"
     INVALID_EXPAND = "invalid_expand"
     TASK_EXCEPTION = "task_exception"
     STARTUP_ERROR = "startup_error"
@@ -142,11 +174,13 @@ class Reason(StrEnum):
     POISONED = "poisoned"
     # timeout
     EXECUTION_TIMEOUT = "execution_timeout"
+    WAIT_TIMEOUT = "wait_timeout"
     # user_action
     MANUAL_CLEAR = "manual_clear"
     MANUAL_MARK_SUCCESS = "manual_mark_success"
     MANUAL_MARK_FAILED = "manual_mark_failed"
     MANUAL_RECLASSIFY = "manual_reclassify"
+    REJECTED = "rejected"
 
 
 CATEGORY_OF_REASON: dict[Reason, Category] = {
@@ -158,6 +192,8 @@ CATEGORY_OF_REASON: dict[Reason, Category] = {
     Reason.QUEUE_LOST: Category.INFRASTRUCTURE,
     Reason.OPERATOR_RECLASSIFIED: Category.INFRASTRUCTURE,
     Reason.INVALID_RESULT: Category.APPLICATION,
+    Reason.WAIT_FAILED: Category.APPLICATION,
+    Reason.MEMORY_LIMIT_EXCEEDED: Category.APPLICATION,
     Reason.INVALID_EXPAND: Category.APPLICATION,
     Reason.TASK_EXCEPTION: Category.APPLICATION,
     Reason.STARTUP_ERROR: Category.APPLICATION,
@@ -165,15 +201,20 @@ CATEGORY_OF_REASON: dict[Reason, Category] = {
     Reason.NON_RETRYABLE: Category.APPLICATION,
     Reason.POISONED: Category.APPLICATION,
     Reason.EXECUTION_TIMEOUT: Category.TIMEOUT,
+    Reason.WAIT_TIMEOUT: Category.TIMEOUT,
     Reason.MANUAL_CLEAR: Category.USER_ACTION,
     Reason.MANUAL_MARK_SUCCESS: Category.USER_ACTION,
     Reason.MANUAL_MARK_FAILED: Category.USER_ACTION,
     Reason.MANUAL_RECLASSIFY: Category.USER_ACTION,
+    Reason.REJECTED: Category.USER_ACTION,
 }
 
 
 # Infrastructure failures the platform budget retries: every infrastructure reason.
 PLATFORM_RETRYABLE = frozenset(reason for reason, category in CATEGORY_OF_REASON.items() if category is Category.INFRASTRUCTURE)
+# Failures that end the task at once, whatever tries are left: the task said so, its wait ran
+# out of time, what it waited for ended otherwise, or an approver said no.
+NOT_RETRIED = frozenset({Reason.NON_RETRYABLE, Reason.WAIT_TIMEOUT, Reason.WAIT_FAILED, Reason.REJECTED})
 
 
 class Source(StrEnum):

@@ -23,7 +23,7 @@ from ninja.errors import HttpError, ValidationError, ValidationErrorContext
 from ninja.openapi.schema import OpenAPISchema
 from ninja.operation import Operation
 
-from orchestrator.api import access, audit, backfills, deadline_history, pools_and_circuits, schemas, views, workers_and_dead_letters
+from orchestrator.api import access, alerts, audit, backfills, deadline_history, pools_and_circuits, schemas, views, waits, workers_and_dead_letters
 
 TITLE = "Orchestrator API"
 DESCRIPTION = 'Read DAGs, runs and failures; trigger runs and act on tasks. Errors are JSON: {"error": "..."}.'
@@ -211,6 +211,6 @@ def document() -> dict[str, Any]:
     return dict(api.get_openapi_schema())
 
 
-ROUTERS = (api.default_router, *(m.router for m in (views, backfills, deadline_history, workers_and_dead_letters, pools_and_circuits, audit)))
+ROUTERS = (api.default_router, *(m.router for m in (views, backfills, deadline_history, workers_and_dead_letters, pools_and_circuits, audit, alerts, waits)))
 for router in ROUTERS[1:]:
     api.add_router("", router)

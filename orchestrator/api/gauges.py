@@ -7,7 +7,7 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
-from orchestrator.engine import circuits, storms
+from orchestrator.engine import circuits, storms, waits
 from orchestrator.models import Circuit, Pool, TaskInstance
 from orchestrator.redis_conn import get_redis
 from retries.circuits import current_state
@@ -57,10 +57,15 @@ def system_gauges() -> list[GaugeMetricFamily]:
 
     running = GaugeMetricFamily("orchestrator_tasks_running", "Task instances running now.")
     running.add_metric([], TaskInstance.objects.filter(state=TaskState.RUNNING).count())
+    waiting = GaugeMetricFamily(
+        "orchestrator_waiting_tasks", "Tasks up_for_reschedule, by what they wait for (reschedule: a rescheduled python task).", labels=["kind"]
+    )
+    for kind, count in sorted(waits.waiting_counts().items()):
+        waiting.add_metric([kind], count)
     redis = get_redis()
     depth = GaugeMetricFamily("orchestrator_queue_depth", "Jobs waiting in each RQ queue.", labels=["queue"])
     for queue in sorted(Queue.all(connection=redis), key=lambda q: q.name):
         depth.add_metric([queue.name], queue.count)
     alive = GaugeMetricFamily("orchestrator_workers_alive", "Workers registered and heartbeating in Redis.")
     alive.add_metric([], Worker.count(connection=redis))
-    return [running, depth, alive]
+    return [running, waiting, depth, alive]

@@ -83,6 +83,37 @@ JsonObject = Annotated[
 ]
 
 
+class FieldError(BadRequest):
+    """A refused body field, named in the answer's `"field"` as well as in its message."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+def _text_or_null(value: Any, info: ValidationInfo) -> Any:
+    """A string (without NUL) or null; else a 400 naming the field, as the engine's own
+    refusal of the text does."""
+    name = info.field_name or "value"
+    if value is not None and not isinstance(value, str):
+        raise FieldError(name, f"{name} must be an ISO 8601 date or date-time string, not {type(value).__name__}: {value!r:.80}")
+    if value is not None:
+        try:
+            _no_nul(value)
+        except ValueError as exc:
+            raise FieldError(name, f"{name} {exc}") from None
+    return value
+
+
+# A date or date-time as ISO 8601 text (a run's logical date), or null; what it means is the
+# engine's to decide (`engine.runs.parse_logical_date`: naive in the DAG's timezone).
+LogicalDate = Annotated[
+    str | None,
+    BeforeValidator(_text_or_null),
+    WithJsonSchema({"type": ["string", "null"], "pattern": NO_NUL, "anyOf": [{"format": "date-time"}, {"format": "date"}]}),
+]
+
+
 class RequestBody(Schema):
     """A JSON request body: these optional fields and no others, each of exactly its type."""
 

@@ -25,12 +25,13 @@ class FailureFilter:
     category: str = ""
     reason: str = ""
     dag_id: str = ""
+    owner: str = ""
     since: datetime | None = None
     limit: int = DEFAULT_LIMIT
 
     def as_params(self) -> dict[str, str]:
         """The filter as query parameters (for links that keep it)."""
-        params = {"category": self.category, "reason": self.reason, "dag_id": self.dag_id}
+        params = {"category": self.category, "reason": self.reason, "dag_id": self.dag_id, "owner": self.owner}
         if self.since is not None:
             params["since"] = self.since.isoformat()
         return {k: v for k, v in params.items() if v}
@@ -41,6 +42,7 @@ FAILURE_PARAMS = (
     choice("category", "Only failures of this category.", Category),
     choice("reason", "Only failures for this reason.", Reason),
     string("dag_id", "Only failures of this DAG."),
+    string("owner", "Only failures of the DAGs this team owns."),
     SINCE,
     LIMIT,
 )
@@ -53,7 +55,8 @@ def parse_failure_filter(params: QueryDict) -> FailureFilter:
 def failed_attempts(failure_filter: FailureFilter) -> QuerySet[TaskAttempt]:
     """Failed attempts matching the filter (`orchestrator.failure_filter`), newest first (not yet limited)."""
     rows = failure_filter_rule.failed_attempts(
-        category=failure_filter.category, reason=failure_filter.reason, dag_id=failure_filter.dag_id, since=failure_filter.since
+        category=failure_filter.category, reason=failure_filter.reason, dag_id=failure_filter.dag_id, owner=failure_filter.owner,
+        since=failure_filter.since,
     )
     return rows.select_related("task_instance", "task_instance__dag_run", "task_instance__dag_run__dag").order_by("-end_date", "-id")
 

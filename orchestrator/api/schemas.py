@@ -123,6 +123,11 @@ ATTEMPT = component(
             "item": {
                 "description": "The item of its source a mapped task's instance ran with on this attempt (any JSON value); null for a task that is not mapped."
             },
+            "memory_limit_mib": {**nullable(INTEGER), "description": "The memory limit (MiB) it ran with; null: none."},
+            "peak_memory_mib": {
+                **nullable(INTEGER),
+                "description": "The most memory (MiB) its processes were seen to use (the failure's peak_mib when it went past its limit); null where not measured.",
+            },
             "fingerprint": STRING,
         },
         optional=("fingerprint",),
@@ -221,6 +226,7 @@ DAG = component(
             "paused": BOOLEAN,
             "catchup": BOOLEAN,
             "max_active_runs": INTEGER,
+            "owner": {**nullable(STRING), "description": "The team that owns the DAG, or null."},
             "next_run_logical_date": MAYBE_TIME,
             "params": {
                 "type": "object",

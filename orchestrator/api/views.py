@@ -9,7 +9,7 @@ from pydantic import Field, StrictBool, StrictInt
 from orchestrator import actions
 from orchestrator.api import schemas
 from orchestrator.api.access import Authenticated
-from orchestrator.api.inputs import DagId, JsonBody, JsonObject, RequestBody, RunId, TaskId, Text, given, query_model
+from orchestrator.api.inputs import DagId, JsonBody, JsonObject, LogicalDate, RequestBody, RunId, TaskId, Text, given, query_model
 from orchestrator.api.queries import FAILURE_PARAMS, FailureFilter, failed_attempts, failure_document
 from orchestrator.api.schemas import replies
 from orchestrator.documents import dag_document, run_document, run_summary
@@ -52,6 +52,13 @@ class TriggerBody(RequestBody):
         Field(
             description="Parameters for the run's tasks, checked against the DAG's params (a missing one takes its default);"
             ' a refusal is a 400 whose "field" names the key (conf.KEY).'
+        ),
+    ] = None
+    logical_date: Annotated[
+        LogicalDate,
+        Field(
+            description="The run's logical date: ISO 8601, naive in the DAG's timezone; absent or null: the time it is queued."
+            ' One that is not ISO 8601 is a 400 whose "field" is logical_date.'
         ),
     ] = None
 
@@ -100,7 +107,7 @@ def list_runs(request: HttpRequest, dag_id: DagId, query: Query[RunsQuery]) -> J
     openapi_extra=replies({201: ("The new run.", schemas.RUN)}, errors={409: "The DAG is paused."}),
 )
 def trigger_run(request: HttpRequest, dag_id: DagId, body: JsonBody[TriggerBody]) -> JsonResponse:
-    run = actions.trigger(actions.find_dag(dag_id), request.user, conf=body.conf)
+    run = actions.trigger(actions.find_dag(dag_id), request.user, conf=body.conf, logical_date=body.logical_date)
     return JsonResponse(run_document(run), status=201)
 
 

@@ -53,6 +53,11 @@ WORKER = component(
             "queues": {"type": "array", "items": STRING},
             "concurrency": {**INTEGER, "description": "Attempts the worker runs at once (1 unless it says otherwise)."},
             "task_user": {**nullable(STRING), "description": "The user its tasks run as; null: the worker's own user."},
+            "spool_error": {**nullable(STRING), "description": "Why its spool could not keep an outcome while the database was away (the outcome was lost and retried as the platform's); null: never."},
+            "memory_limits": {
+                **nullable({"type": "string", "enum": ["cgroup", "watched"]}),
+                "description": "How it enforces tasks' memory_limit: a cgroup per attempt, or watching each attempt's processes.",
+            },
             "state": STRING,
             "last_heartbeat": MAYBE_TIME,
             "running": {"type": "array", "items": INSTANCE_REF, "description": "Its queued or running attempts."},

@@ -25,9 +25,9 @@ class DagRow:
     recent_runs: list[DagRun] = field(default_factory=list)
 
 
-def dag_rows() -> list[DagRow]:
-    """Every DAG with its last few runs (newest first), in two queries."""
-    dags = list(Dag.objects.order_by("dag_id"))
+def dag_rows(owner: str = "") -> list[DagRow]:
+    """Every DAG (or every DAG `owner` owns) with its last few runs (newest first), in two queries."""
+    dags = list(Dag.objects.filter(owner=owner).order_by("dag_id") if owner else Dag.objects.order_by("dag_id"))
     rows = {dag.pk: DagRow(dag) for dag in dags}
     dead = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state=TaskState.DEAD_LETTER)
     recent = (
@@ -38,10 +38,17 @@ def dag_rows() -> list[DagRow]:
         .filter(position__lte=RECENT_RUNS_PER_DAG)
         .order_by("dag_id", "position")
     )
+    if owner:
+        recent = recent.filter(dag_id__in=list(rows))
     for run in recent:
         run.dag = rows[run.dag_id].dag
         rows[run.dag_id].recent_runs.append(run)
     return list(rows.values())
+
+
+def owners() -> list[str]:
+    """The owners DAGs have, for the DAG list's filter."""
+    return list(Dag.objects.exclude(owner="").order_by("owner").values_list("owner", flat=True).distinct())
 
 
 @dataclass

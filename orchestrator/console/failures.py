@@ -47,6 +47,7 @@ PARAMS = (
     choice("category", "Only failures of this category.", Category),
     choice("reason", "Only failures for this reason (the attempt's, or the task's last one).", Reason),
     string("dag_id", "Only this DAG."),
+    string("owner", "Only the DAGs this team owns."),
     string("task_id", "Only this task id."),
     string("host", "Only attempts on this worker host."),
     string("fingerprint", "Only failures with this fingerprint."),
@@ -71,6 +72,7 @@ class Filter:
     category: str = ""
     reason: str = ""
     dag_id: str = ""
+    owner: str = ""
     task_id: str = ""
     host: str = ""
     fingerprint: str = ""
@@ -92,7 +94,7 @@ def parse(params: QueryDict) -> Filter:
 def matching(flt: Filter, now: datetime) -> QuerySet[TaskAttempt]:
     return failed_attempts(
         category=flt.category, reason=flt.reason, dag_id=flt.dag_id, task_id=flt.task_id,
-        host=flt.host, fingerprint=flt.fingerprint, since=flt.since(now),
+        host=flt.host, fingerprint=flt.fingerprint, owner=flt.owner, since=flt.since(now),
     )  # fmt: skip
 
 
@@ -124,7 +126,9 @@ def _attempt_keys(rows: QuerySet[TaskAttempt], trunc: Any) -> QuerySet:
 
 
 # the filters the hourly counts can answer: parameter -> FailureCount field
-_COUNTED_FILTERS = {"category": "category", "dag_id": "dag__dag_id", "task_id": "task_id", "host": "hostname", "fingerprint": "fingerprint"}
+_COUNTED_FILTERS = {
+    "category": "category", "dag_id": "dag__dag_id", "owner": "dag__owner", "task_id": "task_id", "host": "hostname", "fingerprint": "fingerprint",
+}  # fmt: skip
 
 
 def _hour_keys(flt: Filter, first_hour: datetime, trunc: Any) -> QuerySet:

@@ -54,6 +54,7 @@ LEGEND = [
     (TaskState.RUNNING, "running"),
     (TaskState.SUCCESS, "success"),
     (TaskState.UP_FOR_RETRY, "up for retry"),
+    (TaskState.UP_FOR_RESCHEDULE, "waiting (a wait, an event, an approval)"),
     (TaskState.FAILED, "failed"),
     (TaskState.UPSTREAM_FAILED, "upstream failed"),
     (TaskState.DEAD_LETTER, "dead letter"),
@@ -118,6 +119,9 @@ def waiting_text(waiting: Any) -> str:
     """`TaskInstance.waiting_for` as words: 'pool default', 'circuit warehouse'."""
     if not isinstance(waiting, dict) or not waiting.get("kind"):
         return ""
+    if waiting["kind"] == "wait":  # up_for_reschedule: what it waits for, and its next check
+        until = f", next check {waiting['next_check_at']}" if waiting.get("next_check_at") else ""
+        return f"{str(waiting.get('name', '')).replace('_', ' ')}{until}"
     return f"{str(waiting['kind']).replace('_', ' ')} {waiting.get('name', '')}".strip()
 
 
@@ -200,9 +204,10 @@ def _cells_by_run(run_pks: list[int], task_ids: list[str]) -> dict[int, dict[str
         return found
     shown = TaskInstance.objects.filter(dag_run_id__in=run_pks, task_id__in=task_ids)
     # A task not mapped (or not expanded yet) has one instance, map_index -1; a mapped task's
-    # instance 0 says it has more, counted next.
+    # instance 0 says it has more, counted next. (Below -1: the former instances of a task made
+    # unexpanded again, no cells of their own.)
     expanded = False
-    for ti in map(Instance._make, shown.filter(map_index__lte=0).values_list(*CELL_FIELDS).order_by()):
+    for ti in map(Instance._make, shown.filter(map_index__gte=-1, map_index__lte=0).values_list(*CELL_FIELDS).order_by()):
         if ti.map_index == 0:
             expanded = True
         else:
@@ -216,6 +221,8 @@ def _cells_by_run(run_pks: list[int], task_ids: list[str]) -> dict[int, dict[str
     for run_pk, task_id, state, n, platform in counted:
         cells = found.setdefault(run_pk, {})
         mapped = cells.get(task_id)
+        if isinstance(mapped, Instance) and state == TaskState.REMOVED:
+            continue  # expanded over an empty list: the skipped task's cell, not its removed instances
         if not isinstance(mapped, MappedCounts):
             mapped = cells[task_id] = MappedCounts(task_id)
         mapped.counts[state] = n

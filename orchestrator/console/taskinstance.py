@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, BinaryIO
 from urllib.parse import urlencode
 
-from django.db.models import Func
+from django.db.models import F, Func, QuerySet
 from django.db.models.functions import Left, Length, Right
 from django.urls import reverse
 from django.utils import timezone
@@ -23,10 +23,11 @@ from orchestrator.console import mapped, rootcause
 from orchestrator.console.attempts import AttemptView, FullOutput, Output, attempt_view, dead_lettered_at
 from orchestrator.console.choices import ActionChoice, Operator, choice
 from orchestrator.console.grid import waiting_words
+from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label, context_rows, duration, excerpt, seconds_between
 from orchestrator.documents import waiting_for
 from orchestrator.engine import taskstate
-from orchestrator.models import DagRun, TaskAttempt, TaskInstance
+from orchestrator.models import DagRun, TaskAttempt, TaskInstance, TaskStateEntry
 from orchestrator.outputstore import OutputStore, output_store
 from orchestrator.queue_listeners import listened_queues
 from orchestrator.taskconfig import args_for
@@ -75,7 +76,7 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "
         windows[f"{stream}_head"] = Left(stream, OUTPUT_WINDOW)
         windows[f"{stream}_tail"] = Right(stream, OUTPUT_WINDOW)
         windows[f"{stream}_size"] = Length(stream)
-    attempts = list(ti.attempts.defer(*STREAMS).annotate(**windows).order_by("attempt_token"))
+    attempts = list(_attempts_shown(ti).defer(*STREAMS).annotate(**windows))
     facts = rootcause.facts_of(attempts, stderr_tail=lambda a: getattr(a, "stderr_tail", "") or "")
     tipped = rootcause.tipping_tokens(facts, ti.state, dead_lettered_at(ti.dag_run, ti.task_id).get(ti.task_id, []))
     starts = [a.start_date or a.queued_at for a in attempts]
@@ -85,7 +86,9 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "
     views = []
     store = output_store()
     for attempt, fact, start, end in zip(attempts, facts, starts, ends):
-        outputs = _outputs(attempt, f"{base_url}/attempts/{attempt.attempt_token}", query, store)
+        # A parked former instance's attempt (see _attempts_shown) is found under its own index.
+        own = query if attempt.task_instance_id == ti.pk else f"?map_index={attempt.instance_map_index}"  # type: ignore[attr-defined]  # annotated
+        outputs = _outputs(attempt, f"{base_url}/attempts/{attempt.attempt_token}", own, store)
         view = attempt_view(attempt, fact, ti, tipped, output="".join(o.excerpt.head + o.excerpt.tail for o in outputs))
         secs = seconds_between(attempt.start_date, attempt.end_date or (now if attempt.state == "running" else None))
         view.duration = duration(secs) if secs is not None else ("did not start" if attempt.state == "failed" else "")
@@ -94,6 +97,17 @@ def attempt_views(ti: TaskInstance, base_url: str, now: datetime, query: str = "
         view.outputs = outputs
         views.append(view)
     return views, facts, tipped
+
+
+def _attempts_shown(ti: TaskInstance) -> QuerySet[TaskAttempt]:
+    """The task's attempts, oldest first; for a mapped task made unexpanded again (its
+    placeholder), with those of its former instances parked meanwhile (below -1)."""
+    attempts = TaskAttempt.objects.annotate(instance_map_index=F("task_instance__map_index"))
+    if ti.map_index != -1 or not TaskInstance.objects.filter(dag_run_id=ti.dag_run_id, task_id=ti.task_id, map_index__lt=-1).exists():
+        return attempts.filter(task_instance=ti).order_by("attempt_token")
+    return attempts.filter(
+        task_instance__dag_run_id=ti.dag_run_id, task_instance__task_id=ti.task_id, task_instance__map_index__lte=-1
+    ).order_by("queued_at", "id")
 
 
 def _outputs(attempt: TaskAttempt, base: str, query: str = "", store: OutputStore | None = None) -> list[Output]:
@@ -183,11 +197,25 @@ class StateRow:
     by: str  # "user try 2, platform retry 1"
 
 
-def task_state_rows(ti: TaskInstance, attempts: list[AttemptView]) -> list[StateRow]:
-    """The task state's entries, each with when and by which attempt it was last written."""
+# The task page shows a task state this many keys at a time (a store may hold
+# ORCHESTRATOR_TASK_STATE_MAX_KEYS of them).
+STATE_KEYS_PER_PAGE = 100
+
+
+def task_state_page(ti: TaskInstance, attempts: list[AttemptView], page: int = 1) -> tuple[list[StateRow], Span]:
+    """Page `page` (clamped) of the task state's entries, by key, and where it sits among them all."""
+    total = taskstate.count_of(ti.pk)
+    page = min(max(1, page), page_count(total, STATE_KEYS_PER_PAGE))
+    entries = taskstate.entries_of(ti.pk, (page - 1) * STATE_KEYS_PER_PAGE, STATE_KEYS_PER_PAGE) if total else []
+    rows = task_state_rows(entries, attempts)
+    return rows, Span.of(page, STATE_KEYS_PER_PAGE, total, len(rows))
+
+
+def task_state_rows(entries: list[TaskStateEntry], attempts: list[AttemptView]) -> list[StateRow]:
+    """Task state entries, each with when and by which attempt it was last written."""
     numbers = {a.attempt.attempt_token: a.number for a in attempts}
     rows = []
-    for entry in taskstate.entries_of(ti.pk):
+    for entry in entries:
         compact = json.dumps(entry.value, ensure_ascii=False)
         folded = len(compact) > FOLD_AT
         by = f"user try {entry.try_number}" + (f", platform retry {entry.infrastructure_try_number}" if entry.infrastructure_try_number else "")
@@ -206,7 +234,7 @@ def task_state_rows(ti: TaskInstance, attempts: list[AttemptView]) -> list[State
     return rows
 
 
-def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", notice: str = "") -> dict[str, Any]:
+def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", notice: str = "", state_page: int = 1) -> dict[str, Any]:
     now = timezone.now()
     run, dag = ti.dag_run, ti.dag_run.dag
     base_url = task_url(dag.dag_id, run.run_id, ti.task_id).rstrip("/")
@@ -216,6 +244,7 @@ def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", not
     cause = rootcause.root_cause(facts, last, max_tries=ti.max_tries, infrastructure_retry_limit=ti.infrastructure_retry_limit, tipped=tipped)
     action = rootcause.operator_action(last)
     ran = rootcause.attempts_seconds(facts, now)
+    state_rows, state_span = task_state_page(ti, attempts, state_page)
     return {
         "dag": dag,
         "run": run,
@@ -224,7 +253,8 @@ def context(ti: TaskInstance, operator: Operator, *, action_error: str = "", not
         "attempt_label": attempt_label(ti.try_number, ti.max_tries),
         "waiting": waiting_words(waiting_for(ti, listened_queues() if ti.state == TaskState.QUEUED else None), ti.state),
         "attempts": attempts,
-        "task_state": task_state_rows(ti, attempts),
+        "task_state": state_rows,
+        "task_state_span": state_span,
         # The task's own context when it is a failure (an operator's action is shown as one, below).
         "last_failure": [] if action else context_rows(last, skip=frozenset({"traceback"})),
         "root_cause": cause,
@@ -274,7 +304,7 @@ def mapped_context(
     return {
         "dag": dag,
         "run": run,
-        "ti": TaskInstance.objects.filter(dag_run=run, task_id=task_id).only("id", "task_id", "map_index", "state").order_by("map_index").first(),
+        "ti": TaskInstance.objects.filter(dag_run=run, task_id=task_id, map_index__gte=-1).only("id", "task_id", "map_index", "state").order_by("map_index").first(),
         "label": task_id,
         "mapped": overview,
         "finished": all(_settled(state) for state in counts),

@@ -36,9 +36,12 @@ class WorkerRow:
     queues: list[str]
     concurrency: int
     task_user: str | None
+    spool_error: str | None  # why its spool could not keep an outcome, the last time it could not
     state: str
     last_heartbeat: datetime | None
     running: list[Running] = field(default_factory=list)
+    # How it enforces memory limits: "cgroup" or "watched" (None: a worker that does not say).
+    memory_limits: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,20 @@ def _concurrency(redis, name: str) -> int:
         return 1
 
 
+def _spool_error(redis, name: str) -> str | None:
+    raw = redis.hget(f"rq:worker:{name}", "spool_error")
+    return raw.decode(errors="replace") if raw else None
+
+
 def _task_user(redis, name: str) -> str | None:
     """The user the worker runs its tasks as; None: its own user."""
     raw = redis.hget(f"rq:worker:{name}", "task_user")
+    return raw.decode(errors="replace") or None if raw else None
+
+
+def _memory_limits(redis, name: str) -> str | None:
+    """How the worker enforces tasks' memory limits: "cgroup" or "watched"."""
+    raw = redis.hget(f"rq:worker:{name}", "memory_limits")
     return raw.decode(errors="replace") or None if raw else None
 
 
@@ -88,6 +102,8 @@ def workers() -> list[WorkerRow]:
             queues=w.queue_names(),
             concurrency=_concurrency(redis, w.name),
             task_user=_task_user(redis, w.name),
+            spool_error=_spool_error(redis, w.name),
+            memory_limits=_memory_limits(redis, w.name),
             state=str(w.get_state()),
             last_heartbeat=_aware(w.last_heartbeat),
         )
@@ -163,6 +179,8 @@ def document(row: WorkerRow) -> dict:
         "queues": row.queues,
         "concurrency": row.concurrency,
         "task_user": row.task_user,
+        "spool_error": row.spool_error,
+        "memory_limits": row.memory_limits,
         "state": row.state,
         "last_heartbeat": row.last_heartbeat.isoformat() if row.last_heartbeat else None,
         "running": [{"dag_id": r.dag_id, "run_id": r.run_id, "task_id": r.task_id} for r in row.running],

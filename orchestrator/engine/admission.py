@@ -69,8 +69,14 @@ def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime, *, unwri
     `runs._settle_downstream_of`)."""
     if not due:
         return 0
+    from orchestrator.engine import waits  # it moves runs on: imported once runs is
+
+    # A wait_for task holds no slot and goes to no worker: its wait begins instead.
+    due, waiting = waits.split(run, due)
+    dispatched = waits.begin(waiting, now, unwritten=unwritten) if waiting else 0
+    if not due:
+        return dispatched
     gates = Gates.read(due, now)
-    dispatched = 0
     limited: list[TaskInstance] = []
     free: list[TaskInstance] = []  # nothing holds or limits them: dispatched together
     for ti in due:

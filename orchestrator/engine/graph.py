@@ -19,6 +19,8 @@ class DagGraph:
     downstream: dict[str, tuple[str, ...]]  # task_id -> the tasks that list it as an upstream
     upstream: dict[str, frozenset[str]]  # task_id -> its upstream tasks
     trigger_rule: dict[str, str]
+    # The tasks that run no process but wait (`wait_for`): their dispatch begins their wait.
+    wait_tasks: frozenset[str] = frozenset()
 
     @functools.cached_property
     def upstream_task_ids(self) -> frozenset[str]:
@@ -36,8 +38,12 @@ def graph_of(dag_pk: int, version: datetime) -> DagGraph:
     downstream: dict[str, list[str]] = {}
     upstream_of: dict[str, frozenset[str]] = {}
     rules: dict[str, str] = {}
-    for task_id, upstream, rule in Task.objects.filter(dag_id=dag_pk).values_list("task_id", "upstream", "trigger_rule"):
+    waits: set[str] = set()
+    rows = Task.objects.filter(dag_id=dag_pk).values_list("task_id", "upstream", "trigger_rule", "wait_for")
+    for task_id, upstream, rule, wait_for in rows:
         upstream_of[task_id], rules[task_id] = frozenset(upstream or []), rule
+        if wait_for:
+            waits.add(task_id)
         for name in upstream or []:
             downstream.setdefault(name, []).append(task_id)
-    return DagGraph({name: tuple(tasks) for name, tasks in downstream.items()}, upstream_of, rules)
+    return DagGraph({name: tuple(tasks) for name, tasks in downstream.items()}, upstream_of, rules, frozenset(waits))

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from django.db import connection, transaction
 
+from alerts import events as alert_events
 from deadlines import lifecycle
 from orchestrator import listeners, metrics, sql
 from orchestrator.clock import Now, shared_now
@@ -39,6 +40,7 @@ from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
 from orchestrator.params import task_params
 from orchestrator.taskconfig import args_for, merge_args, platform_settings, retry_args
 from retries.context import ExecutionContext
+from retries.memory import MemoryArgs, after_failure
 from retries.policy import Budget, Decision, decide
 from retries.states import (
     CLAIM_FROM,
@@ -158,6 +160,9 @@ class Claimed:
     has_start_deadlines: bool = True  # task_started_at deadlines to create with the handshake
     # The run's declared params (context["params"]): its conf's values, defaults filled.
     params: dict[str, Any] = field(default_factory=dict)
+    # MiB: the attempt's memory limit (the task's own, or what memory_limit_exceeded stepped it
+    # up to); None: no limit.
+    memory_limit_mib: int | None = None
 
     @property
     def results(self) -> dict[str, Any]:
@@ -171,7 +176,7 @@ SELECT ti.task_id, ti.attempt_token, ti.try_number, ti.infrastructure_try_number
        t.python_callable, t.bash_command, t.op_kwargs, t.args,
        ti.map_index, ti.map_item, ti.dag_run_id, t.upstream, t.expand, ti.queue, ti.circuit,
        ti.task_state_epoch, EXISTS (SELECT 1 FROM orchestrator_taskstateentry e WHERE e.task_instance_id = ti.id),
-       {start_deadlines}, d.params
+       {start_deadlines}, d.params, ti.memory_limit_mib
 FROM orchestrator_taskinstance ti
 JOIN orchestrator_dagrun r ON r.id = ti.dag_run_id
 JOIN orchestrator_dag d ON d.id = r.dag_id
@@ -186,7 +191,7 @@ def _claim_fields() -> list:
             run("run_id"), run("logical_date"), run("conf"), dag("dag_id"), dag("default_args"),
             task("python_callable"), task("bash_command"), task("op_kwargs"), task("args"),
             ti("map_index"), ti("map_item"), None, task("upstream"), task("expand"), ti("queue"), ti("circuit"),
-            ti("task_state_epoch"), None, None, dag("params")]
+            ti("task_state_epoch"), None, None, dag("params"), ti("memory_limit_mib")]
 
 
 def claim(task_instance_id: int, token: int, worker: WorkerInfo) -> Claimed | None:
@@ -214,9 +219,10 @@ def claim_within(
     (task_id, attempt_token, try_number, infrastructure_try_number, definition_id, run_id, logical_date, conf,
      dag_id, default_args, python_callable, bash_command, op_kwargs, task_args,
      map_index, map_item, dag_run_id, upstream_ids, expand, queue, circuit,
-     task_state_epoch, has_task_state, has_start_deadlines, declared_params) = row
+     task_state_epoch, has_task_state, has_start_deadlines, declared_params, memory_limit_mib) = row
     results = upstream.results_json(dag_run_id, upstream_ids, known_results) if upstream_ids else "{}"
     mapped = {name: map_item for name in expand} if expand and map_index >= 0 else {}
+    args = merge_args(default_args, task_args)
     return Claimed(
         pk=task_instance_id,
         task_id=task_id,
@@ -227,7 +233,7 @@ def claim_within(
         run_id=run_id,
         logical_date=logical_date,
         conf=conf or {},
-        args=merge_args(default_args, task_args),
+        args=args,
         has_definition=definition_id is not None,
         python_callable=python_callable,
         bash_command=bash_command,
@@ -241,6 +247,7 @@ def claim_within(
         has_task_state=bool(has_task_state),
         has_start_deadlines=bool(has_start_deadlines),
         params=task_params(declared_params, conf),
+        memory_limit_mib=memory_limit_mib if memory_limit_mib is not None else MemoryArgs.of(args).memory_limit,
     )
 
 
@@ -354,7 +361,11 @@ def report_success(
     stderr: str = "",
     output_truncated: bool = False,
     now: datetime | None = None,
+    memory_limit_mib: int | None = None,
+    peak_memory_mib: int | None = None,
+    expected: frozenset[TaskState] = REPORT_SUCCESS_FROM,
 ) -> bool:
+    """A worker's success, or (from `up_for_reschedule`) a wait met: `engine/waits.py`."""
     now = now or shared_now()
     ended = _Ended.read(task_instance_id)
     # Most successes (a wide fan-out's tasks) change nothing else: then the report is the move alone.
@@ -369,7 +380,7 @@ def report_success(
             moved = _move_attempt(
                 task_instance_id,
                 token,
-                REPORT_SUCCESS_FROM,
+                expected,
                 # The result is written by the same fenced move as the success: a late report of a
                 # superseded attempt loses the fence and never overwrites a newer attempt's result.
                 {"state": TaskState.SUCCESS, "end_date": now, "next_retry_at": None, "heartbeat_at": None, "result": result},
@@ -380,6 +391,7 @@ def report_success(
                     "stdout": stdout,
                     "stderr": stderr,
                     "output_truncated": output_truncated,
+                    **_memory_of_attempt(memory_limit_mib, peak_memory_mib),
                 },
             )
             if not moved:
@@ -533,14 +545,19 @@ def report_failure(
     output_truncated: bool = False,
     expected: frozenset[TaskState] = REPORT_FAILURE_FROM,
     now: datetime | None = None,
+    memory_limit_mib: int | None = None,
+    peak_memory_mib: int | None = None,
 ) -> Decision | None:
-    """Charge a failed attempt to the right budget and move the task on; None if the report is stale."""
+    """Charge a failed attempt to the right budget and move the task on; None if the report is
+    stale. A memory_limit_exceeded steps up the limit (and may change the queue) of the task's
+    later attempts."""
     now = now or shared_now()
     ti = load(task_instance_id)
     if ti is None or ti.attempt_token != token or ti.state not in expected:
         return None
     decision = decide_for(ti, context, fingerprint=fingerprint, retry_after=retry_after, now=now)
     previous_state = ti.state
+    later = _later_attempts(ti, context)
 
     def record(advance: bool) -> TaskInstance | None:
         with transaction.atomic():
@@ -559,6 +576,7 @@ def report_failure(
                     last_failure_context={**decision.task_context.to_dict(), "at": now.isoformat()},
                     end_date=now,
                     heartbeat_at=None,
+                    **later,
                 ),
                 dict(
                     state=TaskAttempt.State.FAILED,
@@ -569,6 +587,7 @@ def report_failure(
                     stdout=stdout,
                     stderr=stderr,
                     output_truncated=output_truncated,
+                    **_memory_of_attempt(memory_limit_mib, peak_memory_mib),
                 ),
             )
             if not moved:
@@ -589,6 +608,24 @@ def report_failure(
     ti = recorded
     _after_failure(ti, previous_state, decision, error)
     return decision
+
+
+def _memory_of_attempt(limit: int | None, peak: int | None) -> dict[str, int]:
+    """The attempt row's memory columns, as far as the report knows them (a report made by the
+    scheduler, of a lost worker, knows neither)."""
+    known = {"memory_limit_mib": limit, "peak_memory_mib": peak}
+    return {name: value for name, value in known.items() if value is not None}
+
+
+def _later_attempts(ti: TaskInstance, context: ExecutionContext) -> dict[str, Any]:
+    """What a failure changes for the task's later attempts (retries/memory.py): after a
+    memory_limit_exceeded, their limit, and their queue when it has a queue_on_oom."""
+    if context.reason is not Reason.MEMORY_LIMIT_EXCEEDED:
+        return {}
+    memory = MemoryArgs.of(args_for(ti))
+    current = ti.memory_limit_mib if ti.memory_limit_mib is not None else memory.memory_limit
+    after = after_failure(context.reason, current, ti.queue, memory)
+    return {"memory_limit_mib": after.memory_limit_mib, "queue": after.queue}
 
 
 def budget_of(ti: TaskInstance) -> Budget:
@@ -661,4 +698,13 @@ def _after_failure(
     )
     if decision.next_state is TaskState.DEAD_LETTER:
         notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
+    # Matched against the alert rules once recorded; sending is the alert sender's, not ours.
+    alert_events.task_failed(
+        ti,
+        attempt_context,
+        fingerprint=decision.attempt_fingerprint,
+        error=error,
+        dead_lettered=decision.task_context if decision.next_state is TaskState.DEAD_LETTER else None,
+        at=ti.end_date,
+    )
     attempt_ended(ti.circuit)  # its circuit may open on this attempt

@@ -9,9 +9,11 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from deadlines import lifecycle
 from orchestrator import sql
@@ -21,7 +23,7 @@ from orchestrator.engine.admission import dispatch_ready, is_limited
 from orchestrator.engine.graph import DagGraph, dag_graph
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.mapping import expand_ready, is_unexpanded
-from orchestrator.engine.rules import Readiness, readiness, run_outcome
+from orchestrator.engine.rules import Readiness, readiness, run_outcome, taking_part
 from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.listeners import notify
@@ -54,14 +56,15 @@ def create_run(
     now: datetime | None = None,
     triggered_by: str = "",
     backfill: Backfill | None = None,
+    run_id: str | None = None,
 ) -> DagRun:
     """Insert the run and one task instance per task, in one transaction: a run is never seen
-    with only some of its task instances."""
+    with only some of its task instances. Its id is `run_id`, or made of its type and logical date."""
     now = now or shared_now()
     with transaction.atomic():
         run = DagRun.objects.create(
             dag=dag,
-            run_id=run_id_for(run_type, logical_date),
+            run_id=run_id or run_id_for(run_type, logical_date),
             run_type=run_type,
             state=RunState.QUEUED,
             conf=conf or {},
@@ -143,24 +146,79 @@ def _array_type(field: Any) -> str:
 
 
 def create_manual_run(
-    dag: Dag, *, conf: dict[str, Any] | None = None, triggered_by: str = "", now: datetime | None = None
+    dag: Dag,
+    *,
+    conf: dict[str, Any] | None = None,
+    triggered_by: str = "",
+    now: datetime | None = None,
+    logical_date: datetime | str | None = None,
 ) -> DagRun:
-    """A manual run: its logical date is its trigger time; its conf is `conf` with the DAG's
-    params filled from their defaults.
+    """A manual run: its logical date is `logical_date` (`parse_logical_date`), or else its
+    trigger time; its conf is `conf` with the DAG's params filled from their defaults. Its
+    run_id is unique however many manual runs share its logical date (`_free_run_id`).
 
     Bad conf (not a JSON object): BadRequest; a conf the DAG's params refuse: ParamError (a
-    BadRequest naming the key); a paused DAG: Conflict. Nothing is created for any of them.
+    BadRequest naming the key); a logical date that is not ISO 8601: LogicalDateError; a paused
+    DAG: Conflict. Nothing is created for any of them.
     """
+    given_date = parse_logical_date(logical_date, dag.timezone) if logical_date is not None else None
     if conf is not None and not isinstance(conf, dict):
         raise BadRequest(f"conf must be a JSON object, got {type(conf).__name__}: {conf!r}")
     if dag.paused:
         raise Conflict(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
     conf = resolve_conf(dag.params, dag.strict_params, conf)
     now = now or shared_now()
-    run = create_run(dag, run_type=DagRun.RunType.MANUAL, logical_date=now, conf=conf, now=now, triggered_by=triggered_by)
+    when = given_date or now
+    for tries_left in reversed(range(5)):
+        run_id = _free_run_id(dag, run_id_for(DagRun.RunType.MANUAL, when))
+        try:
+            run = create_run(
+                dag, run_type=DagRun.RunType.MANUAL, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, run_id=run_id
+            )
+            break
+        except IntegrityError:  # another trigger took that id meanwhile: take the next one
+            if not tries_left or not DagRun.objects.filter(dag=dag, run_id=run_id).exists():
+                raise
     # Start it at once instead of waiting for the next scheduler pass.
     transaction.on_commit(lambda: advance_run_now(run.pk))
     return run
+
+
+class LogicalDateError(BadRequest):
+    """A manual run's logical date that is not ISO 8601 (or not a date a run can have)."""
+
+    field = "logical_date"
+
+
+def parse_logical_date(value: datetime | str, tz_name: str) -> datetime:
+    """A manual run's logical date from an ISO 8601 date or date-time (a datetime as it is); a
+    naive one is in the DAG's timezone. In UTC, as every stored time (and so in its run_id)."""
+    when = value
+    if not isinstance(value, datetime):
+        if not isinstance(value, str):
+            raise LogicalDateError(f"logical_date must be an ISO 8601 date or date-time, not {type(value).__name__}: {value!r:.80}")
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise LogicalDateError(
+                f"logical_date is not an ISO 8601 date or date-time: {value!r:.80} (e.g. 2026-01-31T02:00:00, in the DAG's timezone, or with an offset)"
+            ) from None
+    assert isinstance(when, datetime)
+    try:
+        return (when if when.tzinfo is not None else when.replace(tzinfo=ZoneInfo(tz_name))).astimezone(dt_timezone.utc)
+    except (OverflowError, ValueError):
+        raise LogicalDateError(f"logical_date is out of range: {value!r:.80}") from None
+
+
+def _free_run_id(dag: Dag, base: str) -> str:
+    """`base` when no run of the DAG has it, else `base__N` with the first N from 2 that is free:
+    two manual runs may share a logical date, never an id."""
+    taken = set(DagRun.objects.filter(dag=dag, run_id__startswith=base).values_list("run_id", flat=True))
+    number = 2
+    candidate = base
+    while candidate in taken:
+        candidate, number = f"{base}__{number}", number + 1
+    return candidate
 
 
 # --- moving a run on ---------------------------------------------------------------------------
@@ -431,7 +489,7 @@ def _states_by_task(instances: list[TaskInstance]) -> dict[str, list[str]]:
     states: dict[str, list[str]] = {}
     for ti in instances:
         states.setdefault(ti.task_id, []).append(ti.state)
-    return states
+    return {task_id: taking_part(task_states) for task_id, task_states in states.items()}
 
 
 def _expand_decided(
@@ -669,7 +727,7 @@ def _states_of(run: DagRun, task_ids: list[str]) -> dict[str, list[str]]:
             [None, None],
         ):
             states.setdefault(task_id, []).append(state)
-    return states
+    return {task_id: taking_part(task_states) for task_id, task_states in states.items()}
 
 
 def downstream_may_settle(dag_run_id: int, graph: DagGraph, succeeded: str) -> bool:

@@ -27,7 +27,7 @@ from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 
 from orchestrator.clock import db_now, shared_now
-from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules
+from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules, waits
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness
 from orchestrator.engine.runs import FEW_UPSTREAMS, UNFINISHED, UNFINISHED_PROBE, advance_run, create_run
@@ -61,7 +61,15 @@ def schedule_once(now: datetime | None = None) -> PassReport:
     """One scheduler pass. Each step handles its own items and never stops the others."""
     now = now or shared_now()
     report = PassReport()
-    for step in (_create_due_runs, _start_backfill_runs, _evaluate_circuits, _advance_unfinished_runs, _find_lost_tasks, _clean_history):
+    for step in (
+        _create_due_runs,
+        _start_backfill_runs,
+        _evaluate_circuits,
+        _advance_unfinished_runs,
+        _check_waits,
+        _find_lost_tasks,
+        _clean_history,
+    ):
         try:
             step(now, report)
         except (OperationalError, InterfaceError):
@@ -153,6 +161,12 @@ def _advance_unfinished_runs(now: datetime, report: PassReport) -> None:
             continue
         report.tasks_dispatched += dispatched
         report.runs_finished += int(finished)
+
+
+def _check_waits(now: datetime, report: PassReport) -> None:
+    # Due waits in a batch; an HTTP check runs on a thread of its own and is collected later.
+    checked = waits.check_due(now)
+    report.tasks_dispatched += checked.released
 
 
 def _being_dispatched(run_ids: list[int]) -> set[int]:
@@ -349,6 +363,14 @@ def _silent(candidates: list[TaskInstance]) -> list[TaskInstance]:
     return [ti for ti in candidates if (ti.pk, ti.attempt_token) not in alive]
 
 
+def _lost_outcomes(stale: list[TaskInstance]) -> dict[tuple[int, int], str]:
+    """Why their workers lost these attempts' outcomes, where a worker said so."""
+    try:
+        return leases.lost_notes(get_redis(), [(ti.pk, ti.attempt_token) for ti in stale])
+    except redis.RedisError:
+        return {}
+
+
 def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     db_time = db_now()
     try:
@@ -366,8 +388,11 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
     except redis.RedisError:
         log.warning("cannot read attempt leases from Redis; presuming no task lost this pass")
         return
-    # Running with a stale heartbeat: the worker or its machine died.
+    # Running with a stale heartbeat: the worker or its machine died, or (noted in Redis) its
+    # worker could neither deliver nor spool the outcome and let the lease go.
+    lost_outcomes = _lost_outcomes(stale_running)
     for ti in stale_running:
+        why = lost_outcomes.get((ti.pk, ti.attempt_token))
         context = ExecutionContext.of(
             Reason.WORKER_LOST,
             Source.SCHEDULER,
@@ -375,6 +400,7 @@ def _find_lost_tasks(now: datetime, report: PassReport) -> None:
             hostname=ti.hostname,
             pid=ti.pid,
             last_heartbeat=ti.heartbeat_at.isoformat() if ti.heartbeat_at else None,
+            **({"outcome_lost": why} if why else {}),
         )
         if report_failure(ti.pk, ti.attempt_token, context, expected=frozenset({TaskState.RUNNING}), now=now):
             report.lost.append(f"{ti.pk}:worker_lost")

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from orchestrator import metrics
 from orchestrator.clock import shared_now
 from orchestrator.models import TaskAttempt, TaskInstance, TaskStateEntry
+from orchestrator.taskstate import too_many_keys
 from retries.states import TaskState
 
 log = logging.getLogger(__name__)
@@ -56,16 +58,21 @@ def start_claimed(task_instance_id: int, dag_id: str, run_id: str, task_id: str,
     return Start(entries={}, idempotency_key=idempotency_key(task_instance_id, dag_id, run_id, task_id, epoch))
 
 
-def apply(task_instance_id: int, token: int, changes: Iterable[dict[str, Any]], *, now: datetime | None = None) -> bool:
+def apply(
+    task_instance_id: int, token: int, changes: Iterable[dict[str, Any]], *, now: datetime | None = None, max_keys: int | None = None
+) -> bool:
     """Store changes (in order) made by the attempt `token`; False, changing nothing, when that
     attempt is no longer the current running one.
 
     Each change is {"op": "set" | "delete" | "resume", "key", "value"}, already validated.
     Applying the same list twice leaves the same store, so a delivery retried after a lost
-    answer is harmless.
+    answer is harmless. A set of a new key when the store holds `max_keys` keys
+    (ORCHESTRATOR_TASK_STATE_MAX_KEYS) raises ValueError naming the limit, and none of the
+    changes is stored (the worker answers the task `invalid`).
     """
     changes = list(changes)
     now = now or shared_now()
+    max_keys = int(settings.ORCHESTRATOR_TASK_STATE_MAX_KEYS) if max_keys is None else max_keys
     decisions = []
     with transaction.atomic():
         # The row lock orders this against a dispatch that would supersede the attempt.
@@ -81,17 +88,19 @@ def apply(task_instance_id: int, token: int, changes: Iterable[dict[str, Any]], 
         for change in changes:
             op, key = change["op"], change.get("key", "")
             if op == "set":
-                TaskStateEntry.objects.update_or_create(
-                    task_instance_id=task_instance_id,
-                    key=key,
-                    defaults={
-                        "value": change.get("value"),
-                        "written_at": now,
-                        "attempt_token": token,
-                        "try_number": try_number,
-                        "infrastructure_try_number": infrastructure_try_number,
-                    },
-                )
+                written = {
+                    "value": change.get("value"),
+                    "written_at": now,
+                    "attempt_token": token,
+                    "try_number": try_number,
+                    "infrastructure_try_number": infrastructure_try_number,
+                }
+                if not TaskStateEntry.objects.filter(task_instance_id=task_instance_id, key=key).update(**written):
+                    # A new key: counted only then (the task instance's row lock orders writers).
+                    held = TaskStateEntry.objects.filter(task_instance_id=task_instance_id).count()
+                    if held >= max_keys:
+                        raise too_many_keys(key, held, max_keys)  # rolls back the changes before it
+                    TaskStateEntry.objects.create(task_instance_id=task_instance_id, key=key, **written)
             elif op == "delete":
                 TaskStateEntry.objects.filter(task_instance_id=task_instance_id, key=key).delete()
             elif op == "resume":
@@ -124,6 +133,13 @@ def of_instances(task_instance_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     return stores
 
 
-def entries_of(task_instance_id: int) -> list[TaskStateEntry]:
-    """One task instance's entries with who wrote them, for the task page."""
-    return list(TaskStateEntry.objects.filter(task_instance_id=task_instance_id).order_by("key"))
+def entries_of(task_instance_id: int, offset: int = 0, limit: int | None = None) -> list[TaskStateEntry]:
+    """One task instance's entries with who wrote them, by key, `limit` from `offset` (the task
+    page's page of them)."""
+    rows = TaskStateEntry.objects.filter(task_instance_id=task_instance_id).order_by("key")
+    return list(rows[offset : None if limit is None else offset + limit])
+
+
+def count_of(task_instance_id: int) -> int:
+    """How many keys one task instance's store holds."""
+    return TaskStateEntry.objects.filter(task_instance_id=task_instance_id).count()

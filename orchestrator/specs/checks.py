@@ -20,6 +20,7 @@ from croniter import croniter
 from orchestrator.engine.schedules import PRESETS
 from orchestrator.importing import import_object
 from orchestrator.specs.errors import Problem
+from retries import memory
 
 IDENTIFIER = re.compile(r"^[A-Za-z0-9_.\-]{1,250}$")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
@@ -185,15 +186,40 @@ def check_arg(key: str, value: object) -> str | None:
     elif key == "queue":
         if not isinstance(value, str) or not QUEUE_NAME.match(value):
             return f"must be a queue name of 1-100 letters, digits, '_', '.', ':' or '-'; not {show(value)}"
+    elif key == "queue_on_oom":
+        if value is not None and (not isinstance(value, str) or not QUEUE_NAME.match(value)):
+            return f"must be a queue name of 1-100 letters, digits, '_', '.', ':' or '-', or null; not {show(value)}"
+    elif key == "poke_interval":  # a wait_for task's checks: at most one a second
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+            return f"must be a number of seconds >= 1, not {show(value)}"
+    elif key == "wait_timeout":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            return f"must be a number of seconds > 0, not {show(value)}"
+    elif key == "memory_limit":
+        return memory.limit_problem(value)
+    elif key == "memory_limit_on_retry":
+        return memory.steps_problem(value)
     return None
 
 
-def check_args(raw: Mapping, keys: tuple[str, ...], prefix: str, problems: Problems) -> dict[str, Any]:
-    """The default_args keys present in `raw`, each checked."""
+def check_memory_together(args: Mapping) -> str | None:
+    """memory_limit_on_retry against the memory_limit it steps up from (`args`: a task's
+    default_args and own keys merged), or None; a value wrong on its own is reported alone."""
+    limit, steps = args.get("memory_limit"), args.get("memory_limit_on_retry")
+    if memory.limit_problem(limit) or memory.steps_problem(steps):
+        return None
+    return memory.together_problem(limit, steps)
+
+
+def check_args(raw: Mapping, keys: tuple[str, ...], prefix: str, problems: Problems, *, task_id: object = None) -> dict[str, Any]:
+    """The default_args keys present in `raw`, each checked (a memory key's problem names the
+    task, `task_id`, when it is one's own)."""
     args: dict[str, Any] = {}
     for key in keys:
         if key in raw:
             problem = check_arg(key, raw[key])
+            if problem and key in memory.MEMORY_KEYS and isinstance(task_id, str):
+                problem = f"task {task_id!r}: {problem}"
             if problem:
                 problems.add(join(prefix, key), problem)
             args[key] = raw[key]

@@ -55,6 +55,8 @@ def dag_spec(dag: Dag) -> dict[str, Any]:
     spec["catchup"] = dag.catchup
     spec["paused"] = dag.paused
     spec["max_active_runs"] = dag.max_active_runs
+    if dag.owner:
+        spec["owner"] = dag.owner
     if dag.max_active_tasks is not None:
         spec["max_active_tasks"] = dag.max_active_tasks
     if dag.params:
@@ -79,6 +81,8 @@ def task_spec(task: Task, dag_default_args: dict[str, Any] | None = None) -> dic
         spec["python_callable"] = task.python_callable
     if task.bash_command:
         spec["bash_command"] = task.bash_command
+    if task.wait_for:
+        spec["wait_for"] = _sorted(task.wait_for)
     if task.op_kwargs:
         spec["op_kwargs"] = _sorted(task.op_kwargs)
     if task.upstream:

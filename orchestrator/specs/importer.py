@@ -32,11 +32,14 @@ from orchestrator.specs.errors import SpecError, dag_label, located
 from orchestrator.specs.files import FileError, read_spec_file, spec_paths
 from orchestrator.specs.pools import known_pools, spec_pool_problems
 from orchestrator.specs.schema import DagSpec, validate_dag
+from orchestrator.specs.wait_schema import dag_run_warnings
 from orchestrator.sql import concrete_fields
 
 # A change to any of these moves the DAG's next scheduled run: the scheduler recomputes it.
 SCHEDULE_FIELDS = frozenset({"schedule", "start_date", "timezone"})
-JSON_FIELDS = frozenset({"params", "default_args", "op_kwargs", "upstream", "expand", "args", "callback_kwargs", "days", "skip_dates"})
+JSON_FIELDS = frozenset(
+    {"params", "default_args", "op_kwargs", "upstream", "expand", "wait_for", "args", "callback_kwargs", "days", "skip_dates"}
+)
 DEADLINE_FIELDS = (
     "reference",
     "interval",
@@ -88,6 +91,7 @@ def _load_specs(paths: Iterable[str | Path], warnings: list[str] | None) -> list
     messages: list[str] = []
     specs: list[DagSpec] = []
     seen: dict[str, str] = {}
+    waiting_on: list[tuple[str, str, DagSpec]] = []  # specs whose dag_run waits name a DAG (warnings)
     pools = known_pools()
     for path in paths:
         try:
@@ -116,8 +120,13 @@ def _load_specs(paths: Iterable[str | Path], warnings: list[str] | None) -> list
                     specs.append(spec)
                     if warnings is not None:
                         warnings += ["warning: " + located(raw.source, label, warning_text(v)) for v in spec_verdicts(spec) if not v.fits]
+                        waiting_on.append((raw.source, label, spec))
     if messages:
         raise SpecError(messages)
+    if waiting_on and warnings is not None:
+        known = set(seen) | set(Dag.objects.values_list("dag_id", flat=True))
+        for source, label, spec in waiting_on:
+            warnings += ["warning: " + located(source, label, text) for text in dag_run_warnings(spec, known)]
     return specs
 
 
@@ -156,7 +165,7 @@ def forget_spec_hash(dag_pk: int) -> None:
 
 
 # Task columns an import writes, in the order of the prepared rows.
-TASK_COLUMNS = ("python_callable", "bash_command", "op_kwargs", "upstream", "trigger_rule", "expand", "args", "position")
+TASK_COLUMNS = ("python_callable", "bash_command", "op_kwargs", "upstream", "trigger_rule", "expand", "wait_for", "args", "position")
 
 
 @dataclass
@@ -246,6 +255,7 @@ def write_dag(spec: DagSpec, plan: DagPlan | None = None) -> str:
         "start_date": spec["start_date"],
         "catchup": spec["catchup"],
         "max_active_runs": spec["max_active_runs"],
+        "owner": spec["owner"],
         "max_active_tasks": spec["max_active_tasks"],
         "params": spec["params"],
         "strict_params": spec["strict_params"],

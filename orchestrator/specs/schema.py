@@ -8,7 +8,7 @@ written.
 The normalised form (`DagSpec`, a plain dict):
 
     dag_id, description, schedule (str | None), timezone, start_date (aware | None),
-    catchup, paused (bool | None: None = not given, keep what is stored), max_active_runs,
+    catchup, paused (bool | None: None = not given, keep what is stored), max_active_runs, owner ("" for none),
     max_active_tasks (int | None), params ({NAME: JSON Schema}), strict_params (bool),
     default_args (only the keys given: DEFAULT_ARG_KEYS), deadlines: [DeadlineSpec],
     tasks: [{task_id, python_callable, bash_command, op_kwargs, upstream, trigger_rule (its own, else
@@ -23,6 +23,7 @@ it (`orchestrator.specs.pools`), not this module.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -35,6 +36,7 @@ from orchestrator.specs.checks import (
     check_args,
     check_callable,
     check_mapping,
+    check_memory_together,
     check_schedule,
     check_timezone,
     is_int,
@@ -47,12 +49,15 @@ from orchestrator.specs.deadline_schema import DeadlineSpec, validate_deadlines
 from orchestrator.specs.errors import Problem
 from orchestrator.specs.mapping_schema import check_expand, check_templates
 from orchestrator.specs.params_schema import check_params
+from orchestrator.specs.wait_schema import check_wait_for
 from orchestrator.taskconfig import (
     ARG_KEYS,  # also the order the exporter writes them in
 )
 from retries.states import TriggerRule
 
 DagSpec = dict[str, Any]
+# A DAG's owner: the team's name the alert rules route on.
+OWNER = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 
 DAG_KEYS = (
     "dag_id",
@@ -63,6 +68,7 @@ DAG_KEYS = (
     "catchup",
     "paused",
     "max_active_runs",
+    "owner",
     "max_active_tasks",
     "params",
     "strict_params",
@@ -74,6 +80,7 @@ TASK_KEYS = (
     "task_id",
     "python_callable",
     "bash_command",
+    "wait_for",
     "op_kwargs",
     "upstream",
     "trigger_rule",
@@ -85,7 +92,7 @@ TASK_KEYS = (
 
 # A task's identity and shape: only the task itself can say these. Every other task key may
 # also be given in default_args, with the same checks.
-TASK_ONLY_KEYS = ("task_id", "python_callable", "bash_command", "op_kwargs", "upstream", "expand", "deadlines")
+TASK_ONLY_KEYS = ("task_id", "python_callable", "bash_command", "wait_for", "op_kwargs", "upstream", "expand", "deadlines")
 DEFAULT_ARG_KEYS = tuple(key for key in TASK_KEYS if key not in TASK_ONLY_KEYS)
 
 DAG_DEFAULTS: dict[str, Any] = {
@@ -114,10 +121,11 @@ def _validate_task(
 
     python_callable = raw.get("python_callable") or ""
     bash_command = raw.get("bash_command") or ""
-    if python_callable and bash_command:
-        problems.add(prefix, "set exactly one of python_callable or bash_command, not both")
-    elif not python_callable and not bash_command:
-        problems.add(prefix, "set one of python_callable or bash_command")
+    wait_for = check_wait_for(raw.get("wait_for"), prefix, tz, problems)
+    if sum(1 for given in (python_callable, bash_command, raw.get("wait_for") is not None) if given) > 1:
+        problems.add(prefix, "set exactly one of python_callable or bash_command (or wait_for), not more")
+    elif not python_callable and not bash_command and raw.get("wait_for") is None:
+        problems.add(prefix, "set one of python_callable or bash_command (or wait_for)")
     elif python_callable:
         problem = check_callable(python_callable)
         if problem:
@@ -144,11 +152,12 @@ def _validate_task(
         "task_id": task_id,
         "python_callable": python_callable if isinstance(python_callable, str) else "",
         "bash_command": bash_command if isinstance(bash_command, str) else "",
+        "wait_for": wait_for,
         "op_kwargs": op_kwargs,
         "upstream": list(upstream),
         "trigger_rule": trigger_rule,
         "expand": check_expand(raw.get("expand"), upstream, op_kwargs, prefix, problems),
-        "args": {**check_args(raw, ARG_KEYS, prefix, problems), **_check_limits(raw, prefix, problems)},
+        "args": {**check_args(raw, ARG_KEYS, prefix, problems, task_id=task_id), **_check_limits(raw, prefix, problems)},
         "deadlines": validate_deadlines(
             raw.get("deadlines"), join(prefix, "deadlines"), task_level=True, tz=tz, problems=problems
         ),
@@ -183,6 +192,28 @@ def _check_limits(raw: Mapping, prefix: str, problems: Problems) -> dict[str, An
             if value is not None and (not is_int(value) or value < 1):
                 problems.add(join(prefix, key), f"must be a whole number >= 1, or null for no limit; not {show(value)}")
     return limits
+
+
+def _check_memory(default_args: dict[str, Any], tasks: list[dict[str, Any]], problems: Problems) -> None:
+    """Each task's memory_limit_on_retry against its memory_limit, either of them its own or
+    the DAG's default_args': named where the list is set, once."""
+    if "memory_limit_on_retry" in default_args and not tasks:
+        problem = check_memory_together(default_args)
+        if problem:
+            problems.add("default_args.memory_limit_on_retry", problem)
+    seen: set[str] = set()
+    for i, task in enumerate(tasks):
+        args = {**default_args, **task.get("args", {})}
+        problem = check_memory_together(args)
+        if not problem:
+            continue
+        own = "memory_limit_on_retry" in task.get("args", {})
+        path = f"tasks[{i}].memory_limit_on_retry" if own else "default_args.memory_limit_on_retry"
+        if isinstance(task.get("task_id"), str):
+            problem = f"task {task['task_id']!r}: {problem}"
+        if path not in seen:
+            seen.add(path)
+            problems.add(path, problem)
 
 
 def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
@@ -315,6 +346,11 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
     if not is_int(max_active_runs) or max_active_runs < 1:
         problems.add("max_active_runs", f"must be a whole number >= 1, not {show(max_active_runs)}")
 
+    owner = raw.get("owner")
+    owner = "" if owner is None else owner
+    if not isinstance(owner, str) or (owner and not OWNER.match(owner)):
+        problems.add("owner", f"must be 1-100 letters, digits, '_', '.' or '-', or null; not {show(owner)}")
+
     max_active_tasks = raw.get("max_active_tasks", DAG_DEFAULTS["max_active_tasks"])
     if max_active_tasks is not None and (not is_int(max_active_tasks) or max_active_tasks < 1):
         problems.add("max_active_tasks", f"must be a whole number >= 1, or null for no limit; not {show(max_active_tasks)}")
@@ -347,6 +383,7 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
         default_rule = default_args.get("trigger_rule", TriggerRule.ALL_SUCCESS.value)
         tasks = [_validate_task(item, f"tasks[{i}]", tz, problems, default_rule) for i, item in enumerate(raw_tasks)]
         _check_graph(tasks, problems)
+        _check_memory(default_args, tasks, problems)
 
     spec: DagSpec = {
         "dag_id": dag_id,
@@ -357,6 +394,7 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
         "catchup": catchup,
         "paused": paused,
         "max_active_runs": max_active_runs,
+        "owner": owner,
         "max_active_tasks": max_active_tasks,
         "params": params,
         "strict_params": strict_params,

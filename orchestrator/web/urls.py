@@ -2,7 +2,7 @@
 from django.urls import path
 
 from orchestrator.actions import TASK_ACTIONS
-from orchestrator.web import backfills, views
+from orchestrator.web import alerts, approvals, backfills, views
 
 app_name = "web"
 
@@ -29,6 +29,12 @@ urlpatterns = [
         for action in TASK_ACTIONS
     ],
     path("failures/", views.failures, name="failures"),
+    path("alerts/", alerts.alerts, name="alerts"),
+    path("approvals/", approvals.approvals, name="approvals"),
+    *[
+        path(f"{RUN}/tasks/<str:task_id>/{action}", approvals.decide, {"action": action}, name=f"task_{action}")
+        for action in ("approve", "reject")
+    ],
     path("fingerprints/<str:fingerprint>/", views.fingerprint, name="fingerprint"),
     path("dead-letters/", views.dead_letters, name="dead_letters"),
     path("dead-letters/act", views.dead_letter_action, name="dead_letter_action"),

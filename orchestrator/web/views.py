@@ -13,6 +13,7 @@ from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from alerts import documents as alert_documents
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
 from orchestrator.console import audit as audit_entries
@@ -25,11 +26,13 @@ from orchestrator.console.choices import Operator, action_done
 from orchestrator.console.text import pretty_json
 from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
 from orchestrator.models import Dag, DagRun
+from orchestrator.web import approvals
 from orchestrator.web import backfills as backfill_pages
 from orchestrator.web.pages import STOP_POLLING, is_htmx, lookup, polled, require
 from retries.states import Category, Reason
 
 RECENT_RUNS = 25
+TASK_INCIDENTS = 20  # the alert incidents a task page lists, latest first
 AUDIT_ROWS = 200
 
 
@@ -50,11 +53,13 @@ def operator(request: HttpRequest) -> Operator:
 @login_required
 @require_GET
 def dag_list(request: HttpRequest) -> HttpResponse:
-    return TemplateResponse(request, "web/dag_list.html", {"rows": dags.dag_rows()})
+    """Every DAG, or `?owner=TEAM`'s, with their last runs."""
+    owner = request.GET.get("owner", "").strip()
+    return TemplateResponse(request, "web/dag_list.html", {"rows": dags.dag_rows(owner=owner), "owner": owner, "owners": dags.owners()})
 
 
 def _page_number(request: HttpRequest, name: str = "page") -> int:
-    """?page=N, or the DAG page's ?grid_page=N and ?tasks_page=N (1 when absent or not a positive
+    """?page=N, or the DAG page's ?grid_page=N and ?tasks_page=N, or the task page's ?state_page=N (1 when absent or not a positive
     number: a bad link still shows the page)."""
     raw = request.GET.get(name, "1")
     return int(raw) if raw.isdigit() and len(raw) < 9 else 1
@@ -96,20 +101,24 @@ def dag_detail(request: HttpRequest, dag_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
-    """Trigger a run from the form's fields (one per param) over its optional JSON `conf`; then
-    show the new run. A refusal comes back on the form, beside the param it names."""
+    """Trigger a run from the form's fields (one per param) over its optional JSON `conf`, at its
+    optional logical date; then show the new run. A refusal comes back on the form, beside the
+    param or the logical date it names."""
     require(actions.may_trigger(request.user), actions.TRIGGER_PERMISSION)
     dag = lookup(actions.find_dag, dag_id)
     raw_conf = request.POST.get("conf", "").strip()
     posted = run_params.posted_values(dag.params, request.POST)
+    logical_date = request.POST.get("logical_date", "").strip()
     try:
         conf = run_params.conf_from_form(dag.params, raw_conf, posted)
-        run = actions.trigger(dag, request.user, conf=conf)
+        run = actions.trigger(dag, request.user, conf=conf, logical_date=logical_date or None)
     except ActionError as exc:
-        beside = run_params.is_beside_a_field(dag.params, exc)
+        bad_date = exc.field == "logical_date"
+        beside = bad_date or run_params.is_beside_a_field(dag.params, exc)
         context = _dag_context(
             request, dag, trigger_error="" if beside else str(exc), conf_text=raw_conf,
             param_fields=run_params.param_fields(dag.params, posted, exc),
+            logical_date_text=logical_date, logical_date_error=str(exc) if bad_date else "",
         )  # fmt: skip
         return TemplateResponse(request, "web/dag_detail.html", context, status=exc.status)
     return HttpResponseRedirect(run_url(run), status=303)
@@ -207,7 +216,9 @@ def _task_page(
         if page is None:
             raise Http404(f"run '{run_id}' of DAG '{dag_id}' has no task '{task_id}'") from exc
         return page
-    return taskinstance.context(instances[0], operator(request), action_error=action_error, notice=notice)
+    return taskinstance.context(
+        instances[0], operator(request), action_error=action_error, notice=notice, state_page=_page_number(request, "state_page")
+    )
 
 
 @login_required
@@ -216,6 +227,9 @@ def task_detail(request: HttpRequest, dag_id: str, run_id: str, task_id: str) ->
     """One task instance: attempts to scale, contexts, output, and the actions it allows (a
     mapped task: its instances, `?map_index=N` for one, `?state=` to filter)."""
     context = _task_page(request, dag_id, run_id, task_id, _map_index(request.GET.get("map_index")))
+    if context.get("ti") is not None:
+        context["incidents"] = list(alert_documents.incidents(task_instance_id=context["ti"].pk)[:TASK_INCIDENTS])
+    context["approval"] = approvals.approval_context(request.user, context.get("ti"))
     return polled(request, "web/task_detail.html", "task_body", context, finished=context["finished"])
 
 

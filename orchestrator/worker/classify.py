@@ -66,7 +66,7 @@ def signal_name(number: int) -> str:
 
 def exception_facts(exc: BaseException) -> dict[str, Any]:
     """Everything the supervisor needs to classify a raised exception, as JSON-ready data."""
-    from orchestrator.exceptions import NonRetryableError, RetryAfter
+    from orchestrator.exceptions import NonRetryableError, Reschedule, RetryAfter
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     is_db_error, sqlstate = db_connection_failure(exc)
@@ -78,6 +78,7 @@ def exception_facts(exc: BaseException) -> dict[str, Any]:
         "fingerprint": fingerprint_of(exc),
         "non_retryable": isinstance(exc, NonRetryableError),
         "retry_after": exc.seconds if isinstance(exc, RetryAfter) else None,
+        "reschedule": exc.seconds if isinstance(exc, Reschedule) else None,
         "db_connection_error": is_db_error,
         "sqlstate": sqlstate,
     }
@@ -153,8 +154,18 @@ class Outcome:
     # metadata), and the bytes of a line it left unfinished when its process ended.
     channel_problem: dict[str, Any] | None = None
     channel_unfinished: int = 0
-    oom_kills_before: int | None = None
+    oom_kills_before: int | None = None  # the worker's memory cgroup's OOM kills
     oom_kills_after: int | None = None
+    machine_oom_kills_before: int | None = None  # the machine's (/proc/vmstat)
+    machine_oom_kills_after: int | None = None
+    # The attempt's memory limit (MiB; None: none), how it was enforced ("cgroup" | "watched"),
+    # the most it was seen to use, whether it went past the limit, and whether the kernel's OOM
+    # killer stopped one of its processes under it (read from its own cgroup's counters).
+    memory_limit_mib: int | None = None
+    memory_enforced_by: str | None = None
+    peak_memory_mib: int | None = None
+    memory_exceeded: bool = False
+    killed_by_host_oom: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)  # worker_name, hostname, pid
 
 
@@ -167,6 +178,8 @@ class Verdict:
     retry_after: float | None = None
     error: str | None = None
     expected: tuple[TaskState, ...] = (TaskState.RUNNING,)
+    # The task raised Reschedule(seconds): no failure, no success; it waits without a slot.
+    reschedule: float | None = None
 
 
 def classify(outcome: Outcome) -> Verdict:
@@ -191,6 +204,10 @@ def classify(outcome: Outcome) -> Verdict:
         # having run: nothing of it started.
         context = _pre_execution(PreExecutionReason.START_ERROR, base, error=outcome.start_error)
         return Verdict(False, context=context, error=outcome.start_error, expected=expected)
+
+    if outcome.memory_exceeded:
+        # Past its own limit, whatever its processes did after: the task's failure.
+        return _memory_limit_exceeded(outcome, base, expected)
 
     if outcome.channel_problem is not None:
         # The task's own channel, written against the rules: the task's failure, whatever followed.
@@ -303,6 +320,8 @@ def _exception(facts: dict[str, Any], base: dict[str, Any]) -> Verdict:
         metadata.pop("fingerprint")
         context = ExecutionContext.of(Reason.DB_CONNECTION_ERROR, Source.WORKER, sqlstate=facts.get("sqlstate"), **metadata)
         return Verdict(False, context=context, error=error)
+    if facts.get("reschedule") is not None:
+        return Verdict(False, reschedule=float(facts["reschedule"]))
     if facts.get("non_retryable"):
         context = ExecutionContext.of(Reason.NON_RETRYABLE, Source.WORKER, **metadata)
         return Verdict(False, context=context, fingerprint=facts.get("fingerprint"), error=error)
@@ -357,9 +376,10 @@ def message_problem(message: dict[str, Any]) -> dict[str, Any] | None:
             return _malformed("malformed_message", f"a {kind!r} message whose {name!r} is not an object")
     facts = message.get("exception") if "exception" in TASK_MESSAGES[kind] else None
     facts = facts or {}
-    retry_after = facts.get("retry_after")
-    if retry_after is not None and (isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or not math.isfinite(retry_after) or retry_after < 0):
-        return _malformed("malformed_message", f"a {kind!r} message whose retry_after is not a number of seconds")
+    for name in ("retry_after", "reschedule"):
+        seconds = facts.get(name)
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0):
+            return _malformed("malformed_message", f"a {kind!r} message whose {name} is not a number of seconds")
     if not isinstance(facts.get("fingerprint"), (str, type(None))) or len(facts.get("fingerprint") or "") > 64:
         return _malformed("malformed_message", f"a {kind!r} message whose fingerprint is not a short string")
     if kind == "running" and not isinstance(message.get("pid", 0), int):
@@ -376,7 +396,7 @@ def _bash_exit(outcome: Outcome, exit_code: int, base: dict[str, Any]) -> Verdic
     metadata = dict(base, exit_code=exit_code)
     if exit_code < 0:
         metadata["signal"] = signal_name(-exit_code)
-    if exit_code == -signal.SIGKILL or (exit_code == 128 + signal.SIGKILL and _oom_grew(outcome)):
+    if exit_code == -signal.SIGKILL or (exit_code == 128 + signal.SIGKILL and (_oom_grew(outcome) or outcome.killed_by_host_oom)):
         return _resource_exhaustion(outcome, metadata)
     stderr_line = last_line(outcome.stderr_tail)
     fingerprint = bash_fingerprint(exit_code, stderr_line)
@@ -416,15 +436,36 @@ def _fork_server_died(outcome: Outcome, base: dict[str, Any], expected: tuple[Ta
     return Verdict(False, context=context, error="the worker's fork server died, and its task processes with it", expected=expected)
 
 
+def _memory_limit_exceeded(outcome: Outcome, base: dict[str, Any], expected: tuple[TaskState, ...]) -> Verdict:
+    limit, peak = outcome.memory_limit_mib, outcome.peak_memory_mib
+    metadata = dict(base, memory_limit_mib=limit, peak_mib=peak, enforced_by=outcome.memory_enforced_by)
+    context = ExecutionContext.of(Reason.MEMORY_LIMIT_EXCEEDED, Source.WORKER, **metadata)
+    seen = f" (at least {peak} MiB seen)" if peak is not None else ""
+    return Verdict(False, context=context, error=f"the task's processes went past its memory limit of {limit} MiB{seen}", expected=expected)
+
+
 def _resource_exhaustion(outcome: Outcome, metadata: dict[str, Any]) -> Verdict:
+    """A SIGKILL the worker did not send. The kernel's OOM killer's, under the task's own limit
+    (or with none), says `"oom": "host"`: read from the attempt's own cgroup where it had one,
+    else from the counters of the worker's cgroup and of the machine."""
     metadata = dict(metadata)
     metadata.setdefault("signal", "SIGKILL")
     if outcome.oom_kills_after is not None:
         metadata["oom_kill"] = outcome.oom_kills_after
         if outcome.oom_kills_before is not None:
             metadata["oom_kills_during_attempt"] = outcome.oom_kills_after - outcome.oom_kills_before
+    if _killed_by_host_oom(outcome):
+        metadata["oom"] = "host"
     context = ExecutionContext.of(Reason.RESOURCE_EXHAUSTION, Source.WORKER, **metadata)
     return Verdict(False, context=context, error="task process killed by SIGKILL the worker did not send")
+
+
+def _killed_by_host_oom(outcome: Outcome) -> bool:
+    if outcome.memory_enforced_by == "cgroup":
+        return outcome.killed_by_host_oom  # its own cgroup counts exactly its own processes
+    machine_before, machine_after = outcome.machine_oom_kills_before, outcome.machine_oom_kills_after
+    machine_grew = machine_before is not None and machine_after is not None and machine_after > machine_before
+    return outcome.killed_by_host_oom or machine_grew or _oom_grew(outcome)
 
 
 def _pre_execution(kind: PreExecutionReason, base: dict[str, Any], error: str | None = None, **extra: Any) -> ExecutionContext:

@@ -33,7 +33,8 @@ class History:
 def history(alice: User) -> History:  # noqa: F811
     """One entry of each kind, oldest first: trigger, mark_success, mark_failed, clear,
     reclassify, circuit_open, circuit_probe, circuit_close, backfill_create, backfill_pause,
-    backfill_unpause, backfill_cancel, backfill_rerun, and mark_failed on a mapped instance."""
+    backfill_unpause, backfill_cancel, backfill_rerun (with a clear of each task it re-runs), and
+    mark_failed on a mapped instance."""
     dag = chain_dag("etl", task_ids=("extract", "load"), retries=0)
     dag.schedule = "@daily"
     dag.save()
@@ -69,6 +70,6 @@ def history(alice: User) -> History:  # noqa: F811
 ACTIONS_OLDEST_FIRST = [
     "trigger", "mark_success", "mark_failed", "clear", "reclassify",
     "circuit_open", "circuit_probe", "circuit_close",
-    "backfill_create", "backfill_pause", "backfill_unpause", "backfill_cancel", "backfill_rerun",
+    "backfill_create", "backfill_pause", "backfill_unpause", "backfill_cancel", "backfill_rerun", "clear", "clear",
     "mark_failed",
 ]

@@ -25,7 +25,7 @@ def test_it_prints_one_line_per_entry_newest_first(capsys, history):
     assert [line.split(" ")[2] for line in lines] == ACTIONS_OLDEST_FIRST[::-1]
     assert lines[0].split(" ")[1:5] == ["alice", "mark_failed", f"mapped/{history.mapped.run_id}/load[1]", "queued->failed"]
     assert lines[0].endswith('note="bad item"')
-    clear = next(line for line in lines if " clear " in line)
+    clear = next(line for line in lines if " clear " in line and f"/{history.run.run_id}/" in line)
     assert f" etl/{history.run.run_id}/load failed->none " in clear
     assert " circuit:payments-api closed->open " in next(line for line in lines if " circuit_open " in line)
 

@@ -355,3 +355,31 @@ def test_a_backfill_run_cleared_after_the_end_runs_again_on_a_paused_dag():
     run.refresh_from_db()
     assert run.state == "running"
     assert TaskInstance.objects.get(dag_run=run, task_id="extract").state == "queued"
+
+
+def test_a_rerun_clears_as_an_operator_does_emptying_the_task_state_each_clear_audited_by_the_creator():
+    """A re-run's clear is an operator's clear: fresh tries, the task state emptied (so a
+    resumable task gets a new idempotency key and submits anew, instead of finding its old job
+    and answering already_succeeded), and an audit entry per cleared task naming the creator."""
+    from orchestrator.engine import taskstate
+    from orchestrator.models import TaskStateEntry
+
+    dag = daily_dag()
+    day = backfills.check(dag, start="2026-03-27", end="2026-03-27").dates[0]
+    run = create_run(dag, run_type="scheduled", logical_date=day)
+    TaskInstance.objects.filter(dag_run=run).update(state="success", try_number=1)
+    extract = TaskInstance.objects.get(dag_run=run, task_id="extract")
+    TaskStateEntry.objects.create(
+        task_instance=extract, key="job_id", value="job-1", written_at=timezone.now(), attempt_token=1, try_number=1, infrastructure_try_number=0
+    )
+    key_before = taskstate.start(extract.pk, dag.dag_id, run.run_id, "extract").idempotency_key
+    DagRun.objects.filter(pk=run.pk).update(state="success", end_date=timezone.now())
+    backfill = make(dag, "2026-03-27", "2026-03-27", reprocess="completed")
+    assert engine.start_batch(backfill.pk, timezone.now()) == 1
+    assert not TaskStateEntry.objects.filter(task_instance__dag_run=run).exists()
+    assert taskstate.start(extract.pk, dag.dag_id, run.run_id, "extract").idempotency_key != key_before
+    clears = AuditLog.objects.filter(action="clear", run_id=run.run_id)
+    assert sorted(clears.values_list("task_id", "username", "prior_state", "new_state")) == [
+        ("extract", "tester", "success", "none"), ("load", "tester", "success", "none")
+    ]
+    assert all(entry.details["keep_task_state"] is False and f"backfill {backfill.pk}" in entry.details["note"] for entry in clears)

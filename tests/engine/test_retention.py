@@ -223,7 +223,7 @@ def _run_with_every_dependent_row(dag, tmp_path, settings) -> tuple[DagRun, list
     """An old failed run with a row of every kind that hangs from a run (and an output file);
     returns it with the output store's keys of its attempts."""
     from deadlines.models import Deadline
-    from orchestrator.models import Backfill, BackfillDate, TaskStateEntry
+    from orchestrator.models import Backfill, BackfillDate, TaskStateEntry, TaskWait
     from orchestrator.outputstore import FileStore
 
     settings.ORCHESTRATOR_TASK_OUTPUT_DIR = str(tmp_path / "output")
@@ -234,6 +234,8 @@ def _run_with_every_dependent_row(dag, tmp_path, settings) -> tuple[DagRun, list
     TaskStateEntry.objects.create(
         task_instance=ti, key="job", value={"id": 7}, written_at=now, attempt_token=attempt.attempt_token, try_number=1, infrastructure_try_number=0
     )
+    # A rescheduled task's wait row stays after its last try: it hangs from the run too.
+    TaskWait.objects.create(task_instance=ti, kind="reschedule", attempt_token=attempt.attempt_token, since=now, timeout_at=now)
     Deadline.objects.create(dag_run=run, reference="dagrun_queued_at", callback="x.y", need_by=now)
     Deadline.objects.create(dag_run=run, task_instance=ti, scope="task", task_id="only", reference="task_started_at", callback="x.y", need_by=now)
     backfill = Backfill.objects.create(dag=dag, from_date=now, to_date=now, created_by="alice", created_at=now)
@@ -249,7 +251,7 @@ def _run_with_every_dependent_row(dag, tmp_path, settings) -> tuple[DagRun, list
 
 # The models whose rows hang from a run (a foreign key to it, or to one of them): what the test
 # above makes one of each. A new one must be added there, so that retention is tested with it.
-HANGING_FROM_A_RUN = {"TaskInstance", "TaskAttempt", "TaskStateEntry", "Deadline", "BackfillDate"}
+HANGING_FROM_A_RUN = {"TaskInstance", "TaskAttempt", "TaskStateEntry", "TaskWait", "Deadline", "BackfillDate"}
 
 
 def _hanging_from(model, seen=None) -> set[str]:

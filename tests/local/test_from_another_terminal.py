@@ -185,8 +185,18 @@ def commands(block: str) -> list[str]:
     return [re.split(r"\s+#", line)[0].strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
 
 
+def readme_path_setup(checkout: Path) -> str:
+    """The line of "Try it" that puts the `orchestrator` command on the PATH: every later
+    example of the README assumes it, as a user's terminal would have it."""
+    setup = commands(readme_block(checkout, "Try it", "sh"))[0]
+    assert setup.startswith("export PATH="), setup
+    return setup
+
+
 def readme_try_it(checkout: Path) -> list[str]:
-    return commands(readme_block(checkout, "Try it", "sh"))
+    """The commands of "Try it", each as typed in the terminal its first line set up."""
+    setup, *typed = commands(readme_block(checkout, "Try it", "sh"))
+    return [f"{setup}; {command}" for command in typed]
 
 
 def get(url: str, host: str | None = None) -> tuple[int, str]:
@@ -252,7 +262,7 @@ def test_the_readme_commands_reach_the_running_stack_and_the_flaky_example_ends_
 def test_the_readme_dead_letter_example_is_dead_lettered(checkout, stack):
     """The opt-in poison_threshold, exactly as the README shows it: per DAG, overridden per task."""
     (checkout / "poison_demo.yaml").write_text(readme_block(checkout, "Dead letters", "yaml"))
-    load, trigger = commands(readme_block(checkout, "Dead letters", "sh"))
+    load, trigger = (f"{readme_path_setup(checkout)}; {command}" for command in commands(readme_block(checkout, "Dead letters", "sh")))
     loaded = shell(checkout, load)
     assert loaded.returncode == 0, loaded
     result = shell(checkout, trigger, timeout=60)

@@ -104,3 +104,33 @@ def checkpoint_through_an_outage(context: dict[str, Any], path: str, cut: str) -
             state.delete(change[1])
         _note(path, {"event": change[0], "key": change[1], "took": time.monotonic() - started})
     return "done"
+
+
+def fill_keys(context: dict[str, Any], n: int) -> dict[str, Any]:
+    """Sets n keys, then one more new key (refused past the limit), an existing key again (fine),
+    and, after deleting one, a new key in its place (fine)."""
+    state = context["task_state"]
+    for i in range(n):
+        state.set(f"k{i}", i)
+    refused = ""
+    try:
+        state.set("one-too-many", 1)
+    except ValueError as exc:
+        refused = str(exc)
+    state.set("k0", "again")
+    state.delete(f"k{n - 1}")
+    state.set("in-its-place", True)
+    return {"refused": refused, "keys": [key for key, _ in state.items()]}
+
+
+def new_key_once_told(context: dict[str, Any], path: str) -> str:
+    """Waits for `path`, then sets a new key: the store it started with was empty, so only the
+    database can say the limit is reached by then."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        context["task_state"].set("late", 1)
+    except ValueError as exc:
+        return str(exc)
+    return ""

@@ -46,3 +46,29 @@ def test_applying_the_same_changes_twice_leaves_the_same_store():
     assert taskstate.apply(ti.pk, ti.attempt_token, changes)
     assert list(TaskStateEntry.objects.values_list("key", "value")) == [("b", 2)]
     assert ti.attempts.get(attempt_token=ti.attempt_token).resume == "reattached"
+
+
+def test_a_new_key_past_the_limit_is_refused_and_nothing_of_the_changes_is_stored(settings):
+    settings.ORCHESTRATOR_TASK_STATE_MAX_KEYS = 2
+    run = make_run(chain_dag("etl"))
+    ti = start(run, "extract")
+    assert taskstate.apply(ti.pk, ti.attempt_token, [{"op": "set", "key": "a", "value": 1}, {"op": "set", "key": "b", "value": 2}])
+    with pytest.raises(ValueError, match="ORCHESTRATOR_TASK_STATE_MAX_KEYS.*2"):
+        taskstate.apply(ti.pk, ti.attempt_token, [{"op": "set", "key": "a", "value": 9}, {"op": "set", "key": "c", "value": 3}])
+    assert list(TaskStateEntry.objects.order_by("key").values_list("key", "value")) == [("a", 1), ("b", 2)]
+    # An existing key, or a new one once another is deleted, is within the limit.
+    changes = [{"op": "set", "key": "a", "value": 9}, {"op": "delete", "key": "b"}, {"op": "set", "key": "c", "value": 3}]
+    assert taskstate.apply(ti.pk, ti.attempt_token, changes)
+    assert list(TaskStateEntry.objects.order_by("key").values_list("key", "value")) == [("a", 9), ("c", 3)]
+
+
+def test_the_task_side_store_refuses_a_new_key_past_the_limit():
+    from orchestrator.taskstate import MemoryTaskState
+
+    state = MemoryTaskState({"a": 1}, max_keys=2)
+    state.set("b", 2)
+    with pytest.raises(ValueError, match=r"ORCHESTRATOR_TASK_STATE_MAX_KEYS \(2\)"):
+        state.set("c", 3)
+    state.set("a", 5)
+    assert dict(state.items()) == {"a": 5, "b": 2}
+    assert MemoryTaskState().max_keys == 1000

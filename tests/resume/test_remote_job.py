@@ -139,3 +139,33 @@ def test_a_retry_after_the_job_succeeded_returns_its_result_without_submitting(w
     first, second = job_service.new_submits()
     assert first["key"] != second["key"]
     assert remote_job_violations(job_service.ledger()) == []  # each clear gave a new key
+
+
+def test_a_backfill_rerun_empties_the_task_state_and_the_job_is_computed_anew(worker, make_dag, job_service):
+    """A backfill re-running a finished run clears its tasks as an operator does: the task state
+    is emptied, so the task submits a new job under a new key instead of answering
+    already_succeeded from its old one."""
+    from django.utils import timezone
+
+    from orchestrator import backfills
+    from orchestrator.engine import backfills as engine
+    from orchestrator.models import AuditLog, Dag, DagRun, TaskStateEntry
+
+    dag = make_dag([_export(job_service, seconds=1)], retries=0)
+    Dag.objects.filter(pk=dag.pk).update(schedule="@daily", timezone="UTC")
+    dag.refresh_from_db()
+    request = backfills.check(dag, start="2026-03-27", end="2026-03-27", reprocess="completed")
+    worker()
+    first = backfills.create(backfills.check(dag, start="2026-03-27", end="2026-03-27"), None, created_by="cli")
+    engine.start_batch(first.pk, timezone.now())
+    run = DagRun.objects.get(dag=dag)
+    settle(run, "export", ("success",), timeout=60)
+    assert TaskStateEntry.objects.filter(task_instance__dag_run=run).exists()
+
+    again = backfills.create(request, None, created_by="carol")
+    assert engine.start_batch(again.pk, timezone.now()) == 1
+    ti = settle(run, "export", ("success",), timeout=60)
+    assert _resumes(ti) == ["submitted", "submitted"]
+    first_job, second_job = job_service.new_submits()
+    assert first_job["key"] != second_job["key"]
+    assert AuditLog.objects.filter(action="clear", run_id=run.run_id, task_id="export", username="carol").count() == 1

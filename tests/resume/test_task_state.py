@@ -71,3 +71,40 @@ def test_clear_empties_the_state_and_changes_the_key_unless_kept(worker, make_da
     assert json.loads(notes.read_text().splitlines()[-1])["key"] not in {s["key"] for s in seen}
 
 
+
+
+def test_a_new_key_past_the_key_limit_raises_a_value_error_changing_nothing(worker, make_dag):
+    """ORCHESTRATOR_TASK_STATE_MAX_KEYS: a new key past it is refused by name and value; an
+    existing key may still be set, and a key deleted makes room for another."""
+    dag = make_dag([{"task_id": "t", "python_callable": T + "fill_keys", "op_kwargs": {"n": 5}}])
+    run = trigger(dag)
+    worker(ORCHESTRATOR_TASK_STATE_MAX_KEYS=5)
+    ti = settle(run, "t", ("success", "failed"), timeout=40)
+    assert ti.state == "success", ti.attempts.last().stderr
+    result = ti.attempts.last().result
+    assert "ORCHESTRATOR_TASK_STATE_MAX_KEYS" in result["refused"] and "5" in result["refused"]
+    stored = _task_doc(run, "t")["task_state"]
+    assert stored == {"k0": "again", "k1": 1, "k2": 2, "k3": 3, "in-its-place": True}
+    assert sorted(result["keys"]) == sorted(stored)
+
+
+def test_the_database_refuses_a_new_key_past_the_limit_and_the_worker_answers_invalid(worker, make_dag, tmp_path):
+    """Keys stored since the attempt started (what its own copy does not know of) count too:
+    the worker answers `invalid` and the task's `set` raises, naming the limit."""
+    from django.utils import timezone
+
+    go = tmp_path / "go"
+    dag = make_dag([{"task_id": "t", "python_callable": T + "new_key_once_told", "op_kwargs": {"path": str(go)}}])
+    run = trigger(dag)
+    worker(ORCHESTRATOR_TASK_STATE_MAX_KEYS=3)
+    ti = settle(run, "t", ("running",), timeout=40)
+    for key in ("a", "b", "c"):
+        TaskStateEntry.objects.create(
+            task_instance=ti, key=key, value=1, written_at=timezone.now(), attempt_token=ti.attempt_token, try_number=1, infrastructure_try_number=0
+        )
+    go.write_text("go")
+    ti = settle(run, "t", ("success", "failed"), timeout=40)
+    assert ti.state == "success", ti.attempts.last().stderr
+    refused = ti.attempts.last().result
+    assert "ORCHESTRATOR_TASK_STATE_MAX_KEYS" in refused and "3" in refused
+    assert set(_task_doc(run, "t")["task_state"]) == {"a", "b", "c"}

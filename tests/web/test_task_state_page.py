@@ -62,3 +62,23 @@ def test_clear_from_the_page_keeps_or_empties_the_state(alice_client, run_with_s
 def test_a_task_without_state_shows_no_section(bob_client):
     run = make_run(chain_dag("etl"))
     assert 'id="task-state"' not in bob_client.get(page(run)).content.decode()
+
+
+def test_it_shows_the_task_state_a_page_of_keys_at_a_time(bob_client):
+    """A store of many keys is read a page at a time, with the count of them all and a pager
+    (?state_page=N) that keeps the rest of the page's query."""
+    from orchestrator.console.taskinstance import STATE_KEYS_PER_PAGE
+
+    run = make_run(chain_dag("etl"))
+    ti = start(run, "extract")
+    n = STATE_KEYS_PER_PAGE * 2 + 5
+    assert taskstate.apply(ti.pk, ti.attempt_token, [{"op": "set", "key": f"k{i:04d}", "value": i} for i in range(n)])
+    html = bob_client.get(page(run)).content.decode()
+    section = html.split('id="task-state"')[1].split("</section>")[0]
+    assert f"{n} keys" in section
+    assert section.count("<tr><th scope=\"row\">") == STATE_KEYS_PER_PAGE
+    assert "<code>k0000</code>" in section and f"<code>k{STATE_KEYS_PER_PAGE:04d}</code>" not in section
+    assert f"Keys 1–{STATE_KEYS_PER_PAGE} of {n}" in section and "state_page=2" in section
+    last = bob_client.get(page(run) + "?state_page=3").content.decode().split('id="task-state"')[1].split("</section>")[0]
+    assert last.count("<tr><th scope=\"row\">") == 5 and f"<code>k{n - 1:04d}</code>" in last
+    assert "state_page=2" in last and "state_page=4" not in last

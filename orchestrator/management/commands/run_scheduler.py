@@ -4,12 +4,14 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
+from alerts.sending import Sender
 from deadlines.check import check_due
 from orchestrator import liveness
 from orchestrator.clock import shared_now
@@ -21,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
-    help = "Create due runs, dispatch ready tasks, find lost workers and jobs, check deadlines."
+    help = "Create due runs, dispatch ready tasks, find lost workers and jobs, check deadlines, send alert notifications."
     requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/checks.py
 
     def add_arguments(self, parser):
@@ -36,18 +38,27 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        # Alert notifications go out from threads of their own, never from the pass (alerts/sending.py).
+        sender = None if once else Sender().start()
+        try:
+            self.loop(once, lambda: stopping)
+        finally:
+            if sender is not None:
+                sender.stop()
+
+    def loop(self, once: bool, stopped: Callable[[], bool]) -> None:
         last_deadline_check = 0.0
         while True:
             run_pass_safely()
             if once or time.monotonic() - last_deadline_check >= float(settings.ORCHESTRATOR_DEADLINE_CHECK_INTERVAL):
                 # Keep going while a batch came back full: a backlog drains at once.
-                while check_due_safely() and not stopping:
+                while check_due_safely() and not stopped():
                     pass
                 last_deadline_check = time.monotonic()
             record_beat()
-            if once or stopping:
+            if once or stopped():
                 return
-            _sleep(float(settings.ORCHESTRATOR_SCHEDULER_INTERVAL), lambda: stopping)
+            _sleep(float(settings.ORCHESTRATOR_SCHEDULER_INTERVAL), stopped)
 
 
 def record_beat() -> None:

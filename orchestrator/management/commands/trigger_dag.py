@@ -1,4 +1,4 @@
-"""python manage.py trigger_dag DAG_ID [--conf JSON] [--wait] [--timeout SECONDS]
+"""python manage.py trigger_dag DAG_ID [--conf JSON] [--logical-date ISO] [--wait] [--timeout SECONDS]
 
 stdout: the run_id on the first line; with --wait, the run's progress, then its final state on
 the last line. Progress is rewritten in place on a terminal and printed one line per change
@@ -35,19 +35,27 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("dag_id")
         parser.add_argument("--conf", default=None, help="A JSON object passed to the tasks as context['conf'].")
+        parser.add_argument(
+            "--logical-date", default=None, help="The run's logical date (ISO 8601; naive: in the DAG's timezone). Default: now."
+        )
         parser.add_argument("--wait", action="store_true", help="Wait for the run to end.")
         parser.add_argument("--timeout", type=float, default=None, help="Seconds to wait at most (exit 2).")
 
-    def handle(self, *args, dag_id: str, conf: str | None, wait: bool, timeout: float | None, **options):
+    def handle(
+        self, *args, dag_id: str, conf: str | None, logical_date: str | None, wait: bool, timeout: float | None, **options
+    ):
         conf_value = parse_conf(conf)
         dag = Dag.objects.filter(dag_id=dag_id).first()
         if dag is None:
             raise CommandError(f"unknown DAG '{dag_id}'")
         try:
             # audited like the API and pages, with the operating-system user as who
-            run = actions.trigger(dag, None, conf=conf_value, triggered_by="cli", actor=os_user())
+            run = actions.trigger(dag, None, conf=conf_value, triggered_by="cli", actor=os_user(), logical_date=logical_date)
         except ActionError as exc:
-            raise CommandError(str(exc)) from exc
+            message = str(exc)
+            if exc.field == "logical_date":  # in the command's words
+                message = message.replace("logical_date", "--logical-date", 1)
+            raise CommandError(message) from exc
         self.stdout.write(run.run_id)
         self.stdout.flush()
         if not wait:

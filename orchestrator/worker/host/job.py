@@ -17,10 +17,12 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from orchestrator import metrics
 from orchestrator.clock import shared_now
-from orchestrator.engine import claimgate, handover, reporting, taskstate
+from orchestrator.engine import claimgate, handover, leases, reporting, taskstate, waits
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.outputstore import output_store
+from orchestrator.redis_conn import get_redis
 from orchestrator.sanitise import clean_fields, error_text
 from orchestrator.templating import RenderError, render
 from orchestrator.worker import failpoints
@@ -107,6 +109,7 @@ def run_claimed(ti: Claimed, *, handed: bool = False, on_started: Callable[[], N
         task_state_max_bytes=int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
         output_store=output_store(),
         on_started=on_started,
+        memory_limits=shared.memory_limits,
     )
     try:
         supervised = supervisor.run()
@@ -200,6 +203,7 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         "context": context,
         "result_max_bytes": int(settings.ORCHESTRATOR_RESULT_MAX_BYTES),
         "task_state_max_bytes": int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
+        "task_state_max_keys": int(settings.ORCHESTRATOR_TASK_STATE_MAX_KEYS),
     }
     # A bash task is started directly (no Python in its process) unless a failpoint is set to
     # fire in its process.
@@ -218,6 +222,7 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         command_env={**context_environment(context), **rendered.env} if direct and rendered else {},
         has_start_deadlines=claimed.has_start_deadlines,
         results_json=claimed.results_json,
+        memory_limit_mib=claimed.memory_limit_mib,
     )
 
 
@@ -240,8 +245,11 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
             record = refused_record(record, exc)
             described = _with_db_retries(lambda: deliver(shared, record, offer), patience=patience)
     except (OperationalError, InterfaceError):
-        path = shared.spool.put(record)
-        shared.spool.keep_changes(task_instance_id, token, [])  # the spooled report carries them
+        try:
+            path = shared.spool.put(record)
+            shared.spool.keep_changes(task_instance_id, token, [])  # the spooled report carries them
+        except OSError as exc:
+            return _outcome_lost(shared, task_instance_id, token, exc)
         log.warning("task instance %s attempt %s: the database is unreachable; its outcome waits in %s", task_instance_id, token, path)
         return "spooled"
     except Exception as exc:
@@ -262,6 +270,25 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
     return described
 
 
+def _outcome_lost(shared: WorkerRuntime, task_instance_id: int, token: int, exc: OSError) -> str:
+    """The database is away and the spool cannot keep the outcome (a full disk, a read-only
+    volume, its permissions): the outcome is lost. Keeping the lease would leave the task
+    `running` for ever, so it is let go: the scheduler presumes the attempt lost and retries it
+    as the platform's failure, with why in its metadata (noted in Redis). Said loudly: a log
+    line, a counter and the workers page."""
+    why = f"the worker's spool cannot keep outcomes: {type(exc).__name__}: {exc}"
+    log.error("task instance %s attempt %s: the database is unreachable and %s; its outcome is lost and it will be retried as the platform's", task_instance_id, token, why)
+    metrics.increment(metrics.SPOOL_UNWRITABLE, worker_name=shared.name)
+    try:
+        client = get_redis()
+        leases.note_lost(client, task_instance_id, token, why)
+        client.hset(f"rq:worker:{shared.name}", mapping={"spool_error": why[:500], "spool_error_at": str(time.time())})
+    except Exception:
+        log.warning("could not note in Redis why the outcome of task instance %s attempt %s was lost", task_instance_id, token, exc_info=True)
+    shared.heartbeats.forget_attempt(task_instance_id, token)
+    return "lost: spool unusable"
+
+
 def _slot_offer(shared: WorkerRuntime) -> handover.Offer:
     """This slot's offer to run the next task its report dispatches (`engine/handover.py`)."""
     return handover.Offer(shared.offered_queues, functools.partial(reporting.claim_within, worker=worker_info()))
@@ -278,8 +305,13 @@ def report_record(task_instance_id: int, token: int, verdict: Verdict, supervise
     }
     if supervised.task_state_changes:
         record["task_state_changes"] = supervised.task_state_changes
+    outcome = supervised.outcome
+    if outcome.memory_limit_mib is not None:  # the limit it ran with, and the most it used
+        record["memory"] = {"limit_mib": outcome.memory_limit_mib, "peak_mib": outcome.peak_memory_mib}
     if verdict.success:
         record["result"] = verdict.result
+    elif verdict.reschedule is not None:
+        record["reschedule"] = verdict.reschedule
     else:
         assert verdict.context is not None
         record.update(
@@ -303,7 +335,7 @@ def sanitised(record: dict[str, Any]) -> dict[str, Any]:
     replaced = clean_fields(record, USER_TEXT_FIELDS)
     if not replaced:
         return record
-    if record["success"]:
+    if record["success"] or "reschedule" in record:
         note = f"[orchestrator: unstorable characters (NUL, invalid UTF-8) replaced with U+FFFD in: {', '.join(replaced)}]\n"
         stderr = record["output"]["stderr"]
         record["output"]["stderr"] = stderr + ("" if not stderr or stderr.endswith("\n") else "\n") + note
@@ -320,7 +352,7 @@ def refused_record(record: dict[str, Any], error: BaseException) -> dict[str, An
     be storable the next time either); a failure keeps its classification and loses its text."""
     why = error_text(error)
     kept = {"report_refused": why, "output_dropped": True}
-    if record["success"]:
+    if record["success"] or "reschedule" in record:
         context = ExecutionContext.of(
             Reason.TASK_EXCEPTION, Source.WORKER, exception_type="UnstorableOutcome", message="the outcome could not be stored", **kept
         )
@@ -352,15 +384,19 @@ def deliver(shared: WorkerRuntime, record: dict[str, Any], offer: handover.Offer
     """Report one outcome, fenced by its attempt token; raises while the database is away.
     With an `offer`, a task a success's report dispatches may be given to the reporting slot."""
     ti_id, token, output = record["task_instance_id"], record["token"], record["output"]
+    memory = {"memory_limit_mib": record["memory"].get("limit_mib"), "peak_memory_mib": record["memory"].get("peak_mib")} if record.get("memory") else {}
     now = datetime.fromisoformat(record["ended_at"])
     if record.get("task_state_changes"):
         # Kept while the database was away: stored before the outcome, fenced like it.
         shared.db.call(taskstate.apply, ti_id, token, record["task_state_changes"])
     if record["success"]:
         won = shared.db.call(
-            handover.call_offering, offer, reporting.report_success, ti_id, token, result=record.get("result"), now=now, **output
+            handover.call_offering, offer, reporting.report_success, ti_id, token, result=record.get("result"), now=now, **output, **memory
         )
         return "success" if won else "stale"
+    if record.get("reschedule") is not None:
+        step = shared.db.call(waits.report_reschedule, ti_id, token, float(record["reschedule"]), now=now, **output)
+        return "stale" if step is None else ("rescheduled" if not step.timed_out else "timeout/wait_timeout -> failed")
     context = ExecutionContext.from_dict(record["context"])
     decision = shared.db.call(
         reporting.report_failure,
@@ -373,6 +409,7 @@ def deliver(shared: WorkerRuntime, record: dict[str, Any], offer: handover.Offer
         expected=tuple(TaskState(state) for state in record["expected"]),
         now=now,
         **output,
+        **memory,
     )
     if decision is None:
         return "stale"

@@ -24,7 +24,7 @@ from django.core.exceptions import AppRegistryNotReady
 
 from orchestrator.importing import ObjectImportError, import_object
 from orchestrator.results import check_result
-from orchestrator.taskstate import STATE_REPLY, TaskStateStore
+from orchestrator.taskstate import DEFAULT_MAX_KEYS, STATE_REPLY, TaskStateStore
 from orchestrator.templating import TEMPLATE_NAMES, render
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import exception_facts
@@ -236,7 +236,10 @@ def attach_task_state(context: dict[str, Any], inbox: ControlInbox, message_fd: 
         return inbox.reply(timeout=None)  # the supervisor answers once it is durable, or kills us
 
     context["task_state"] = TaskStateStore(
-        context.get("task_state") or {}, request, max_bytes=int(payload.get("task_state_max_bytes") or 65536)
+        context.get("task_state") or {},
+        request,
+        max_bytes=int(payload.get("task_state_max_bytes") or 65536),
+        max_keys=int(payload.get("task_state_max_keys") or DEFAULT_MAX_KEYS),
     )
 
 

@@ -1,0 +1,547 @@
+"""Waiting without holding a slot: rescheduled python tasks, `wait_for` tasks, events, approvals.
+
+A waiting task is `up_for_reschedule` and holds no worker, pool or limit slot: its wait is one
+`TaskWait` row with the time of its next check. The scheduler's pass checks the due ones in
+batches (`check_due`), each claimed first with a conditional update of `next_check_at` (two
+schedulers never check one wait at once); an HTTP check runs on a thread of its own
+(`waitchecks.HttpChecks`) and the pass only collects what it saw. A wait ends with a move of
+its task fenced by state and attempt token like any report (`reporting.report_success` or
+`report_failure` from `up_for_reschedule`), so a check, an event and an approval racing each
+other end it once. The rules (when the next check is, when a wait times out, what is retried)
+are `retries/policy.py`'s.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import PermissionsMixin
+from django.db import transaction
+from django.db.models import F
+
+from deadlines import lifecycle
+from orchestrator import sql
+from orchestrator.audit import User, audit, username_of
+from orchestrator.clock import shared_now
+from orchestrator.engine import reporting, waitchecks
+from orchestrator.engine.graph import graph_of
+from orchestrator.engine.runs import advance_run_now
+from orchestrator.engine.transitions import transition
+from orchestrator.exceptions import BadRequest, Conflict, Forbidden
+from orchestrator.models import DagRun, TaskAttempt, TaskInstance, TaskWait
+from orchestrator.results import check_result, problem_message
+from orchestrator.taskconfig import args_for
+from retries.context import ExecutionContext
+from retries.policy import WaitStep, next_check, rescheduled, wait_timeout_at
+from retries.states import (
+    RESCHEDULE_FROM,
+    WAIT_END_FROM,
+    WAITS_WITHOUT_CHECKS,
+    AttemptKind,
+    Reason,
+    Source,
+    TaskState,
+    WaitFor,
+    WaitKind,
+)
+
+log = logging.getLogger(__name__)
+
+APPROVE_PERMISSION = "orchestrator.approve_taskinstance"
+# Due waits one pass checks (the oldest due first); more are left for the next pass.
+CHECKS_PER_PASS = 500
+# How long a claimed check is another scheduler's to leave alone: past an HTTP check's bound,
+# so that only a scheduler that died with the check in hand lets it be claimed again.
+CLAIM_SECONDS = 30.0
+
+
+def waiting_for(kind: str, since: datetime, next_check_at: datetime | None) -> dict[str, Any]:
+    """The run document's `waiting_for` of a waiting task (an event or approval shows no next check)."""
+    shown = None if kind in WAITS_WITHOUT_CHECKS else next_check_at
+    return {"kind": WaitKind.WAIT.value, "name": kind, "since": since.isoformat(), "next_check_at": shown.isoformat() if shown else None}
+
+
+def wait_kind(wait_for: dict[str, Any] | None) -> tuple[str, Any] | None:
+    """A task's `wait_for` as (kind, its spec); None for a task that runs a process."""
+    if not wait_for:
+        return None
+    ((kind, spec),) = wait_for.items()
+    return kind, spec
+
+
+# --- a python task raised Reschedule ------------------------------------------------------------
+
+
+def report_reschedule(
+    task_instance_id: int,
+    token: int,
+    seconds: float,
+    *,
+    stdout: str = "",
+    stderr: str = "",
+    output_truncated: bool = False,
+    now: datetime | None = None,
+) -> WaitStep | None:
+    """The worker's report of a task that raised Reschedule(seconds): its attempt ends
+    `rescheduled` (kind user, no context: neither budget is charged) and the task waits,
+    `up_for_reschedule`, to be sent again with the same try. Past its wait_timeout (counted
+    from its first reschedule) it fails as timeout/wait_timeout instead. None: stale report."""
+    now = now or shared_now()
+    ti = reporting.load(task_instance_id)
+    if ti is None or ti.attempt_token != token or ti.state not in RESCHEDULE_FROM:
+        return None
+    previous = TaskWait.objects.filter(task_instance_id=task_instance_id, kind=WaitFor.RESCHEDULE).first()
+    since = previous.since if previous is not None else now
+    step = rescheduled(since=since, now=now, delay=seconds, wait_timeout=float(args_for(ti)["wait_timeout"]))
+    if step.timed_out:
+        context = step.timeout_context(Source.WORKER, since=since.isoformat())
+        decision = reporting.report_failure(
+            task_instance_id, token, context, expected=RESCHEDULE_FROM, now=now, stdout=stdout, stderr=stderr, output_truncated=output_truncated
+        )
+        return step if decision is not None else None
+    with transaction.atomic():
+        moved = reporting._move_attempt(
+            task_instance_id,
+            token,
+            RESCHEDULE_FROM,
+            {
+                "state": TaskState.UP_FOR_RESCHEDULE,
+                "end_date": now,
+                "heartbeat_at": None,
+                "next_retry_at": None,
+                # The next dispatch repeats this try (as a platform retry does), charging nothing.
+                "retry_is_platform": True,
+                "waiting_for": waiting_for(WaitFor.RESCHEDULE, since, step.next_check_at),
+            },
+            {
+                "state": TaskAttempt.State.RESCHEDULED,
+                "end_date": now,
+                "kind": AttemptKind.USER,
+                "context": None,
+                "stdout": stdout,
+                "stderr": stderr,
+                "output_truncated": output_truncated,
+            },
+        )
+        if not moved:
+            return None
+        TaskWait.objects.update_or_create(
+            task_instance_id=task_instance_id,
+            defaults={
+                "kind": WaitFor.RESCHEDULE,
+                "spec": {"seconds": seconds},
+                "event_name": "",
+                "attempt_token": token,
+                "since": since,
+                "timeout_at": step.timeout_at,
+                "next_check_at": step.next_check_at,
+                "checks": 0,
+            },
+        )
+    log.info("task instance %s rescheduled for %s", task_instance_id, step.next_check_at)
+    return step
+
+
+# --- a wait_for task's wait begins ---------------------------------------------------------------
+
+
+def split(run: DagRun, due: list[TaskInstance]) -> tuple[list[TaskInstance], list[TaskInstance]]:
+    """`due` as (tasks to dispatch to a worker, wait_for tasks whose wait is to begin). Told by
+    the DAG's graph, read once per version of the DAG: a DAG without waits costs nothing."""
+    waits = graph_of(run.dag_id, run.dag.updated_at).wait_tasks
+    if not waits or not due:
+        return due, []
+    return [ti for ti in due if ti.task_id not in waits], [ti for ti in due if ti.task_id in waits]
+
+
+def begin(tis: Iterable[TaskInstance], now: datetime, *, unwritten: frozenset[int] = frozenset()) -> int:
+    """Begin the wait of each of these ready wait_for tasks: no worker, no slot. Its new attempt
+    (the one row of the whole wait, `running` from now to the wait's end) and its wait row are
+    written with the move to `up_for_reschedule`, fenced as a dispatch is; the first check is
+    due at once. Returns how many began."""
+    begun = 0
+    for ti in tis:
+        definition = ti.definition
+        kind_spec = wait_kind(definition.wait_for if definition is not None else None)
+        if kind_spec is None:
+            continue
+        kind, spec = kind_spec
+        args = args_for(ti)
+        token = ti.attempt_token + 1
+        try_number = ti.try_number if ti.retry_is_platform else ti.try_number + 1
+        checked = kind not in WAITS_WITHOUT_CHECKS
+        timeout_at = wait_timeout_at(now, float(args["wait_timeout"]))
+        next_check_at = now if checked else timeout_at
+        with transaction.atomic():
+            won = transition(
+                ti.pk,
+                expected=[TaskState.NONE if ti.pk in unwritten else ti.state],
+                token=ti.attempt_token,
+                state=TaskState.UP_FOR_RESCHEDULE,
+                attempt_token=token,
+                try_number=try_number,
+                retry_is_platform=False,
+                pre_execution_tries=0,
+                queued_at=now,
+                start_date=now,
+                end_date=None,
+                next_retry_at=None,
+                release_at=None,
+                waiting_for=waiting_for(kind, now, next_check_at),
+            )
+            if not won:
+                continue
+            TaskAttempt.objects.create(
+                task_instance_id=ti.pk,
+                attempt_token=token,
+                try_number=try_number,
+                infrastructure_try_number=ti.infrastructure_try_number,
+                kind=AttemptKind.USER,
+                state=TaskAttempt.State.RUNNING,
+                queued_at=now,
+                start_date=now,
+                item=ti.map_item if ti.map_index >= 0 else None,
+            )
+            TaskWait.objects.update_or_create(
+                task_instance_id=ti.pk,
+                defaults={
+                    "kind": kind,
+                    "spec": spec if isinstance(spec, dict) else {"value": spec},
+                    "event_name": str(spec.get("name", "")) if kind == WaitFor.EVENT and isinstance(spec, dict) else "",
+                    "attempt_token": token,
+                    "since": now,
+                    "timeout_at": timeout_at,
+                    "next_check_at": next_check_at,
+                    "poke_interval": float(args["poke_interval"]),
+                    "checks": 0,
+                    "last_check": None,
+                },
+            )
+            ti.state, ti.attempt_token, ti.try_number = TaskState.UP_FOR_RESCHEDULE, token, try_number
+            lifecycle.task_queued(ti, now)
+            lifecycle.task_started(ti, now)
+        begun += 1
+    return begun
+
+
+# --- the scheduler's checks ---------------------------------------------------------------------
+
+
+@dataclass
+class Checked:
+    checked: int = 0
+    met: int = 0
+    failed: int = 0
+    released: int = 0  # rescheduled tasks sent back to the schedule
+
+
+def check_due(now: datetime | None = None, *, limit: int = CHECKS_PER_PASS) -> Checked:
+    """One look at the waits: collect the HTTP checks that ended, then claim and check the due
+    waits (the oldest due first, at most `limit`). Nothing here waits for an HTTP answer."""
+    now = now or shared_now()
+    done = Checked()
+    for wait_id, http_claim, seen in waitchecks.HttpChecks.finished():
+        _settle_check(wait_id, http_claim, seen, now, done)
+    in_flight = set(waitchecks.HttpChecks.pending)
+    due = list(
+        TaskWait.objects.filter(next_check_at__lte=now)
+        .exclude(pk__in=in_flight)
+        .select_related("task_instance", "task_instance__dag_run", "task_instance__dag_run__dag")
+        .order_by("next_check_at", "id")[:limit]
+    )
+    runs_to_advance: set[int] = set()
+    for wait in due:
+        ti = wait.task_instance
+        if ti.state != TaskState.UP_FOR_RESCHEDULE or ti.attempt_token != wait.attempt_token:
+            _forget_stale(wait)
+            continue
+        if wait.kind == WaitFor.HTTP and now < wait.timeout_at and waitchecks.HttpChecks.free() == 0:
+            continue  # every check thread is busy: left for the next pass (or another scheduler)
+        claimed = _claim(wait, now)
+        if claimed is None:
+            continue  # another scheduler has it
+        done.checked += 1
+        if now >= wait.timeout_at:
+            step = WaitStep(True, None, wait.timeout_at)
+            _fail(ti, wait, step.timeout_context(Source.SCHEDULER, since=wait.since.isoformat(), wait=wait.kind), now)
+            done.failed += 1
+        elif wait.kind == WaitFor.RESCHEDULE:
+            if _release(ti, wait, claimed):
+                done.released += 1
+                runs_to_advance.add(ti.dag_run_id)
+        elif wait.kind == WaitFor.HTTP:
+            waitchecks.HttpChecks.submit(wait.pk, wait.spec, claimed)
+        else:
+            try:
+                seen = _check_now(wait, ti)
+            except Exception as exc:  # a spec the check cannot read: seen as not met, said so
+                log.exception("wait %s of task instance %s could not be checked", wait.pk, ti.pk)
+                seen = waitchecks.Seen(detail={"error": f"{type(exc).__name__}: {exc}"[:500]})
+            _settle_check(wait.pk, claimed, seen, now, done, wait=wait)
+    for run_id in runs_to_advance:
+        advance_run_now(run_id)
+    return done
+
+
+def _check_now(wait: TaskWait, ti: TaskInstance) -> waitchecks.Seen:
+    run = ti.dag_run
+    if wait.kind in (WaitFor.TIME, WaitFor.TIME_AFTER_LOGICAL_DATE):
+        value = wait.spec.get("value") if isinstance(wait.spec, dict) else wait.spec
+        return waitchecks.check_time(waitchecks.time_target(wait.kind, value, run.logical_date, run.dag.timezone), shared_now())
+    if wait.kind == WaitFor.DAG_RUN:
+        return waitchecks.check_dag_run(wait.spec, run.logical_date)
+    return waitchecks.NOT_YET  # an event or an approval: only its timeout is ever due
+
+
+def _claim(wait: TaskWait, now: datetime) -> datetime | None:
+    """This scheduler's claim of the wait's check: its `next_check_at` moved on, if it is still
+    what was read. Returns the claim (the new value, which settling the check is fenced by)."""
+    until = now + timedelta(seconds=CLAIM_SECONDS)
+    won = TaskWait.objects.filter(pk=wait.pk, next_check_at=wait.next_check_at, attempt_token=wait.attempt_token).update(
+        next_check_at=until, checks=F("checks") + 1
+    )
+    return until if won == 1 else None
+
+
+def _settle_check(wait_id: int, claimed: datetime, seen: waitchecks.Seen, now: datetime, done: Checked, *, wait: TaskWait | None = None) -> None:
+    """What a check saw, applied under its claim: the task succeeds, fails, or waits on."""
+    if wait is None:
+        wait = TaskWait.objects.select_related("task_instance").filter(pk=wait_id, next_check_at=claimed).first()
+        if wait is None:
+            return  # the claim ran out and another scheduler has it, or the wait ended
+    ti = wait.task_instance
+    if seen.met:
+        if _complete(ti, wait, seen.result, now):
+            done.met += 1
+        return
+    if seen.failed:
+        context = ExecutionContext.of(Reason.WAIT_FAILED, Source.SCHEDULER, wait=wait.kind, **(seen.detail or {}))
+        if _fail(ti, wait, context, now):
+            done.failed += 1
+        return
+    step = next_check(
+        since=wait.since, now=now, poke_interval=wait.poke_interval, wait_timeout=(wait.timeout_at - wait.since).total_seconds(), met_at=seen.met_at
+    )
+    at = step.next_check_at if step.next_check_at is not None else now  # timed out: due now, fails at once
+    with transaction.atomic():
+        if TaskWait.objects.filter(pk=wait.pk, next_check_at=claimed).update(next_check_at=at, last_check=seen.detail) == 1:
+            transition(ti.pk, expected=WAIT_END_FROM, token=wait.attempt_token, waiting_for=waiting_for(wait.kind, wait.since, at))
+
+
+def _release(ti: TaskInstance, wait: TaskWait, claimed: datetime) -> bool:
+    """A rescheduled task's delay is over: back to `scheduled` with the same try; the run's
+    advance dispatches it through its pool and limits like any ready task."""
+    with transaction.atomic():
+        won = transition(ti.pk, expected=WAIT_END_FROM, token=wait.attempt_token, state=TaskState.SCHEDULED, waiting_for=None, next_retry_at=None)
+        if won:
+            TaskWait.objects.filter(pk=wait.pk, next_check_at=claimed).update(next_check_at=None)
+    return won
+
+
+def _complete(ti: TaskInstance, wait: TaskWait, result: Any, now: datetime) -> bool:
+    """The wait is met: its task succeeds with `result`, once (fenced by state and token)."""
+    won = reporting.report_success(ti.pk, wait.attempt_token, result=result, now=now, expected=WAIT_END_FROM)
+    if won:
+        TaskWait.objects.filter(pk=wait.pk, attempt_token=wait.attempt_token).delete()
+    return won
+
+
+def _fail(ti: TaskInstance, wait: TaskWait, context: ExecutionContext, now: datetime) -> bool:
+    """The wait failed, timed out or was rejected: its task fails, not retried (policy.decide)."""
+    decision = reporting.report_failure(ti.pk, wait.attempt_token, context, expected=WAIT_END_FROM, now=now)
+    if decision is None:
+        return False
+    if wait.kind != WaitFor.RESCHEDULE:
+        TaskWait.objects.filter(pk=wait.pk, attempt_token=wait.attempt_token).delete()
+    else:
+        TaskWait.objects.filter(pk=wait.pk, attempt_token=wait.attempt_token).update(next_check_at=None)
+    return True
+
+
+def _forget_stale(wait: TaskWait) -> None:
+    """A due wait whose task moved on (cleared, marked): nothing to check. A rescheduled task's
+    row is kept (its first reschedule counts on), only not due any more."""
+    if wait.kind == WaitFor.RESCHEDULE:
+        TaskWait.objects.filter(pk=wait.pk, next_check_at=wait.next_check_at).update(next_check_at=None)
+    else:
+        TaskWait.objects.filter(pk=wait.pk, next_check_at=wait.next_check_at).delete()
+
+
+# --- operator actions on a waiting task ------------------------------------------------------------
+
+
+def forget(task_instance_ids: Iterable[int]) -> None:
+    """A clear: the tasks' waits are over, and a rescheduled task's next wait starts afresh."""
+    TaskWait.objects.filter(task_instance_id__in=list(task_instance_ids)).delete()
+
+
+def end_attempt(ti: TaskInstance, state: TaskState, context: dict[str, Any] | None, now: datetime) -> None:
+    """An operator marked or cleared a waiting task: the wait's attempt ends with it (success
+    for a mark success, else failed with the action's context); the wait row goes."""
+    if ti.state != TaskState.UP_FOR_RESCHEDULE:
+        return
+    ended = TaskAttempt.State.SUCCESS if state == TaskState.SUCCESS else TaskAttempt.State.FAILED
+    TaskAttempt.objects.filter(task_instance_id=ti.pk, attempt_token=ti.attempt_token, state=TaskAttempt.State.RUNNING).update(
+        state=ended, end_date=now, context=None if ended == TaskAttempt.State.SUCCESS else context
+    )
+    TaskWait.objects.filter(task_instance_id=ti.pk).exclude(kind=WaitFor.RESCHEDULE).delete()
+    TaskWait.objects.filter(task_instance_id=ti.pk, kind=WaitFor.RESCHEDULE).update(next_check_at=None)
+
+
+# --- events --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Delivered:
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+
+    def document(self) -> dict[str, Any]:
+        return {"dag_id": self.dag_id, "run_id": self.run_id, "task_id": self.task_id, "map_index": self.map_index}
+
+
+def check_payload(payload: Any) -> None:
+    """An event's payload becomes its task's result: the result rules hold (BadRequest, 400)."""
+    problem = check_result(payload, int(settings.ORCHESTRATOR_RESULT_MAX_BYTES))
+    if problem is not None:
+        error = BadRequest(f"payload: {problem_message(problem)}")
+        error.field = "payload"
+        raise error
+
+
+def send_event(
+    name: str,
+    payload: Any = None,
+    *,
+    user: User = None,
+    actor: str = "",
+    dag_id: str | None = None,
+    instances: list[TaskInstance] | None = None,
+    now: datetime | None = None,
+) -> list[Delivered]:
+    """Deliver the event `name` with `payload`: to `instances` (a targeted event: Conflict when
+    none of them waits for it, nothing changed), or else to every task waiting for that name
+    (of `dag_id` only, when given). Each task it completes succeeds with the payload as its
+    result and is audited."""
+    check_payload(payload)
+    now = now or shared_now()
+    waits = TaskWait.objects.filter(kind=WaitFor.EVENT, event_name=name, task_instance__state=TaskState.UP_FOR_RESCHEDULE)
+    if instances is not None:
+        waits = waits.filter(task_instance__in=[ti.pk for ti in instances])
+    elif dag_id:
+        waits = waits.filter(task_instance__dag_run__dag__dag_id=dag_id)
+    rows = list(waits.select_related("task_instance", "task_instance__dag_run", "task_instance__dag_run__dag").order_by("id"))
+    delivered = []
+    for wait in rows:
+        ti = wait.task_instance
+        if ti.attempt_token != wait.attempt_token or not _complete(ti, wait, payload, now):
+            continue
+        run = ti.dag_run
+        details: dict[str, Any] = {"event": name, "payload": payload}
+        if ti.map_index >= 0:
+            details["map_index"] = ti.map_index
+        audit(user, "event", run.dag.dag_id, run.run_id, ti.task_id, TaskState.UP_FOR_RESCHEDULE, TaskState.SUCCESS, details, username=actor)
+        delivered.append(Delivered(run.dag.dag_id, run.run_id, ti.task_id, ti.map_index))
+    if instances is not None and not delivered:
+        what = instances[0].label if len(instances) == 1 else instances[0].task_id
+        raise Conflict(f"task '{what}' is not waiting for the event '{name}'")
+    return delivered
+
+
+# --- approvals ------------------------------------------------------------------------------------
+
+
+def approvers_of(ti: TaskInstance) -> list[str]:
+    """The groups whose members may decide a task's approval (empty: anyone with the permission)."""
+    spec = (ti.definition.wait_for or {}).get(WaitFor.APPROVAL) if ti.definition is not None else None
+    return [str(group) for group in (spec or {}).get("approvers") or []]
+
+
+def approval_message(ti: TaskInstance) -> str:
+    spec = (ti.definition.wait_for or {}).get(WaitFor.APPROVAL) if ti.definition is not None else None
+    return str((spec or {}).get("message") or "")
+
+
+def refusal(user: User, ti: TaskInstance) -> str | None:
+    """Why `user` may not decide this task's approval (None: they may)."""
+    if not isinstance(user, PermissionsMixin) or not user.is_authenticated or not user.has_perm(APPROVE_PERMISSION):
+        return f"permission '{APPROVE_PERMISSION}' required"
+    groups = approvers_of(ti)
+    if groups and not user.groups.filter(name__in=groups).exists():
+        return f"only members of {', '.join(groups)} may decide this approval"
+    return None
+
+
+def may_decide(user: User, ti: TaskInstance) -> bool:
+    return waits_for_approval(ti) and refusal(user, ti) is None
+
+
+def waits_for_approval(ti: TaskInstance) -> bool:
+    return ti.state == TaskState.UP_FOR_RESCHEDULE and (ti.waiting_for or {}).get("name") == WaitFor.APPROVAL
+
+
+def decide(instances: list[TaskInstance], user: User, *, approve: bool, note: str = "", now: datetime | None = None) -> None:
+    """Approve (success with `{"approved_by", "note"}`) or reject (failed as
+    user_action/rejected, not retried) the approval these instances wait for. Forbidden (403)
+    without the permission or, when the task names approvers, their groups; Conflict (409) when
+    none of them waits for an approval. Each decision is audited."""
+    for ti in instances:
+        problem = refusal(user, ti)
+        if problem is not None:
+            raise Forbidden(problem)
+    waiting = [ti for ti in instances if waits_for_approval(ti)]
+    if not waiting:
+        raise Conflict(f"task '{instances[0].task_id}' is not waiting for an approval")
+    now = now or shared_now()
+    who = username_of(user)
+    for ti in waiting:
+        wait = TaskWait.objects.filter(task_instance_id=ti.pk, attempt_token=ti.attempt_token, kind=WaitFor.APPROVAL).first()
+        if wait is None:
+            raise Conflict(f"task '{ti.label}' is not waiting for an approval")
+        if approve:
+            won = _complete(ti, wait, {"approved_by": who, "note": note}, now)
+            new_state = TaskState.SUCCESS
+        else:
+            context = ExecutionContext.of(Reason.REJECTED, Source.API, user=who, note=note)
+            won = _fail(ti, wait, context, now)
+            new_state = TaskState.FAILED
+        if not won:
+            raise Conflict(f"task '{ti.label}' is no longer waiting for an approval")
+        run = ti.dag_run
+        details: dict[str, Any] = {"note": note}
+        if ti.map_index >= 0:
+            details["map_index"] = ti.map_index
+        audit(user, "approve" if approve else "reject", run.dag.dag_id, run.run_id, ti.task_id, TaskState.UP_FOR_RESCHEDULE, new_state, details)
+
+
+def waiting_for_approval() -> list[TaskInstance]:
+    """Every task waiting for an approval, the longest waiting first (the console's list)."""
+    rows = (
+        TaskWait.objects.filter(kind=WaitFor.APPROVAL, task_instance__state=TaskState.UP_FOR_RESCHEDULE)
+        .select_related("task_instance", "task_instance__dag_run", "task_instance__dag_run__dag", "task_instance__definition")
+        .order_by("since", "id")
+    )
+    return [wait.task_instance for wait in rows if wait.attempt_token == wait.task_instance.attempt_token]
+
+
+# --- the gauge -------------------------------------------------------------------------------------
+
+
+def waiting_counts() -> dict[str, int]:
+    """Tasks up_for_reschedule by what they wait for (orchestrator_waiting_tasks{kind})."""
+    counts = {kind.value: 0 for kind in WaitFor}
+    rows = sql.fetch(
+        "SELECT w.kind, count(*) FROM orchestrator_taskwait w JOIN orchestrator_taskinstance ti ON ti.id = w.task_instance_id"
+        " WHERE ti.state = %s AND ti.attempt_token = w.attempt_token GROUP BY w.kind",
+        [str(TaskState.UP_FOR_RESCHEDULE)],
+        [None, None],
+    )
+    for kind, count in rows:
+        counts[kind] = int(count)
+    return counts
