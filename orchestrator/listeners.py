@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pluggy
@@ -59,6 +60,27 @@ _manager: pluggy.PluginManager | None = None
 _loaded_from: tuple[str, ...] = ()
 # Listeners of the project's own apps (the alerts app's), registered by them as they load.
 _builtin: dict[str, Any] = {}
+
+
+# The project's own apps that want every recorded failed attempt with what the report decided
+# (the alerts app's rules): called in the reporting process once the failure is recorded.
+_failure_recorders: dict[str, Callable[..., None]] = {}
+
+
+def on_failure_recorded(recorder: Callable[..., None], *, name: str) -> None:
+    """Call `recorder(task_instance, context, fingerprint=, error=, dead_lettered=, at=)` for
+    every failed attempt a report records from now on."""
+    _failure_recorders[name] = recorder
+
+
+def failure_recorded(task_instance: Any, context: Any, **facts: Any) -> None:
+    """A report recorded a failed attempt: tell the apps that asked. One that raises is logged
+    and never breaks the report."""
+    for name, recorder in list(_failure_recorders.items()):
+        try:
+            recorder(task_instance, context, **facts)
+        except Exception:
+            log.exception("the %s recorder of failed attempts raised; the report goes on", name)
 
 
 def register_builtin(plugin: Any, *, name: str) -> None:

@@ -20,7 +20,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.db.models import Count, Q, Sum
 
-from orchestrator.engine import circuits, storms
+from orchestrator.engine import circuits, storms, waitstart
 from orchestrator.engine.dispatch import dispatch, dispatch_many
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.transitions import transition
@@ -69,11 +69,9 @@ def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime, *, unwri
     `runs._settle_downstream_of`)."""
     if not due:
         return 0
-    from orchestrator.engine import waits  # it moves runs on: imported once runs is
-
     # A wait_for task holds no slot and goes to no worker: its wait begins instead.
-    due, waiting = waits.split(run, due)
-    dispatched = waits.begin(waiting, now, unwritten=unwritten) if waiting else 0
+    due, waiting = waitstart.split(run, due)
+    dispatched = waitstart.begin(waiting, now, unwritten=unwritten) if waiting else 0
     if not due:
         return dispatched
     gates = Gates.read(due, now)

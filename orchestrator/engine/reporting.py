@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 from django.db import connection, transaction
 
-from alerts import events as alert_events
 from deadlines import lifecycle
 from orchestrator import listeners, metrics, sql
 from orchestrator.clock import Now, shared_now
@@ -699,7 +698,7 @@ def _after_failure(
     if decision.next_state is TaskState.DEAD_LETTER:
         notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
     # Matched against the alert rules once recorded; sending is the alert sender's, not ours.
-    alert_events.task_failed(
+    listeners.failure_recorded(
         ti,
         attempt_context,
         fingerprint=decision.attempt_fingerprint,

@@ -22,7 +22,6 @@ from zoneinfo import ZoneInfo
 
 from deadlines.notifiers import NotifierError, _PinnedHTTP, _PinnedHTTPS, allowed_host, safe_addresses
 from orchestrator.models import DagRun, TaskInstance
-from orchestrator.specs.checks import parse_datetime
 from retries.states import FAILED_TASK_STATES, RunState, TaskState
 
 log = logging.getLogger(__name__)
@@ -51,8 +50,9 @@ NOT_YET = Seen()
 def time_target(kind: str, spec: Any, logical_date: datetime, tz_name: str) -> datetime:
     """When a `time` or `time_after_logical_date` wait is met."""
     if kind == "time":
-        target, _ = parse_datetime(spec, ZoneInfo(tz_name))
-        return target
+        # Checked at import (`specs/wait_schema.py`): an ISO 8601 date-time, naive = the DAG's timezone.
+        target = spec if isinstance(spec, datetime) else datetime.fromisoformat(str(spec).strip())
+        return target if target.tzinfo is not None else target.replace(tzinfo=ZoneInfo(tz_name))
     return logical_date + timedelta(seconds=float(spec))
 
 
