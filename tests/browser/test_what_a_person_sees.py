@@ -91,9 +91,12 @@ def test_each_state_has_its_own_colour_on_the_grid_and_in_the_legend(live_server
     state's legend colour, in both themes."""
     with own_connections():
         operator()
-        dag = chain_dag("colours", task_ids=tuple(f"t{i}" for i in range(11)))
+        states = [
+            "none", "scheduled", "queued", "running", "success", "up_for_retry", "failed", "upstream_failed",
+            "dead_letter", "skipped", "removed", "up_for_reschedule",
+        ]  # fmt: skip
+        dag = chain_dag("colours", task_ids=tuple(f"t{i}" for i in range(len(states))))
         run = make_run(dag)
-        states = ["none", "scheduled", "queued", "running", "success", "up_for_retry", "failed", "upstream_failed", "dead_letter", "skipped", "removed"]
         for i, state in enumerate(states):
             TaskInstance.objects.filter(dag_run=run, task_id=f"t{i}").update(state=state)
         page = browser_page
