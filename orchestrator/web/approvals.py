@@ -2,6 +2,7 @@
 page's Approve / Reject (with a note, confirmed) for those allowed to decide (engine/waits.py)."""
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -37,6 +38,14 @@ def approval_context(user: Any, ti: TaskInstance | None) -> dict[str, Any] | Non
     }
 
 
+def _parsed(since: Any) -> datetime | None:
+    """`waiting_for`'s ISO `since` as a datetime, for the page's usual rendering of a time."""
+    try:
+        return datetime.fromisoformat(since) if isinstance(since, str) else None
+    except ValueError:
+        return None
+
+
 @login_required
 @require_GET
 def approvals(request: HttpRequest) -> HttpResponse:
@@ -46,7 +55,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
             "ti": ti,
             "url": task_url(ti.dag_run.dag.dag_id, ti.dag_run.run_id, ti.task_id) + (f"?map_index={ti.map_index}" if ti.map_index >= 0 else ""),
             "message": waits.approval_message(ti),
-            "since": (ti.waiting_for or {}).get("since"),
+            "since": _parsed((ti.waiting_for or {}).get("since")),
             "approvers": waits.approvers_of(ti),
             "may_decide": waits.refusal(request.user, ti) is None,
         }

@@ -131,7 +131,7 @@ def test_no_word_is_broken_and_every_table_can_be_read(live_server, browser_page
         page = browser_page
         login(page, live_server.url)
         run = f"/dags/settlement/runs/{story.failed.run_id}/"
-        pages = ["/", "/dags/settlement/", run, f"{run}tasks/transform", "/dead-letters/", "/failures/", "/workers/", "/audit/",
+        pages = ["/", "/dags/settlement/", run, f"{run}tasks/transform", "/dead-letters/", "/failures/", "/workers/", "/audit/", "/alerts/", "/approvals/",
                  f"/dags/settlement/runs/{story.poisoned.run_id}/tasks/load_ledger", "/fingerprints/9c41e07bd2aa/"]
         for width in (PHONE, DESKTOP):
             page.set_viewport_size({"width": width, "height": 900})
