@@ -1,0 +1,224 @@
+"""A failure storm through the worker's report path, without alert rules and with a rule that
+matches every failure: what the rule adds to a failure report, and how many notifications the
+storm queues.
+
+    .venv/bin/python -m bench.alert_storm --backend postgres [--failures 200] [--warmup 20]
+
+Each phase is a new run of a DAG of `--failures` tasks; every task is claimed and marked
+running first (as a worker does, not timed), then each reports one failed attempt from the same
+cause (`task_exception`, the same error and fingerprint) through
+`orchestrator.engine.reporting.report_failure`, back to back, each report timed to its return
+(the alert matching runs inside it, after the report's commit). Phase "no rules": the alert
+rules table is empty. Phase "rule": one rule, `when: task_failed`, no filters (it matches every
+failure), `group_by: [category, reason]`, `notify: notifier:log`. No sender runs: the counts are
+of incidents and of queued notifications (Delivery rows), what the sender would send.
+
+Uses a throwaway PostgreSQL database (on DATABASE_URL's server, default 127.0.0.1:5432) and a
+claimed Redis database (REDIS_URL's server, default 127.0.0.1:6379), both removed at the end.
+Prints the floor of the same run: the median round trip of `SELECT 1`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+from bench.stack import handle_stop_signals
+from bench.throwaway import migrated_django
+
+ERROR = "KeyError: 'customer_id'"
+FINGERPRINT = "aaaaaaaaaaaa"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.alert_storm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("postgres",), default="postgres", help="the database (only postgres)")
+    parser.add_argument("--failures", type=int, default=200, help="failed attempts per phase (default 200)")
+    parser.add_argument("--threads", type=int, default=1, help="threads reporting at once, each with its own connection, as workers would (default 1)")
+    parser.add_argument("--show-queries", action="store_true", help="print the SQL of one failure report with the rule")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed failures before the phases (default 20)")
+    args = parser.parse_args(argv)
+    if args.failures < 1 or args.warmup < 0 or args.threads < 1:
+        parser.error("--failures and --threads must be at least 1, --warmup at least 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    handle_stop_signals()
+    load_before = os.getloadavg()
+    with migrated_django("alert_storm_bench"):
+        from alerts import rules_cache
+        from alerts.models import AlertRule
+
+        if args.warmup:
+            storm(_dag("warmup", args.warmup), args.threads)
+        rules_cache.invalidate()
+        assert not AlertRule.objects.exists()
+        walls.clear()
+        results = {"no rules": storm(_dag("storm_no_rules", args.failures), args.threads)}
+        rule = AlertRule.objects.create(name="every-failure", when="task_failed", notify="notifier:log", group_by=["category", "reason"])
+        rules_cache.invalidate()
+        results["rule"] = storm(_dag("storm_rule", args.failures), args.threads)
+        counts = _counts(rule.pk)
+        queries = {"rule": _queries_per_report(_dag("queries_rule", 10), show=args.show_queries)}
+        rule.delete()  # its incidents and notifications with it
+        rules_cache.invalidate()
+        queries["no rules"] = _queries_per_report(_dag("queries_no_rules", 10))
+        # The first phase again, last: drift over the run (a growing table, a warmer cache) shows here.
+        results["no rules, again"] = storm(_dag("storm_no_rules_again", args.failures), args.threads)
+        wall = dict(zip(results, walls[:1] + walls[1:2] + walls[-1:], strict=True))
+        floor = _select_one_floor()
+    print(f"load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in os.getloadavg()]}")
+    print(f"{args.failures} failed attempts from one cause, reported back to back by {args.threads} thread(s), per phase "
+          f"(after {args.warmup} untimed)")
+    print(f"  {'phase':<16} {'median ms':>10} {'p95 ms':>8} {'max ms':>8} {'sum s':>7} {'wall s':>7} {'queries/report':>15}")
+    for name, times in results.items():
+        ms = sorted(t * 1000 for t in times)
+        per = queries.get(name)
+        print(f"  {name:<16} {statistics.median(ms):10.2f} {_p95(ms):8.2f} {ms[-1]:8.2f} {sum(ms) / 1000:7.3f} {wall[name]:7.3f} {per if per is not None else '':>15}")
+    none = sorted(results["no rules"] + results["no rules, again"])
+    rule_ = sorted(results["rule"])
+    print(f"  ratio rule / no rules (both no-rules phases): median {statistics.median(rule_) / statistics.median(none):.2f}x, "
+          f"p95 {_p95(rule_) / _p95(none):.2f}x, mean {statistics.fmean(rule_) / statistics.fmean(none):.2f}x")
+    print(f"  incidents: {counts['incidents']} (events counted in them: {counts['events']}); "
+          f"notifications queued: {counts['deliveries']} ({counts['by_event']})")
+    print(f"  floor: SELECT 1 round trip {floor * 1000:.3f} ms median")
+    expected = counts["incidents"] == 1 and counts["deliveries"] == 1 and counts["events"] == args.failures
+    print("  one incident and one notification for the storm: " + ("yes" if expected else "NO"))
+    return 0 if expected else 1
+
+
+def _dag(dag_id: str, tasks: int) -> Any:
+    from orchestrator.models import Dag, Task
+
+    # Retries left and a long retry delay: each task's failure is an attempt that will be retried
+    # later, and the run stays running (no run-level work joins the reports).
+    dag = Dag.objects.create(dag_id=dag_id, default_args={"retries": 3, "retry_delay": 3600, "poison_threshold": 0})
+    Task.objects.bulk_create(
+        [Task(dag=dag, task_id=f"t{i:04d}", bash_command="true", upstream=[], position=i) for i in range(tasks)], batch_size=2000
+    )
+    return dag
+
+
+walls: list[float] = []  # each storm's wall time, first to last report
+
+
+def storm(dag: Any, threads: int = 1) -> list[float]:
+    """A new run of the DAG, every task claimed and running; then one failure report each, timed."""
+    from django.db import connections
+
+    from orchestrator.engine import reporting, runs
+    from orchestrator.models import TaskInstance
+    from retries.context import ExecutionContext
+    from retries.states import Reason, Source, TaskState
+
+    worker = reporting.WorkerInfo(hostname="bench", worker_name="bench-alert-storm", pid=os.getpid())
+    run = runs.create_manual_run(dag)
+    total = TaskInstance.objects.filter(dag_run=run).count()
+    running: list[tuple[int, int]] = []
+    for _ in range(100):
+        runs.advance_run(run.pk)
+        for pk, token in TaskInstance.objects.filter(dag_run=run, state=TaskState.QUEUED).values_list("pk", "attempt_token"):
+            assert reporting.claim(pk, token, worker)
+            assert reporting.mark_running(pk, token, pid=os.getpid(), has_start_deadlines=False)
+            running.append((pk, token))
+        if len(running) == total:
+            break
+    assert len(running) == total, f"{len(running)} of {total} tasks running"
+    context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER)
+    times: list[float] = []
+    failed: list[int] = []
+
+    def report(share: list[tuple[int, int]], own_connection: bool) -> None:
+        try:
+            for pk, token in share:
+                began = time.perf_counter()
+                decision = reporting.report_failure(pk, token, context, error=ERROR, fingerprint=FINGERPRINT)
+                times.append(time.perf_counter() - began)
+                if decision is None:
+                    failed.append(pk)
+        finally:
+            if own_connection:
+                connections.close_all()  # this thread's
+
+    started = time.perf_counter()
+    if threads == 1:
+        report(running, own_connection=False)
+    else:
+        pool = [threading.Thread(target=report, args=(running[i::threads], True)) for i in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+    walls.append(time.perf_counter() - started)
+    assert not failed and len(times) == total, f"{len(failed)} stale reports, {len(times)} timed of {total}"
+    left = TaskInstance.objects.filter(dag_run=run, state=TaskState.RUNNING).count()
+    assert left == 0, f"{left} task instances still running"
+    return times
+
+
+def _queries_per_report(dag: Any, *, show: bool = False) -> float:
+    """Queries per failure report (a short storm, not timed: counting them slows them)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from orchestrator.engine import reporting
+
+    real = reporting.report_failure
+    counted: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        with CaptureQueriesContext(connection) as captured:
+            result = real(*args, **kwargs)
+        counted.append(len(captured.captured_queries))
+        if show and len(counted) == 5:
+            for query in captured.captured_queries:
+                print(f"    {query['sql'][:160]}")
+        return result
+
+    reporting.report_failure = counting  # type: ignore[assignment]
+    try:
+        storm(dag)
+    finally:
+        reporting.report_failure = real  # type: ignore[assignment]
+    return statistics.median(counted)
+
+
+def _counts(rule_id: int) -> dict[str, Any]:
+    from django.db.models import Count, Sum
+
+    from alerts.models import Delivery, Incident
+
+    incidents = Incident.objects.filter(rule_id=rule_id)
+    deliveries = Delivery.objects.filter(incident__rule_id=rule_id)
+    return {
+        "incidents": incidents.count(),
+        "events": incidents.aggregate(n=Sum("count"))["n"] or 0,
+        "deliveries": deliveries.count(),
+        "by_event": dict(deliveries.values_list("event").annotate(n=Count("id")).order_by("event")),
+    }
+
+
+def _p95(sorted_values: list[float]) -> float:
+    return sorted_values[min(len(sorted_values) - 1, round(0.95 * (len(sorted_values) - 1)))]
+
+
+def _select_one_floor() -> float:
+    from django.db import connection
+
+    times = []
+    with connection.cursor() as cursor:
+        for _ in range(200):
+            began = time.perf_counter()
+            cursor.execute("SELECT 1")
+            times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
