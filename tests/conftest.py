@@ -66,15 +66,20 @@ def spawn(process_env) -> Iterator[Callable[..., subprocess.Popen]]:
 
     yield start
     for proc in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
+        stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a process started in a session of its own, and all it started; reap it."""
+    if proc.poll() is None:
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
             pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.05, message: str = "") -> object:

@@ -131,6 +131,8 @@ PAGES = {
     "failures": "/failures/",
     "workers": "/workers/",
     "audit": "/audit/",
+    "alerts": "/alerts/",
+    "approvals": "/approvals/",
 }
 
 

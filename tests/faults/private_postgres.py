@@ -38,6 +38,22 @@ class PrivatePostgres:
         shutil.chown(self.dir, "postgres", "postgres")
         self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
 
+    def engine_environment(self, spool: Path, **settings: str) -> dict[str, str]:
+        """The environment of this checkout's commands against the cluster's `orchestrator`
+        database (made here): short heartbeats, quick passes, the spool given; `settings` on top."""
+        query(self.url.rsplit("/", 1)[0] + "/postgres", "CREATE DATABASE orchestrator")
+        return {
+            **os.environ,
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "DATABASE_URL": self.url,
+            "ORCHESTRATOR_HEARTBEAT_INTERVAL": "0.5",
+            "ORCHESTRATOR_HEARTBEAT_TIMEOUT": "3",
+            "ORCHESTRATOR_REPORT_PATIENCE": "2",
+            "ORCHESTRATOR_SCHEDULER_INTERVAL": "0.2",
+            "ORCHESTRATOR_SPOOL_DIR": str(spool),
+            **settings,
+        }
+
     @property
     def url(self) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/orchestrator"

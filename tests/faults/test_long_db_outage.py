@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, wait_until
+from tests.conftest import wait_until
 from tests.faults.private_postgres import PrivatePostgres, Processes, query
 
 pytestmark = [pytest.mark.integration, pytest.mark.long_outage]
@@ -35,20 +35,12 @@ def test_a_database_outage_of_minutes_loses_no_outcome_and_charges_nothing(tmp_p
     processes: Processes | None = None
     try:
         cluster.start()
-        query(cluster.url.rsplit("/", 1)[0] + "/postgres", "CREATE DATABASE orchestrator")
         queue = f"outage-{uuid.uuid4().hex[:8]}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "DATABASE_URL": cluster.url,
-            "ORCHESTRATOR_HEARTBEAT_INTERVAL": "0.5",
-            "ORCHESTRATOR_HEARTBEAT_TIMEOUT": "3",
-            "ORCHESTRATOR_REPORT_PATIENCE": "2",
-            "ORCHESTRATOR_DB_OUTAGE_TOLERANCE": str(int(OUTAGE_SECONDS + 300)),
-            "ORCHESTRATOR_SCHEDULER_INTERVAL": "0.2",
-            "ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY": "0",
-            "ORCHESTRATOR_SPOOL_DIR": str(tmp_path / "spool"),
-        }
+        env = cluster.engine_environment(
+            tmp_path / "spool",
+            ORCHESTRATOR_DB_OUTAGE_TOLERANCE=str(int(OUTAGE_SECONDS + 300)),
+            ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY="0",
+        )
         processes = Processes(env)
         processes.run("migrate", "--no-input")
         windows = tmp_path / "windows"

@@ -15,7 +15,7 @@ import uuid
 import pytest
 import yaml
 
-from tests.conftest import ROOT, wait_until
+from tests.conftest import wait_until
 from tests.faults.private_postgres import PrivatePostgres, Processes, query
 
 pytestmark = [pytest.mark.integration]
@@ -29,18 +29,8 @@ def test_a_postgres_restart_loses_no_outcome_and_charges_nothing(tmp_path):
     processes: Processes | None = None
     try:
         cluster.start()
-        query(cluster.url.rsplit("/", 1)[0] + "/postgres", "CREATE DATABASE orchestrator")
         queue = f"restart-{uuid.uuid4().hex[:8]}"
-        processes = Processes({
-            **os.environ,
-            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "DATABASE_URL": cluster.url,
-            "ORCHESTRATOR_HEARTBEAT_INTERVAL": "0.5",
-            "ORCHESTRATOR_HEARTBEAT_TIMEOUT": "3",
-            "ORCHESTRATOR_REPORT_PATIENCE": "2",
-            "ORCHESTRATOR_SCHEDULER_INTERVAL": "0.2",
-            "ORCHESTRATOR_SPOOL_DIR": str(tmp_path / "spool"),
-        })  # fmt: skip
+        processes = Processes(cluster.engine_environment(tmp_path / "spool"))
         processes.run("migrate", "--no-input")
         windows = tmp_path / "windows"
         window = "tests.worker.tasks.window"

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, stop_group
 from tests.worker.conftest import make_dag, queue_name, scheduler_settings, worker  # noqa: F401  fixtures reused here
 
 # Enough of /root for the interpreter: the rest of it stays out of sight.
@@ -138,15 +138,7 @@ def guarded_worker(process_env, queue_name, scheduler_settings, worker_files, ta
 
     yield start
     for proc, lines in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_group(proc)
         print(f"--- worker {proc.pid} ---\n{''.join(lines)}")
 
 
