@@ -43,6 +43,13 @@ def _children_of(pid: int) -> set[int]:
     return found
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -138,7 +145,10 @@ def test_it_runs_the_whole_stack_and_stops_every_process_on_sigterm(tmp_path):
         descendants = _children_of(runner.process.pid)
         names = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() for pid in descendants}
         assert any("redis-server" in cmd for cmd in names.values()), names
-        assert sum("run_worker" in cmd for cmd in names.values()) == 2, names
+        workers = [pid for pid, cmd in names.items() if "run_worker" in cmd]
+        assert len(workers) == 2, names
+        # Every queue of the example DAGs is read: example_resumable's task runs on `resumable`.
+        assert all(names[pid].split("run_worker", 1)[1].split()[:2] == ["default", "resumable"] for pid in workers), names
         assert sum("run_scheduler" in cmd for cmd in names.values()) == 1, names
         redis_url = re.search(r"Redis: (redis://127\.0\.0\.1:\d+/0) \(embedded", runner.output).group(1)
         assert redis.Redis.from_url(redis_url).ping()
@@ -152,6 +162,17 @@ def test_it_runs_the_whole_stack_and_stops_every_process_on_sigterm(tmp_path):
         client = _login(base, "admin", password)
         admin_page = client.open(base + "admin/", timeout=5).read().decode()
         assert "Site administration" in admin_page
+
+        # A worker killed outright is started again (how the examples show a platform retry);
+        # the rest of the stack stays up.
+        os.kill(workers[0], signal.SIGKILL)
+        wait_until(lambda: "exited with code -9; starting it again" in runner.output, timeout=10, message="the restart")
+        wait_until(
+            lambda: sum("run_worker" in _cmdline(pid) for pid in _children_of(runner.process.pid)) == 2,
+            timeout=10, message="a second worker again",
+        )
+        assert runner.process.poll() is None, runner.output
+        descendants |= _children_of(runner.process.pid)
 
         runner.process.send_signal(signal.SIGTERM)
         assert runner.process.wait(30) == 0, runner.output

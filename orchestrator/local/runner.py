@@ -36,6 +36,8 @@ from orchestrator.local.embedded_redis import (
     EmbeddedRedisError,
     die_with_parent,
 )
+from orchestrator.models import Dag
+from orchestrator.taskconfig import merge_args
 
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
 ADMIN_USERNAME = "admin"
@@ -52,6 +54,12 @@ PLAIN_HTTP = {
 }
 
 
+# A worker that dies this soon after its start, this many times in a row, is broken, not killed:
+# the stack stops rather than restart it for ever.
+QUICK_DEATH = 10.0
+RESTARTS_OF_A_FAILING_WORKER = 3
+
+
 class LocalRunError(RuntimeError):
     """The local stack could not be prepared or started."""
 
@@ -65,6 +73,8 @@ class Child:
     stop_timeout: float
     process: subprocess.Popen[str] | None = None
     reader: threading.Thread | None = field(default=None, repr=False)
+    started_at: float = 0.0
+    quick_deaths: int = 0  # deaths in a row within QUICK_DEATH of a start
 
     def exit_code(self) -> int | None:
         """The code the process exited with; None while it runs, or before it is started."""
@@ -139,6 +149,7 @@ class LocalStack:
         self.password: str | None = None
         self.stopping = threading.Event()
         self.forced = threading.Event()
+        self.queues: list[str] = ["default"]  # what the workers read: every queue of the loaded DAGs
 
     @property
     def url(self) -> str:
@@ -280,6 +291,7 @@ class LocalStack:
         if self.stopping.is_set():
             return
         self.password = ensure_admin(self.state_dir / "admin-password.txt")
+        self.queues = queues_of_loaded_dags()
         connections.close_all()  # SQLite: the runner does not hold the file open while the children write
 
     def import_dags_folder(self) -> None:
@@ -320,7 +332,8 @@ class LocalStack:
             Child("web", ["runserver", f"{self.host}:{self.port}", "--noreload", "--insecure"], stop_timeout=10),
             Child("scheduler", ["run_scheduler"], stop_timeout=15),
         ]
-        worker_args = ["run_worker"] + (["--concurrency", str(self.concurrency)] if self.concurrency else [])
+        # Every queue a loaded DAG names, so that no example task waits for a worker nobody starts.
+        worker_args = ["run_worker", *self.queues] + (["--concurrency", str(self.concurrency)] if self.concurrency else [])
         children += [Child(f"worker-{n}", worker_args, stop_timeout=grace + 10) for n in range(1, self.workers + 1)]
         return children
 
@@ -329,21 +342,28 @@ class LocalStack:
         # Start every process before any output thread exists: forking with threads running
         # is unsafe with a preexec_fn.
         for child in self.children:
-            child.process = subprocess.Popen(
-                [sys.executable, str(MANAGE), *child.args],
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                bufsize=1,
-                start_new_session=True,  # Ctrl-C reaches only the runner, which signals each child once
-                preexec_fn=die_with_parent,
-            )
+            self._spawn(child)
         for child in self.children:
-            assert child.process is not None and child.process.stdout is not None
-            self.say(f"started {child.name} (pid {child.process.pid}): manage.py {' '.join(child.args)}")
-            child.reader = self.out.follow(child.name, child.process.stdout)
+            self._announce(child)
+
+    def _spawn(self, child: Child) -> None:
+        child.process = subprocess.Popen(
+            [sys.executable, str(MANAGE), *child.args],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # Ctrl-C reaches only the runner, which signals each child once
+            preexec_fn=die_with_parent,
+        )
+        child.started_at = time.monotonic()
+
+    def _announce(self, child: Child) -> None:
+        assert child.process is not None and child.process.stdout is not None
+        self.say(f"started {child.name} (pid {child.process.pid}): manage.py {' '.join(child.args)}")
+        child.reader = self.out.follow(child.name, child.process.stdout)
 
     def _exited(self) -> Child | None:
         return next((c for c in self.children if c.exit_code() is not None), None)
@@ -395,13 +415,29 @@ class LocalStack:
         )
 
     def supervise(self) -> int:
-        """Wait for a stop signal, or for a process to die (then everything stops)."""
+        """Wait for a stop signal. A worker that dies is started again, as a cluster would (a
+        `kill -9` of a worker is how the examples show a platform retry); any other process that
+        dies, or a worker that keeps dying as it starts, stops everything."""
         while not self.stopping.wait(0.2):
             dead = self._exited()
-            if dead is not None:
+            if dead is None:
+                continue
+            if not self._restartable(dead):
                 self.say(f"{dead.name} exited with code {dead.exit_code()}; stopping everything")
                 return 1
+            self.say(f"{dead.name} exited with code {dead.exit_code()}; starting it again")
+            if dead.reader is not None:
+                dead.reader.join(timeout=2)
+            self._spawn(dead)
+            self._announce(dead)
         return 0
+
+    def _restartable(self, child: Child) -> bool:
+        if not child.name.startswith("worker-"):
+            return False
+        lived = time.monotonic() - child.started_at
+        child.quick_deaths = child.quick_deaths + 1 if lived < QUICK_DEATH else 0
+        return child.quick_deaths < RESTARTS_OF_A_FAILING_WORKER
 
     def stop_children(self) -> None:
         running = [c for c in self.children if c.process is not None and c.process.poll() is None]
@@ -463,6 +499,17 @@ def _redact(url: str) -> str:
     credentials, _, host = rest.rpartition("@")
     user = credentials.split(":", 1)[0]
     return f"{scheme}{sep}{user}:***@{host}" if user else f"{scheme}{sep}***@{host}"
+
+
+def queues_of_loaded_dags() -> list[str]:
+    """`default`, then every other queue a loaded DAG's task may be sent to (its `queue`, or
+    its `queue_on_oom` after running out of memory), in name order."""
+    named: set[str] = set()
+    for dag in Dag.objects.prefetch_related("tasks"):
+        for task in dag.tasks.all():
+            args = merge_args(dag.default_args, task.args)
+            named.update(q for q in (args.get("queue"), args.get("queue_on_oom")) if isinstance(q, str) and q)
+    return ["default", *sorted(named - {"default"})]
 
 
 def ensure_admin(password_file: Path) -> str | None:
