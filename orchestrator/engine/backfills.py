@@ -236,15 +236,19 @@ def _claim(date: BackfillDate, state: str, run_pk: int | None) -> bool:
 def run_counts(backfill_id: int) -> dict[str, int]:
     """Its dates by where their runs are: total (dates it runs), pending (not started yet), and
     the started runs by state; plus the dates skipped and cancelled."""
-    by_state = dict(
-        BackfillDate.objects.filter(backfill_id=backfill_id).values_list("state").annotate(n=Count("pk")).values_list("state", "n")
-    )
-    runs = dict(
-        BackfillDate.objects.filter(backfill_id=backfill_id, state=BackfillDate.State.STARTED)
-        .values_list("dag_run__state")
+    # One query, so that a date starting between two reads is not counted both pending and running.
+    by_state: dict[str, int] = {}
+    runs: dict[str, int] = {}
+    rows = (
+        BackfillDate.objects.filter(backfill_id=backfill_id)
+        .values_list("state", "dag_run__state")
         .annotate(n=Count("pk"))
-        .values_list("dag_run__state", "n")
+        .values_list("state", "dag_run__state", "n")
     )
+    for state, run_state, n in rows:
+        by_state[state] = by_state.get(state, 0) + n
+        if state == BackfillDate.State.STARTED:
+            runs[run_state] = runs.get(run_state, 0) + n
     pending = by_state.get(BackfillDate.State.PENDING, 0)
     started = by_state.get(BackfillDate.State.STARTED, 0)
     cancelled = by_state.get(BackfillDate.State.CANCELLED, 0)

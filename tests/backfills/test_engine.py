@@ -383,3 +383,17 @@ def test_a_rerun_clears_as_an_operator_does_emptying_the_task_state_each_clear_a
         ("extract", "tester", "success", "none"), ("load", "tester", "success", "none")
     ]
     assert all(entry.details["keep_task_state"] is False and f"backfill {backfill.pk}" in entry.details["note"] for entry in clears)
+
+
+def test_its_counts_are_one_read_so_a_date_is_never_both_pending_and_running(django_assert_num_queries):
+    """Two reads let a date that started between them count as pending and as running at once
+    ("3 running, 3 pending" for a backfill of three dates)."""
+    dag = daily_dag()
+    backfill = make(dag, start="2026-03-27", end="2026-03-29")
+    with django_assert_num_queries(1):
+        before = engine.run_counts(backfill.pk)
+    assert (before["total"], before["pending"], before["running"] + before["queued"]) == (3, 3, 0)
+    schedule_once()
+    after = engine.run_counts(backfill.pk)
+    assert after["total"] == 3
+    assert after["pending"] + after["queued"] + after["running"] == 3, after
