@@ -177,3 +177,36 @@ def test_pages_fit_the_viewport_and_screenshots(live_server, watched, spawn, set
                         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                         suffix = "" if width == 1440 else "-390"
                         page.screenshot(path=str(SCREENSHOTS / f"{name}-{scheme}{suffix}.png"), full_page=True)
+
+
+def test_the_audit_logs_details_open_below_the_row_at_a_readable_width(live_server, watched):
+    """Opened in its cell, a row's JSON got the Details column's width: one or two characters a
+    line, a row hundreds of pixels tall. Opened, it takes the row below at the table's width."""
+    with own_connections():
+        alice = operator()
+        run = make_run(chain_dag("ledger"))
+        actions.mark_failed(instance(run, "extract"), alice, note="the supplier's file was rejected by the bank's validation service")
+        AuditLog.objects.filter(action="mark_failed").update(details={
+            "note": "the supplier's file was rejected by the bank's validation service",
+            "rejected_file": "s3://landing/settlements/2026-11-28/supplier-statements-final-v2.csv",
+            "checks": {"iban": "ok", "amounts": "mismatch in 3 of 1,204 lines", "currency": "EUR"},
+        })
+        page = watched
+        login(page, live_server.url, "/audit/")
+        for width in (1440, 390):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.reload()
+            assert not page.is_visible("tr.row-details pre")
+            page.click("details.row-toggle summary")
+            pre = page.wait_for_selector("tr.row-details pre", state="visible")
+            box = pre.bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, (width, box)
+            assert box["width"] >= min(width - 80, 600), (width, box)
+            # its text wraps inside it, and no cell of the page is narrower than a word in it
+            assert page.evaluate("(el) => el.scrollWidth <= el.clientWidth", pre)
+            narrow = page.evaluate(
+                "() => [...document.querySelectorAll('#audit td')].filter(td => td.scrollWidth > td.clientWidth + 1).map(td => td.textContent.trim().slice(0, 40))"
+            )
+            assert narrow == [], (width, narrow)
+            assert "mismatch in 3 of 1,204 lines" in pre.text_content()
+            assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
