@@ -2,7 +2,8 @@
 # make test  install into .venv (with test extras), lint, then run the whole test suite (bin/test)
 # make lint  ruff (lint rules) and mypy (types) over the tree, as configured in pyproject.toml
 #
-# Options: make run PORT=8001 HOST=0.0.0.0 WORKERS=3 CONCURRENCY=32; make test ARGS="tests/retries -x -q"
+# Options: make run PORT=8001 HOST=0.0.0.0 WORKERS=3 CONCURRENCY=32; make test ARGS="tests/retries -x -q";
+# make test TEST_PROCESSES=4
 
 BASE_PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -13,6 +14,7 @@ WORKERS ?= 2
 # Attempts each worker runs at once (default ORCHESTRATOR_WORKER_CONCURRENCY, 16).
 CONCURRENCY ?=
 ARGS ?=
+TEST_PROCESSES ?= 3
 
 .PHONY: run test lint install install-test browser deploy-tools clean
 
@@ -21,8 +23,10 @@ ARGS ?=
 run: install
 	$(PY) manage.py run_local --host $(HOST) --port $(PORT) --workers $(WORKERS) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
+# The whole suite runs in TEST_PROCESSES parallel processes (pytest-xdist), each with a database
+# and a Redis database of its own; ARGS, when given, are passed to pytest as they are.
 test: lint browser deploy-tools
-	PYTHON=$(PY) bin/test $(ARGS)
+	PYTHON=$(PY) bin/test $(if $(ARGS),$(ARGS),-n $(TEST_PROCESSES))
 
 # mypy keeps its cache in .mypy_cache, so a second run checks only what changed.
 lint: install-test

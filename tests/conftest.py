@@ -22,7 +22,9 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -
 
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith("sqlite3") and not database.get("TEST", {}).get("NAME"):
-        database.setdefault("TEST", {})["NAME"] = str(Path(database["NAME"]).with_name("test_db.sqlite3"))
+        # A parallel test process (pytest-xdist's gw0, gw1, ...) has a file of its own.
+        process = os.environ.get("PYTEST_XDIST_WORKER", "")
+        database.setdefault("TEST", {})["NAME"] = str(Path(database["NAME"]).with_name(f"test_db{'_' + process if process else ''}.sqlite3"))
 
 
 @pytest.fixture
@@ -104,3 +106,9 @@ def empty_default_queue() -> Iterator[None]:
     Queue("default", connection=get_redis()).empty()
     yield
     Queue("default", connection=get_redis()).empty()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The minutes-long tests first: in a parallel run one process takes each of them at the
+    start while the others share the rest, instead of one of them running on alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("long_outage") is None)
