@@ -4,7 +4,10 @@ A DAG declares `params`, NAME -> a JSON Schema (draft 2020-12) with an optional 
 `description`, and `strict_params`. Every way a run is created (trigger_dag, the API, the
 console's form, backfills, the scheduler) calls `resolve_conf` before it creates anything:
 missing params are filled from their defaults, each given value is checked against its
-schema, and (strict) a key that is not a declared param is refused. The filled conf is what
+schema, (strict) a key that is not a declared param is refused, and (for every DAG) a value
+no database can store is refused. A conf typed as text (the commands' --conf, the console's
+forms) is read by `conf_from_text`, the API's body by the same JSON reading
+(`sanitise.parse_json`), so what is not JSON is refused alike everywhere. The filled conf is what
 the run stores; `task_params` is what a task reads as `context["params"]`.
 
 Pure: no Django, no database. jsonschema is imported on first use, so the worker (which only
@@ -18,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.exceptions import BadRequest
-from orchestrator.sanitise import first_unstorable
+from orchestrator.sanitise import NotJson, first_not_finite, first_unstorable, parse_json
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError
@@ -139,8 +142,8 @@ def resolve_conf(params: Mapping[str, Any] | None, strict: bool, conf: object) -
     """The conf a run is created with: `conf` checked against the DAG's params, each missing
     param filled from its default. Raises ParamError naming the first key at fault: a value that
     does not match its schema, a param without a default that is not given, a key that is not a
-    declared param (with `strict`), and (for any DAG) a value that cannot be stored or is nested
-    deeper than MAX_DEPTH levels."""
+    declared param (with `strict`), and (for any DAG) a value that cannot be stored (NUL, a lone
+    surrogate, NaN or an infinity) or is nested deeper than MAX_DEPTH levels."""
     if conf is None:
         conf = {}
     if not isinstance(conf, Mapping):
@@ -154,6 +157,9 @@ def resolve_conf(params: Mapping[str, Any] | None, strict: bool, conf: object) -
             raise ParamError(key, f"{where} holds the NUL character or a lone surrogate, which cannot be stored")
         if depth_of(value) > MAX_DEPTH:
             raise ParamError(key, f"is nested deeper than {MAX_DEPTH} levels")
+        where = first_not_finite({key: value})
+        if where is not None:
+            raise ParamError(key, f"{where} is NaN or infinite: JSON has no such number (only finite numbers can be stored)")
     filled = dict(conf)
     for name, declaration in params.items():
         if name in conf:
@@ -170,6 +176,18 @@ def resolve_conf(params: Mapping[str, Any] | None, strict: bool, conf: object) -
                 declared = ", ".join(sorted(params)) or "none"
                 raise ParamError(key, f"is not a declared param and the DAG has strict_params (declared: {declared})")
     return filled
+
+
+def conf_from_text(text: str | None, name: str = "conf") -> Any:
+    """A conf typed as JSON text: its value, None when the text is absent or blank. BadRequest
+    naming `name` when the text is not JSON (`sanitise.parse_json`: NaN, Infinity, a number too
+    large, nesting too deep included). What the value may be is `resolve_conf`'s to say."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_json(text)
+    except NotJson as exc:
+        raise BadRequest(f"{name} is not valid JSON: {exc}") from None
 
 
 def fill_defaults(params: Mapping[str, Any] | None, conf: Mapping[str, Any] | None) -> dict[str, Any]:

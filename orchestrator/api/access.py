@@ -12,7 +12,6 @@ method a path does not serve) with `api_view`.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -26,6 +25,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from orchestrator.auth import InvalidToken, bearer_key, user_for_key
 from orchestrator.exceptions import ActionError, BadRequest
+from orchestrator.sanitise import NotJson, parse_json
 
 View = Callable[..., HttpResponse]
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
@@ -160,11 +160,6 @@ def api_view(methods: Iterable[str]) -> Callable[[View], View]:
     return decorate
 
 
-def _refuse_constant(name: str) -> Any:
-    """NaN and Infinity are not JSON (Python's parser takes them; PostgreSQL's jsonb does not)."""
-    raise json.JSONDecodeError(f"{name} is not a JSON value", name, 0)
-
-
 def json_body(request: HttpRequest) -> dict[str, Any]:
     """The request's JSON object body; an empty body (or an empty form) is `{}`."""
     if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
@@ -174,11 +169,10 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     if not request.body.strip():
         return {}
     try:
-        body = json.loads(request.body, parse_constant=_refuse_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
-    except RecursionError:
-        raise BadRequest("request body is nested too deeply") from None
+        # NaN, Infinity, numbers too large: refused as every conf typed anywhere is.
+        body = parse_json(request.body)
+    except NotJson as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest(f"request body must be a JSON object, got {type(body).__name__}")
     return body

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.exceptions import ActionError, BadRequest
-from orchestrator.params import ParamError, described, schema_of
+from orchestrator.params import ParamError, conf_from_text, described, schema_of
+from orchestrator.sanitise import NotJson, parse_json
 
 FIELD_PREFIX = "param."  # a param's input is named param.NAME
 
@@ -90,12 +91,7 @@ def conf_from_form(params: Mapping[str, Any] | None, conf_text: str, posted: Map
     """The conf the form asks for: its JSON text, with each param field that was filled in over
     it (an empty field: the key is not given, so its default applies). BadRequest for JSON
     that does not parse, naming the field (a param's: ParamError)."""
-    try:
-        conf = json.loads(conf_text) if conf_text.strip() else None
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"conf is not valid JSON: {exc}") from exc
-    except RecursionError:
-        raise BadRequest("conf is nested too deeply") from None
+    conf = conf_from_text(conf_text)
     typed: dict[str, Any] = {}
     for name, declaration in described(params):
         text = posted.get(name, "")
@@ -106,11 +102,9 @@ def conf_from_form(params: Mapping[str, Any] | None, conf_text: str, posted: Map
             typed[name] = text
             continue
         try:
-            typed[name] = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ParamError(name, f"is not valid JSON ({exc}); write a string in double quotes") from exc
-        except RecursionError:
-            raise ParamError(name, "is nested too deeply") from None
+            typed[name] = parse_json(text)
+        except NotJson as exc:
+            raise ParamError(name, f"is not valid JSON ({exc}); write a string in double quotes") from None
     if not typed:
         return conf
     if conf is not None and not isinstance(conf, dict):

@@ -2,7 +2,6 @@
 its pause, unpause and cancel buttons. Thin views around orchestrator.backfills."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -12,9 +11,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from orchestrator import actions, backfills
-from orchestrator.exceptions import ActionError
+from orchestrator.exceptions import ActionError, BadRequest
 from orchestrator.models import Backfill, BackfillDate
-from orchestrator.params import ParamError
+from orchestrator.params import ParamError, conf_from_text
 from orchestrator.web.pages import lookup, polled, require
 
 FORM_FIELDS = ("from", "to", "reprocess", "max_active_runs", "backwards", "conf")
@@ -27,9 +26,9 @@ def _require_trigger(request: HttpRequest) -> None:
 def _checked(dag: Any, form: dict[str, str]) -> backfills.Request:
     """The form's fields as backfill arguments (checked by orchestrator.backfills)."""
     try:
-        conf = json.loads(form["conf"]) if form["conf"].strip() else None
-    except json.JSONDecodeError as exc:
-        raise backfills.BackfillError("conf", f"not valid JSON: {exc}") from exc
+        conf = conf_from_text(form["conf"])
+    except BadRequest as exc:
+        raise backfills.BackfillError("conf", str(exc).removeprefix("conf ")) from None
     text = form["max_active_runs"].strip() or str(backfills.DEFAULT_MAX_ACTIVE_RUNS)
     if not text.isdigit():
         raise backfills.BackfillError("max_active_runs", f"must be a whole number, not {text!r}")

@@ -7,7 +7,6 @@ otherwise, so scripts can still read the first and the last line.
 from __future__ import annotations
 
 import getpass
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -16,12 +15,12 @@ from dataclasses import dataclass
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db.models import Count
 
-from orchestrator import actions
+from orchestrator import actions, params
 from orchestrator.engine.run_wait import wait_outcome
-from orchestrator.exceptions import ActionError
+from orchestrator.exceptions import ActionError, BadRequest
 from orchestrator.models import Dag, DagRun
+from orchestrator.params import conf_from_text
 from orchestrator.queue_listeners import listened_queues
-from orchestrator.sanitise import first_unstorable
 from retries.states import FINISHED_TASK_STATES, TaskState
 
 EXIT_CODES = {"success": 0, "failed": 1, "dead_letter": 3}
@@ -74,19 +73,16 @@ class Command(BaseCommand):
 
 
 def parse_conf(conf: str | None) -> dict | None:
+    """--conf as JSON text, read as every entry point reads a conf; what it may hold is checked
+    when the run (or backfill) is created, and refused there naming the key."""
     if conf is None:
         return None
     try:
-        value = json.loads(conf)
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"--conf is not valid JSON: {exc}") from exc
-    except RecursionError:
-        raise CommandError("--conf is nested too deeply") from None
+        value = conf_from_text(conf, "--conf")
+    except BadRequest as exc:
+        raise CommandError(str(exc)) from None
     if not isinstance(value, dict):
-        raise CommandError(f"--conf must be a JSON object, got {type(value).__name__}: {conf}")
-    where = first_unstorable(value, "conf")
-    if where is not None:
-        raise CommandError(f"--conf: {where} holds the NUL character or a lone surrogate, which cannot be stored")
+        raise CommandError(f"--conf must be a JSON object, got {type(value).__name__}: {params.show(value)}")
     return value
 
 
