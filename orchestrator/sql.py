@@ -9,14 +9,18 @@ statements directly, with Django's own adaptation of values (`get_db_prep_save`)
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models
 from django.db.models.base import ModelState
 from django.db.models.functions import Now
 from django.db.models.signals import post_init, pre_init
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 @functools.lru_cache(maxsize=4)
@@ -135,15 +139,73 @@ def cursor(prepare: bool = False) -> Any:
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
 
 
+def is_stale_plan(error: BaseException) -> bool:
+    """Whether `error` (Django's, or the driver's under it) is PostgreSQL refusing to run a
+    prepared statement again because a schema change since it was prepared changed the type of
+    what it returns (`cached plan must not change result type`, SQLSTATE 0A000, raised where the
+    server revalidates a cached plan: a migration's ALTER COLUMN ... TYPE). The server never
+    runs that statement again on that connection; prepared anew, it runs."""
+    for candidate in (error, error.__cause__):
+        if getattr(candidate, "sqlstate", None) == "0A000":
+            diag = getattr(candidate, "diag", None)
+            where = getattr(diag, "source_function", None) or ""
+            message = getattr(diag, "message_primary", None) or str(candidate)
+            return where == "RevalidateCachedQuery" or "cached plan must not change result type" in message
+    return False
+
+
+def _forget_prepared(raw: Any) -> None:
+    """Drop every statement prepared on the psycopg connection `raw`, in psycopg's record and
+    on the server. psycopg has no public call for its record; it keeps it per connection
+    (`_prepared`), and clearing it queues a DEALLOCATE ALL that runs after the next statement:
+    now when the connection is outside a transaction; in a failed one, after its rollback
+    (which, on the server, keeps prepared statements)."""
+    from psycopg.pq import TransactionStatus
+
+    raw._prepared.clear()
+    if raw.info.transaction_status == TransactionStatus.IDLE:
+        raw.execute("DEALLOCATE ALL", prepare=False)
+
+
+def once_more_if_stale(function: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """`function(*args, **kwargs)`, run once more when a prepared statement of it failed inside
+    a transaction on a plan a schema change made stale (`is_stale_plan`): that transaction
+    is rolled back and the connection's prepared statements with it (`PreparingCursor`), so
+    the second run prepares them anew. (Outside a transaction the statement itself is run again:
+    nothing reaches here.) For the worker's and the scheduler's calls, each of which may run
+    again after any failure (a claim or report is fenced by its token)."""
+    try:
+        return function(*args, **kwargs)
+    except DatabaseError as exc:
+        if not is_stale_plan(exc) or connection.in_atomic_block:
+            raise
+        log.warning("a prepared statement's plan was made stale by a schema change; running %s once more", getattr(function, "__name__", function))
+    return function(*args, **kwargs)
+
+
 @functools.lru_cache(maxsize=1)
 def _preparing_cursor_class() -> type:
     import psycopg
 
     class PreparingCursor(psycopg.Cursor):
         """Binds parameters on the server and prepares each statement it runs (psycopg keeps a
-        connection's prepared statements, the least recently used dropped past 100)."""
+        connection's prepared statements, the least recently used dropped past 100).
+
+        A statement whose plan a migration made stale (`is_stale_plan`) drops all the
+        connection's prepared statements; outside a transaction it is then run again, at once;
+        inside one it fails, and the transaction's caller runs it again (`once_more_if_stale`).
+        Without this, a long-lived connection (a worker's, the scheduler's) would fail that
+        statement for ever after an ALTER COLUMN ... TYPE."""
 
         def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None) -> Any:
+            try:
+                return super().execute(query, params, prepare=True, binary=binary)
+            except psycopg.errors.FeatureNotSupported as exc:
+                if not is_stale_plan(exc):
+                    raise
+                _forget_prepared(self.connection)
+                if self.connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    raise
             return super().execute(query, params, prepare=True, binary=binary)
 
         def _send_query_prepared(self, name: bytes, pgq: Any, *, binary: bool | None = None) -> None:

@@ -26,6 +26,7 @@ from rq import Queue
 from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 
+from orchestrator import sql
 from orchestrator.clock import db_now, shared_now
 from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules, waits
 from orchestrator.engine.reporting import report_failure
@@ -71,7 +72,8 @@ def schedule_once(now: datetime | None = None) -> PassReport:
         _clean_history,
     ):
         try:
-            step(now, report)
+            # A step whose transaction met a plan a migration made stale runs once more.
+            sql.once_more_if_stale(step, now, report)
         except (OperationalError, InterfaceError):
             log.warning("scheduler step %s: the database is unreachable; trying again next pass", step.__name__)
             _Reconnection.note_outage()

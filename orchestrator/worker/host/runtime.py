@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection
 
+from orchestrator import sql
 from orchestrator.engine.reporting import Claimed
 from orchestrator.worker.host.heartbeat import Heartbeats
 from orchestrator.worker.host.launcher import Launcher
@@ -39,7 +40,8 @@ class DatabasePool:
 
     def _run(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         try:
-            result = function(*args, **kwargs)
+            # A call whose transaction met a plan a migration made stale runs once more.
+            result = sql.once_more_if_stale(function, *args, **kwargs)
         except (OperationalError, InterfaceError):
             connection.close()  # a broken connection is not kept for the next call
             self.unreachable = True
@@ -57,7 +59,8 @@ class DatabasePool:
         return True
 
     def close(self) -> None:
-        self._executor.submit(connection.close)  # best effort; the threads end with the process
+        # Looked up in the pool's thread: `connection.close` looked up here would be this thread's.
+        self._executor.submit(lambda: connection.close())  # best effort; the threads end with the process
         self._executor.shutdown(wait=True)
 
 
