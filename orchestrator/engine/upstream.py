@@ -9,6 +9,13 @@ it has read (`_kept`): on PostgreSQL the next claim that needs one reads only wh
 changed since (`xmin`, the transaction that wrote the row's current version: any UPDATE of the
 row changes it, so a kept text is used only while it is exactly the row's result). SQLite has no
 such version: there every claim reads the results.
+
+A transaction id means one thing only on one server's history: after a failover to a replica
+that had not received the last transactions, or a restore, the same ids are given again to
+other writes, so a row can change and keep the `xmin` a kept text was read with. What is kept is
+therefore kept for one server (`_server_of`: its system identifier, the timeline it writes on,
+and when it started), read once per connection: a connection to another one, or to the same one
+promoted or restarted since, finds nothing kept and starts again.
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 
 from orchestrator import sql
 from orchestrator.models import Task
@@ -44,11 +51,17 @@ class _KeptResults:
         self._chars = 0
         self._budget = budget
         self._lock = threading.Lock()
+        self._server: str | None = None  # the server what is kept was read from
 
-    def of(self, dag_run_id: int, task_ids: list[str]) -> Kept:
-        """A copy of what is kept of these upstreams (a read compares each row with it)."""
+    def of(self, server: str | None, dag_run_id: int, task_ids: list[str]) -> Kept:
+        """A copy of what is kept of these upstreams (a read compares each row with it), for a
+        read from `server`: nothing when it is not the server what is kept was read from (or
+        when it is not known)."""
         found: Kept = {}
+        if server is None:
+            return found
         with self._lock:
+            self._meet(server)
             for task_id in task_ids:
                 group = self._groups.get((dag_run_id, task_id))
                 if group:
@@ -56,10 +69,11 @@ class _KeptResults:
                     self._groups.move_to_end((dag_run_id, task_id))
         return found
 
-    def keep(self, dag_run_id: int, task_id: str, pk: int, version: str, text: str) -> None:
-        if not KEEP_FROM_CHARS <= len(text) <= self._budget:
+    def keep(self, server: str | None, dag_run_id: int, task_id: str, pk: int, version: str, text: str) -> None:
+        if server is None or not KEEP_FROM_CHARS <= len(text) <= self._budget:
             return
         with self._lock:
+            self._meet(server)
             group = self._groups.setdefault((dag_run_id, task_id), {})
             replaced = group.pop(pk, None)
             self._chars += len(text) - (len(replaced[1]) if replaced else 0)
@@ -73,6 +87,13 @@ class _KeptResults:
         with self._lock:
             self._groups.clear()
             self._chars = 0
+
+    def _meet(self, server: str) -> None:
+        """A read from `server` (the lock held): what was read from another is dropped."""
+        if server != self._server:
+            self._groups.clear()
+            self._chars = 0
+            self._server = server
 
 
 _kept = _KeptResults()
@@ -126,7 +147,8 @@ def _read(dag_run_id: int, task_ids: list[str]) -> list[tuple[str, int, str, Any
         rows = sql.fetch(f"SELECT ti.task_id, ti.map_index, ti.result, t.expand{joined}{where}",
                          [dag_run_id, *task_ids], [None, None, None, expand_field])
         return [(task_id, map_index, _text(result), expand) for task_id, map_index, result, expand in rows]
-    kept = _kept.of(dag_run_id, task_ids)
+    server = _server_of(connection)
+    kept = _kept.of(server, dag_run_id, task_ids)
     # A kept result's text is not sent again unless its row changed since it was kept.
     rows = sql.fetch(
         "SELECT ti.id, ti.xmin::text, ti.task_id, ti.map_index,"
@@ -141,9 +163,37 @@ def _read(dag_run_id: int, task_ids: list[str]) -> list[tuple[str, int, str, Any
             same = kept.get(pk)
             text = same[1] if same is not None and same[0] == version else NULL
         else:
-            _kept.keep(dag_run_id, task_id, pk, version, text)
+            _kept.keep(server, dag_run_id, task_id, pk, version, text)
         read.append((task_id, map_index, text, expand))
     return read
+
+
+# The server a connection is to, as one text: its system identifier (its own, or that of the
+# primary it was copied from), the timeline it writes on (a promotion or a point-in-time restore
+# starts a new one at once; pg_control_checkpoint's follows only at the next checkpoint), and
+# when it started (a copy started as it was: crash recovery keeps the timeline).
+SERVER_SQL = (
+    "SELECT s.system_identifier::text || '/' || CASE WHEN pg_is_in_recovery() THEN 'recovery'"
+    " ELSE left(pg_walfile_name(pg_current_wal_lsn()), 8) END || '/' || pg_postmaster_start_time()::text"
+    " FROM pg_control_system() s"
+)
+
+
+def _server_of(db: Any) -> str | None:
+    """The server `db`'s current connection is to (`SERVER_SQL`), read once per connection;
+    None when it cannot be read (a role denied those functions): then nothing is kept."""
+    db.ensure_connection()
+    raw = db.connection
+    known = getattr(db, "_orchestrator_server", None)
+    if known is not None and known[0] is raw:
+        return known[1]
+    try:
+        with transaction.atomic():  # a savepoint inside the caller's transaction: a refusal ends only it
+            ((server,),) = sql.fetch(SERVER_SQL, [], [None])
+    except DatabaseError:
+        server = None
+    db._orchestrator_server = (raw, server)
+    return server
 
 
 def _text(stored: str | None) -> str:

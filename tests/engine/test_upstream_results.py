@@ -57,8 +57,9 @@ def _pretend_kept(run: DagRun, task_id: str, text: str) -> None:
     """Change what this process kept of a task's result, where no other process can see it: a
     read that hands this on did not read the row."""
     ti = _instance(run, task_id)
-    (version, _), = upstream._kept.of(run.pk, [task_id]).values()
-    upstream._kept.keep(run.pk, task_id, ti.pk, version, text)
+    server = upstream._server_of(connection)
+    (version, _), = upstream._kept.of(server, run.pk, [task_id]).values()
+    upstream._kept.keep(server, run.pk, task_id, ti.pk, version, text)
 
 
 def test_results_are_the_json_text_of_an_object_by_upstream_task_id():
@@ -139,15 +140,15 @@ def test_a_mapped_upstream_hands_on_its_instances_results_with_the_one_that_chan
 def test_what_a_worker_keeps_is_bounded_and_the_least_recently_read_goes_first():
     kept = _KeptResults(budget=3 * KEEP_FROM_CHARS)
     text = "[" + "1," * (KEEP_FROM_CHARS // 2) + "1]"
-    kept.keep(1, "a", 10, "v1", text)
-    kept.keep(1, "b", 11, "v1", text)
-    kept.keep(1, "tiny", 12, "v1", "[1]")  # too small to be worth keeping
-    assert kept.of(1, ["tiny"]) == {}
-    kept.of(1, ["a"])  # read: now the most recent
-    kept.keep(1, "c", 13, "v1", text)  # over the budget: "b" goes
-    assert kept.of(1, ["b"]) == {} and set(kept.of(1, ["a", "c"])) == {10, 13}
-    kept.keep(1, "a", 10, "v2", text)  # the row's new version replaces the old
-    assert kept.of(1, ["a"]) == {10: ("v2", text)}
+    kept.keep("s", 1, "a", 10, "v1", text)
+    kept.keep("s", 1, "b", 11, "v1", text)
+    kept.keep("s", 1, "tiny", 12, "v1", "[1]")  # too small to be worth keeping
+    assert kept.of("s", 1, ["tiny"]) == {}
+    kept.of("s", 1, ["a"])  # read: now the most recent
+    kept.keep("s", 1, "c", 13, "v1", text)  # over the budget: "b" goes
+    assert kept.of("s", 1, ["b"]) == {} and set(kept.of("s", 1, ["a", "c"])) == {10, 13}
+    kept.keep("s", 1, "a", 10, "v2", text)  # the row's new version replaces the old
+    assert kept.of("s", 1, ["a"]) == {10: ("v2", text)}
 
 
 def _rows_filtered_out(plan: dict) -> int:
