@@ -11,7 +11,11 @@ it as it runs any job it claimed.
 Nothing new can be lost: the task is claimed by the commit that records the report, so a worker
 that dies after it left a claimed task, found by the scheduler when its heartbeat is older than
 ORCHESTRATOR_HEARTBEAT_TIMEOUT (`pre_execution_failure`, kind `worker_died`, charged to the
-platform) as for any claim. The worker offers only the queues it listens to that hold no job
+platform) as for any claim. A report whose commit the worker did not hear of (the connection
+broke after the server committed) is tried again and found already recorded; the claim that
+committed with it is then recognised (`Offer.unheard`: the task still claimed by this worker
+under the claimed token, not started) and run at once, as the handshake recognises its own
+lost commit, instead of waiting for that timeout. The worker offers only the queues it listens to that hold no job
 (a backlog keeps its order), only while it takes jobs at all (not draining or stopping), and
 only for a success (a failure's platform retry must not come back to the worker that may be
 its cause).
@@ -49,6 +53,8 @@ class Offer:
     # The worker's claim (`reporting.claim_within`): what the task runs, or None if it lost.
     claim: Callable[..., Any]
     taken: Any = None  # what `claim` returned, once the transaction that claimed it committed
+    # What `claim` returned in a transaction whose commit was not heard of yet (`unheard`).
+    unconfirmed: Any = None
     _asked: bool = field(default=False, repr=False)  # one dispatch only may be given it
     _results: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -72,8 +78,20 @@ class Offer:
         claimed = self.claim(task_instance_id, token, known_results=self._results)
         if claimed is None:
             return False
+        self.unconfirmed = claimed
         transaction.on_commit(lambda: setattr(self, "taken", claimed))
         return True
+
+    def unheard(self, holds_claim: Callable[[int, int], bool]) -> Any:
+        """What was claimed for the slot in a transaction whose commit the worker did not hear
+        of, if it committed after all: `holds_claim(pk, token)` (asked of the database) says the
+        task is still claimed by this worker under that token and not started, which only that
+        commit (or this worker's own claim of the same attempt, which the handshake fences)
+        can have done. None when nothing waits unheard, or it did not commit."""
+        claimed = self.unconfirmed
+        if self.taken is not None or claimed is None:
+            return None
+        return claimed if holds_claim(claimed.pk, claimed.attempt_token) else None
 
 
 _offer: ContextVar[Offer | None] = ContextVar("handover_offer", default=None)

@@ -286,6 +286,14 @@ def record_pid(task_instance_id: int, token: int, pid: int) -> bool:
         return _move_attempt(task_instance_id, token, frozenset({TaskState.RUNNING}), {"pid": pid}, {"pid": pid})
 
 
+def holds_claim(task_instance_id: int, token: int, worker: WorkerInfo) -> bool:
+    """Whether `worker` holds the claim of this attempt and has not started it (a claim whose
+    commit it did not hear of: `handover.Offer.unheard`)."""
+    return TaskInstance.objects.filter(
+        pk=task_instance_id, attempt_token=token, state__in=CLAIM_FROM, worker_name=worker.worker_name, hostname=worker.hostname
+    ).exists()
+
+
 def heartbeat(task_instance_id: int, token: int) -> bool:
     """False means the attempt was superseded: the supervisor must kill its task at once."""
     return transition(

@@ -244,6 +244,10 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
             log.exception("task instance %s attempt %s: the database refused its report", task_instance_id, token)
             record = refused_record(record, exc)
             described = _with_db_retries(lambda: deliver(shared, record, offer), patience=patience)
+        if offer is not None and described == "stale":
+            # Found already recorded: perhaps by a try whose commit was not heard of, which
+            # then claimed the next task for this slot too.
+            offer.taken = offer.taken or _unheard_claim(shared, offer)
     except (OperationalError, InterfaceError):
         try:
             path = shared.spool.put(record)
@@ -287,6 +291,22 @@ def _outcome_lost(shared: WorkerRuntime, task_instance_id: int, token: int, exc:
         log.warning("could not note in Redis why the outcome of task instance %s attempt %s was lost", task_instance_id, token, exc_info=True)
     shared.heartbeats.forget_attempt(task_instance_id, token)
     return "lost: spool unusable"
+
+
+def _unheard_claim(shared: WorkerRuntime, offer: handover.Offer) -> reporting.Claimed | None:
+    """The task a report's try claimed for this slot in a commit the worker did not hear of, if
+    that commit happened: run at once rather than left until the scheduler presumes this
+    worker dead. Unknown (the database away again): left to the scheduler, as before."""
+    holder = worker_info()
+    try:
+        claimed = offer.unheard(lambda pk, token: bool(shared.db.call(reporting.holds_claim, pk, token, holder)))
+    except Exception:
+        log.warning("could not check whether a task was claimed for this slot by a report it did not hear of", exc_info=True)
+        return None
+    if claimed is not None:
+        log.info("task instance %s attempt %s: claimed for this slot by a report whose commit was not heard of; running it",
+                 claimed.pk, claimed.attempt_token)  # fmt: skip
+    return claimed
 
 
 def _slot_offer(shared: WorkerRuntime) -> handover.Offer:
