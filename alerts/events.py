@@ -1,7 +1,9 @@
-"""Where events come from: a failed attempt and a dead letter (called by the failure report,
-once it has committed), a failed run and a missed deadline (the listener hooks, on the
-listener thread). Each first asks the cached rules whether any rule is about its kind of event,
-so a failure no rule is about costs nothing more.
+"""Where events come from: a failed attempt and a dead letter (called by the failure report
+inside its own transaction, once the failure is recorded there), a failed run and a missed
+deadline (the listener hooks, on the listener thread). Each first asks the cached rules whether
+any rule is about its kind of event, so a failure no rule is about costs nothing more; one that
+a rule matches costs the report one INSERT (`incidents.queue_events`), and the sender does the
+rest.
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from alerts import incidents, rules_cache
 from alerts.matching import Event
@@ -61,7 +63,9 @@ def task_failed(
     dead_lettered: ExecutionContext | None = None,
     at: datetime | None = None,
 ) -> None:
-    """A failed attempt (every one), and the dead letter it caused if it did. Never raises."""
+    """A failed attempt (every one), and the dead letter it caused if it did: queued for the
+    rules that match, in the caller's transaction. Raises only the database's own errors (the
+    report's transaction cannot go on after one); anything else is logged."""
     try:
         wanted_failed = bool(rules_cache.rules_for(When.TASK_FAILED))
         wanted_dead = dead_lettered is not None and bool(rules_cache.rules_for(When.TASK_DEAD_LETTERED))
@@ -69,12 +73,17 @@ def task_failed(
             return
         at = at or shared_now()
         message = _message(error, attempt_context)
+        events = []
         if wanted_failed:
-            incidents.record_event(_task_event(When.TASK_FAILED, ti, attempt_context, fingerprint=fingerprint, message=message, at=at))
+            events.append(_task_event(When.TASK_FAILED, ti, attempt_context, fingerprint=fingerprint, message=message, at=at))
         if wanted_dead and dead_lettered is not None:
-            incidents.record_event(_task_event(When.TASK_DEAD_LETTERED, ti, dead_lettered, fingerprint=fingerprint, message=message, at=at))
+            events.append(_task_event(When.TASK_DEAD_LETTERED, ti, dead_lettered, fingerprint=fingerprint, message=message, at=at))
+    except DatabaseError:
+        raise
     except Exception:
         log.exception("could not match the failure of task instance %s against the alert rules", ti.pk)
+        return
+    incidents.queue_events(events)
 
 
 def run_failed(run: DagRun, at: datetime | None = None) -> None:
@@ -88,20 +97,19 @@ def run_failed(run: DagRun, at: datetime | None = None) -> None:
         .first()
     )
     context: dict[str, Any] = (failed[0] if failed else None) or {}
-    incidents.record_event(
-        Event(
-            kind=When.RUN_FAILED,
-            at=at or run.end_date or shared_now(),
-            dag_id=run.dag.dag_id,
-            run_id=run.run_id,
-            dag_run_id=run.pk,
-            owner=run.dag.owner,
-            category=context.get("category"),
-            reason=context.get("reason"),
-            fingerprint=failed[1] if failed else None,
-            message=f"run failed (first failed task: {failed[2]})" if failed else "run failed",
-        )
+    event = Event(
+        kind=When.RUN_FAILED,
+        at=at or run.end_date or shared_now(),
+        dag_id=run.dag.dag_id,
+        run_id=run.run_id,
+        dag_run_id=run.pk,
+        owner=run.dag.owner,
+        category=context.get("category"),
+        reason=context.get("reason"),
+        fingerprint=failed[1] if failed else None,
+        message=f"run failed (first failed task: {failed[2]})" if failed else "run failed",
     )
+    incidents.queue_events([event])
 
 
 def deadline_missed(deadline: Any, at: datetime | None = None) -> None:
@@ -109,21 +117,20 @@ def deadline_missed(deadline: Any, at: datetime | None = None) -> None:
         return
     run = deadline.dag_run
     ti = deadline.task_instance if deadline.task_instance_id else None
-    incidents.record_event(
-        Event(
-            kind=When.DEADLINE_MISSED,
-            at=at or deadline.resolved_at or shared_now(),
-            dag_id=run.dag.dag_id,
-            run_id=run.run_id,
-            dag_run_id=run.pk,
-            owner=run.dag.owner,
-            task_id=deadline.task_id or None,
-            map_index=ti.map_index if ti is not None else None,
-            task_instance_id=deadline.task_instance_id,
-            queue=ti.queue if ti is not None else None,
-            message=f"missed its {deadline.reference} deadline of {deadline.need_by.isoformat()}",
-        )
+    event = Event(
+        kind=When.DEADLINE_MISSED,
+        at=at or deadline.resolved_at or shared_now(),
+        dag_id=run.dag.dag_id,
+        run_id=run.run_id,
+        dag_run_id=run.pk,
+        owner=run.dag.owner,
+        task_id=deadline.task_id or None,
+        map_index=ti.map_index if ti is not None else None,
+        task_instance_id=deadline.task_instance_id,
+        queue=ti.queue if ti is not None else None,
+        message=f"missed its {deadline.reference} deadline of {deadline.need_by.isoformat()}",
     )
+    incidents.queue_events([event])
 
 
 class _Hooks:

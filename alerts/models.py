@@ -84,6 +84,39 @@ class Incident(models.Model):
         return f"{self.rule.name} #{self.pk}"
 
 
+class AlertEvent(models.Model):
+    """An event a rule matched, not yet counted in an incident.
+
+    Written where the event is recorded (a failed attempt: one INSERT in the failure report's own
+    transaction, so the event commits with the failure or not at all), and taken by the sender,
+    which counts it in its rule's incident and deletes it (`incidents.absorb`). No report ever
+    updates an incident: a storm of failures of one group inserts rows, it does not queue on one.
+    """
+
+    # A plain id, not a foreign key: a foreign key would have every report lock the rule's row
+    # (FOR KEY SHARE) and check it; an event whose rule has since been deleted is dropped.
+    rule_id = models.BigIntegerField()
+    # The rule's group of the event as it was matched (`matching.group_of`, `group_key`).
+    group_key = models.CharField(max_length=64)
+    group = models.JSONField(default=dict)
+    at = models.DateTimeField()
+    sample = models.JSONField(default=dict)
+    dag_run_id = models.BigIntegerField()
+    task_instance_id = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The sender's close of an incident: none of its group's events is still pending.
+            models.Index(fields=["rule_id", "group_key"], name="alert_event_group"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id} event #{self.pk}"
+
+    def feed_key(self) -> str:
+        return f"ti:{self.task_instance_id}" if self.task_instance_id is not None else f"run:{self.dag_run_id}"
+
+
 class IncidentFeed(models.Model):
     """A task instance (or a run, for run events) whose event joined an incident: the incident is
     over when each of them has since succeeded."""

@@ -1,7 +1,9 @@
 """Sending notifications: one try of one delivery, and the sender that makes them.
 
 The sender runs in the scheduler process on threads of its own (`Sender`), never on a worker's
-report path nor in the scheduler's pass: it claims due deliveries with a conditional update (a
+report path nor in the scheduler's pass: it counts the events the reports queued in their
+incidents (`incidents.absorb`, which queues an incident's `opened` notification), claims due
+deliveries with a conditional update (a
 lease, so two schedulers never make the same try), sends each with at most TRY_TIMEOUT
 seconds for an answer on a bounded pool of threads, and records every try. A failed try
 (an error, a non-2xx answer, no answer in time) is tried again after an exponential backoff from
@@ -58,8 +60,8 @@ def retry_for() -> float:
 
 
 def incident_url(incident: Incident) -> str:
-    base = str(getattr(settings, "ORCHESTRATOR_CONSOLE_URL", "") or "").rstrip("/")
-    return f"{base}/alerts/?rule={incident.rule.name}#incident-{incident.pk}"
+    """The incident on the Alerts page: absolute with ORCHESTRATOR_BASE_URL, else relative."""
+    return f"{settings.ORCHESTRATOR_BASE_URL}/alerts/?rule={incident.rule.name}#incident-{incident.pk}"
 
 
 def summary(payload: dict[str, Any]) -> str:
@@ -195,7 +197,9 @@ def send_one(delivery_id: int, tries: int) -> str:
 
 
 def send_due(now: datetime | None = None, limit: int = 50) -> int:
-    """Claim and make every due try in this thread, one after another; how many were made."""
+    """Count the queued events in their incidents, then claim and make every due try in this
+    thread, one after another; how many tries were made."""
+    incidents.absorb()
     claimed = claim_due(now or shared_now(), limit)
     for delivery_id, tries in claimed:
         send_one(delivery_id, tries)
@@ -203,8 +207,10 @@ def send_due(now: datetime | None = None, limit: int = 50) -> int:
 
 
 def check(now: datetime | None = None) -> None:
-    """The periodic look: repeats that are due, incidents that are over."""
+    """The periodic look: repeats that are due, incidents that are over (the queued events
+    counted first)."""
     now = now or shared_now()
+    incidents.absorb()
     incidents.queue_repeats(now)
     incidents.resolve_over(now)
 
@@ -240,6 +246,7 @@ class Sender:
         while not self.stopping.is_set():
             try:
                 close_old_connections()
+                self.absorb()
                 if time.monotonic() - last_check >= CHECK_EVERY:
                     check()
                     last_check = time.monotonic()
@@ -249,6 +256,15 @@ class Sender:
                 connections.close_all()
             self.stopping.wait(POLL)
         connections.close_all()
+
+    @staticmethod
+    def absorb() -> int:
+        """Count every queued event in its incident (a storm in batches); how many."""
+        taken = total = incidents.absorb()
+        while taken >= incidents.ABSORB_BATCH:
+            taken = incidents.absorb()
+            total += taken
+        return total
 
     def step(self) -> int:
         """Claim what the pool has room for and hand each try to it."""

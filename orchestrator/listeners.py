@@ -18,6 +18,7 @@ from typing import Any
 
 import pluggy
 from django.conf import settings
+from django.db import DatabaseError
 
 from orchestrator.importing import import_object
 
@@ -63,22 +64,28 @@ _builtin: dict[str, Any] = {}
 
 
 # The project's own apps that want every recorded failed attempt with what the report decided
-# (the alerts app's rules): called in the reporting process once the failure is recorded.
+# (the alerts app's rules): called inside the report's transaction, once the failure is recorded
+# there, so what they write commits with the failure or not at all.
 _failure_recorders: dict[str, Callable[..., None]] = {}
 
 
 def on_failure_recorded(recorder: Callable[..., None], *, name: str) -> None:
     """Call `recorder(task_instance, context, fingerprint=, error=, dead_lettered=, at=)` for
-    every failed attempt a report records from now on."""
+    every failed attempt a report records from now on, inside the report's transaction: it must
+    be quick (an INSERT at most) and leave sending and anything slow to another process."""
     _failure_recorders[name] = recorder
 
 
 def failure_recorded(task_instance: Any, context: Any, **facts: Any) -> None:
-    """A report recorded a failed attempt: tell the apps that asked. One that raises is logged
-    and never breaks the report."""
+    """A report is recording a failed attempt (inside its transaction): tell the apps that
+    asked. A database error fails the report as an error of its own statements would (the
+    transaction cannot go on after one); anything else a recorder raises is logged and never
+    breaks the report."""
     for name, recorder in list(_failure_recorders.items()):
         try:
             recorder(task_instance, context, **facts)
+        except DatabaseError:
+            raise
         except Exception:
             log.exception("the %s recorder of failed attempts raised; the report goes on", name)
 

@@ -604,6 +604,16 @@ def report_failure(
             assert moved_ti is not None  # the update above holds its row until the commit
             if decision.next_state is TaskState.FAILED:
                 lifecycle.task_finished(moved_ti, now)
+            # The apps that asked (the alerts app's rules) record it in this transaction: an
+            # event commits with its failure or not at all. Sending is never ours.
+            listeners.failure_recorded(
+                moved_ti,
+                decision.attempt_context,
+                fingerprint=decision.attempt_fingerprint,
+                error=error,
+                dead_lettered=decision.task_context if decision.next_state is TaskState.DEAD_LETTER else None,
+                at=now,
+            )
             retry_due_now = decision.next_retry_at is not None and decision.next_retry_at <= now
             if advance and (decision.next_state is TaskState.FAILED or retry_due_now):
                 _advance_within(moved_ti.dag_run_id, now, ended=moved_ti.task_id)
@@ -705,13 +715,4 @@ def _after_failure(
     )
     if decision.next_state is TaskState.DEAD_LETTER:
         notify("on_task_instance_dead_lettered", task_instance=ti, execution_context=decision.task_context)
-    # Matched against the alert rules once recorded; sending is the alert sender's, not ours.
-    listeners.failure_recorded(
-        ti,
-        attempt_context,
-        fingerprint=decision.attempt_fingerprint,
-        error=error,
-        dead_lettered=decision.task_context if decision.next_state is TaskState.DEAD_LETTER else None,
-        at=ti.end_date,
-    )
     attempt_ended(ti.circuit)  # its circuit may open on this attempt

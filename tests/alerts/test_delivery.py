@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from alerts import sending
+from alerts import incidents, sending
 from alerts.models import Delivery, DeliveryTry, Incident
 from orchestrator import metrics
 from orchestrator.clock import shared_now
@@ -48,9 +48,21 @@ def test_it_sends_the_payload_of_the_contract(receiver):
         "category": "application", "reason": "task_exception", "message": "KeyError: 'x'",
     }  # fmt: skip
     assert body["text"].startswith("[opened] hook: 1 event (dag_id=etl)")
+    incident = Incident.objects.get()
+    assert body["url"] == f"/alerts/?rule=hook#incident-{incident.pk}"  # no ORCHESTRATOR_BASE_URL: relative
     delivery = Delivery.objects.get()
     assert delivery.state == "sent" and delivery.tries == 1
     assert counted("hook", "sent") == before + 1
+
+
+def test_the_url_is_absolute_with_the_consoles_base_url(receiver, settings):
+    settings.ORCHESTRATOR_BASE_URL = "https://orchestrator.example.com/console"
+    rule("linked", notify="notifier:webhook", notify_kwargs={"url": receiver.url})
+    fail(run_of("etl"))
+    assert sending.send_due() == 1
+    (body,) = receiver.bodies
+    incident = Incident.objects.get()
+    assert body["url"] == f"https://orchestrator.example.com/console/alerts/?rule=linked#incident-{incident.pk}"
 
 
 @pytest.mark.parametrize("receiver", [[500]], indirect=True)
@@ -126,6 +138,7 @@ def test_the_sender_sends_within_seconds_of_the_event(receiver):
 def test_two_senders_make_each_try_once(receiver):
     rule("once", notify="notifier:webhook", notify_kwargs={"url": receiver.url})
     fail(run_of("etl"))
+    incidents.absorb()
     now = shared_now()
     assert len(sending.claim_due(now, 10)) == 1
     assert sending.claim_due(now, 10) == []  # leased to the first
