@@ -144,6 +144,7 @@ env = environ.Env(
     ORCHESTRATOR_LISTENERS=(list, []),
     ORCHESTRATOR_FAILPOINTS=(str, ""),
     ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS=(list, []),
+    ORCHESTRATOR_BASE_URL=(str, ""),
     ORCHESTRATOR_DAGS_FOLDER=(str, ""),
     ORCHESTRATOR_PRELOAD_MODULES=(list, []),
     ORCHESTRATOR_TASK_ENV_PASSTHROUGH=(list, []),
@@ -409,9 +410,22 @@ def _origins(name: str) -> list[str]:
     return origins
 
 
+def _base_url(name: str) -> str:
+    """The console's address as its users reach it (scheme, host, optional path), without a
+    trailing slash; empty: none is known, and links sent out are relative."""
+    raw = env(name).strip()
+    parts = _urlsplit(raw)
+    odd = any(char.isspace() or not char.isprintable() for char in raw)
+    if raw and (odd or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or parts.username):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a URL like https://orchestrator.example.com")
+    return raw.rstrip("/")
+
+
 DATA_UPLOAD_MAX_MEMORY_SIZE = _number("DATA_UPLOAD_MAX_MEMORY_SIZE")
 SECURE_PROXY_SSL_HEADER = _proxy_ssl_header("" if DEBUG else "X-Forwarded-Proto")
 CSRF_TRUSTED_ORIGINS = _origins("CSRF_TRUSTED_ORIGINS")
+# The console's own address, for the links a notification carries (an alert's "url").
+ORCHESTRATOR_BASE_URL = _base_url("ORCHESTRATOR_BASE_URL")
 # TLS is the proxy's job: the app answers plain HTTP (Prometheus, probes, services inside the
 # network talk to it directly) and redirects to HTTPS only when told to (the production stack
 # sets SECURE_SSL_REDIRECT=true, and `check --deploy` reminds whoever does not).

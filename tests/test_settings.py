@@ -55,6 +55,11 @@ def _settings(*names: str, **env: str | None) -> dict:
         ("ORCHESTRATOR_WORKER_HEALTH_PORT", "8001x"),
         ("ORCHESTRATOR_WORKER_HEALTH_PORT", "0"),
         ("ORCHESTRATOR_WORKER_HEALTH_PORT", "65536"),
+        ("ORCHESTRATOR_BASE_URL", "orchestrator.example.com"),
+        ("ORCHESTRATOR_BASE_URL", "ftp://orchestrator.example.com"),
+        ("ORCHESTRATOR_BASE_URL", "https://user:password@orchestrator.example.com"),
+        ("ORCHESTRATOR_BASE_URL", "https://orchestrator.example.com/?next=evil"),
+        ("ORCHESTRATOR_BASE_URL", "https://orchestrator example.com"),
     ],
 )
 def test_it_refuses_a_malformed_value(name, value):
@@ -124,6 +129,20 @@ def test_it_has_the_documented_defaults():
         "ORCHESTRATOR_WORKER_SHUTDOWN_GRACE": 30,
         "ORCHESTRATOR_LISTENERS": [],
     }
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, ""),
+        ("", ""),
+        ("https://orchestrator.example.com/", "https://orchestrator.example.com"),
+        ("http://10.0.0.5:8000/console", "http://10.0.0.5:8000/console"),
+    ],
+)
+def test_the_base_url_is_read_without_its_trailing_slash(value, expected):
+    """The console's address for links sent out (an alert's url): empty by default (relative links)."""
+    assert _settings("ORCHESTRATOR_BASE_URL", ORCHESTRATOR_BASE_URL=value)["ORCHESTRATOR_BASE_URL"] == expected
 
 
 def test_it_reads_lists_from_comma_separated_values():
