@@ -1,17 +1,23 @@
 """A failure storm through the worker's report path, without alert rules and with a rule that
-matches every failure: what the rule adds to a failure report, and how many notifications the
-storm queues.
+matches every failure: what the rule adds to a failure report, what the sender's count of the
+storm costs, and how many notifications the storm queues.
 
-    .venv/bin/python -m bench.alert_storm --backend postgres [--failures 200] [--warmup 20]
+    .venv/bin/python -m bench.alert_storm --backend postgres [--failures 200] [--rounds 3] [--warmup 20]
 
 Each phase is a new run of a DAG of `--failures` tasks; every task is claimed and marked
 running first (as a worker does, not timed), then each reports one failed attempt from the same
 cause (`task_exception`, the same error and fingerprint) through
 `orchestrator.engine.reporting.report_failure`, back to back, each report timed to its return
-(the alert matching runs inside it, after the report's commit). Phase "no rules": the alert
-rules table is empty. Phase "rule": one rule, `when: task_failed`, no filters (it matches every
-failure), `group_by: [category, reason]`, `notify: notifier:log`. No sender runs: the counts are
-of incidents and of queued notifications (Delivery rows), what the sender would send.
+(the alert matching runs inside it: a matching rule queues the event, one INSERT in the report's
+transaction). Phase "no rules": the alert rules table is empty. Phase "rule": one rule,
+`when: task_failed`, no filters (it matches every failure), `group_by: [category, reason]`,
+`notify: notifier:log`, created before the phase and deleted after it. The two phases alternate
+for `--rounds` rounds (no rules first in even rounds, the rule first in odd ones), so load from
+elsewhere on the machine and drift (growing tables, warmer caches) reach both alike.
+
+After each rule phase, the sender's step `alerts.incidents.absorb` (what the scheduler's sender
+threads run every half second) counts the queued events in their incident, timed; the counts
+are of incidents and of queued notifications (Delivery rows), what the sender would send.
 
 Uses a throwaway PostgreSQL database (on DATABASE_URL's server, default 127.0.0.1:5432) and a
 claimed Redis database (REDIS_URL's server, default 127.0.0.1:6379), both removed at the end.
@@ -32,18 +38,20 @@ from bench.throwaway import migrated_django
 
 ERROR = "KeyError: 'customer_id'"
 FINGERPRINT = "aaaaaaaaaaaa"
+NONE, RULE = "no rules", "rule"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.alert_storm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("postgres",), default="postgres", help="the database (only postgres)")
     parser.add_argument("--failures", type=int, default=200, help="failed attempts per phase (default 200)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the two phases, alternating (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="threads reporting at once, each with its own connection, as workers would (default 1)")
     parser.add_argument("--show-queries", action="store_true", help="print the SQL of one failure report with the rule")
     parser.add_argument("--warmup", type=int, default=20, help="untimed failures before the phases (default 20)")
     args = parser.parse_args(argv)
-    if args.failures < 1 or args.warmup < 0 or args.threads < 1:
-        parser.error("--failures and --threads must be at least 1, --warmup at least 0")
+    if args.failures < 1 or args.warmup < 0 or args.threads < 1 or args.rounds < 1:
+        parser.error("--failures, --rounds and --threads must be at least 1, --warmup at least 0")
     return args
 
 
@@ -59,38 +67,82 @@ def main(argv: list[str] | None = None) -> int:
             storm(_dag("warmup", args.warmup), args.threads)
         rules_cache.invalidate()
         assert not AlertRule.objects.exists()
-        walls.clear()
-        results = {"no rules": storm(_dag("storm_no_rules", args.failures), args.threads)}
-        rule = AlertRule.objects.create(name="every-failure", when="task_failed", notify="notifier:log", group_by=["category", "reason"])
-        rules_cache.invalidate()
-        results["rule"] = storm(_dag("storm_rule", args.failures), args.threads)
-        counts = _counts(rule.pk)
-        queries = {"rule": _queries_per_report(_dag("queries_rule", 10), show=args.show_queries)}
-        rule.delete()  # its incidents and notifications with it
-        rules_cache.invalidate()
-        queries["no rules"] = _queries_per_report(_dag("queries_no_rules", 10))
-        # The first phase again, last: drift over the run (a growing table, a warmer cache) shows here.
-        results["no rules, again"] = storm(_dag("storm_no_rules_again", args.failures), args.threads)
-        wall = dict(zip(results, walls[:1] + walls[1:2] + walls[-1:], strict=True))
+        results: dict[str, list[float]] = {NONE: [], RULE: []}
+        rounds: list[dict[str, Any]] = []
+        for n in range(args.rounds):
+            one: dict[str, Any] = {"load": round(os.getloadavg()[0], 2)}
+            for side in (NONE, RULE) if n % 2 == 0 else (RULE, NONE):
+                if side == NONE:
+                    times, wall = storm(_dag(f"storm_none_{n}", args.failures), args.threads)
+                else:
+                    times, wall, one["sender"] = _rule_phase(_dag(f"storm_rule_{n}", args.failures), args)
+                results[side] += times
+                one[side] = (statistics.median(times), wall)
+            rounds.append(one)
+        queries = {RULE: _with_rule(lambda: _queries_per_report(_dag("queries_rule", 10), show=args.show_queries))[0],
+                   NONE: _queries_per_report(_dag("queries_none", 10))}
         floor = _select_one_floor()
     print(f"load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in os.getloadavg()]}")
-    print(f"{args.failures} failed attempts from one cause, reported back to back by {args.threads} thread(s), per phase "
-          f"(after {args.warmup} untimed)")
-    print(f"  {'phase':<16} {'median ms':>10} {'p95 ms':>8} {'max ms':>8} {'sum s':>7} {'wall s':>7} {'queries/report':>15}")
-    for name, times in results.items():
-        ms = sorted(t * 1000 for t in times)
-        per = queries.get(name)
-        print(f"  {name:<16} {statistics.median(ms):10.2f} {_p95(ms):8.2f} {ms[-1]:8.2f} {sum(ms) / 1000:7.3f} {wall[name]:7.3f} {per if per is not None else '':>15}")
-    none = sorted(results["no rules"] + results["no rules, again"])
-    rule_ = sorted(results["rule"])
-    print(f"  ratio rule / no rules (both no-rules phases): median {statistics.median(rule_) / statistics.median(none):.2f}x, "
+    print(f"{args.failures} failed attempts from one cause per phase, reported back to back by {args.threads} thread(s); "
+          f"{args.rounds} rounds, the phases alternating (after {args.warmup} untimed)")
+    print(f"  {'round':<6} {'load 1m':>7} {'no rules: median ms':>20} {'wall s':>7} {'rule: median ms':>16} {'wall s':>7} "
+          f"{'sender: events':>15} {'ms':>7} {'queries':>8} {'incidents':>10} {'notifications':>14}")
+    ok = True
+    for n, one in enumerate(rounds):
+        sender = one["sender"]
+        ok = ok and sender["incidents"] == 1 and sender["deliveries"] == 1 and sender["events"] == args.failures
+        print(f"  {n:<6} {one['load']:7.2f} {one[NONE][0] * 1000:20.2f} {one[NONE][1]:7.3f} {one[RULE][0] * 1000:16.2f} {one[RULE][1]:7.3f} "
+              f"{sender['events']:15d} {sender['seconds'] * 1000:7.1f} {sender['queries']:8d} {sender['incidents']:10d} {sender['deliveries']:14d}")
+    print(f"  {'all reports':<16} {'median ms':>10} {'p95 ms':>8} {'mean ms':>8} {'max ms':>8} {'queries/report':>15}")
+    for side in (NONE, RULE):
+        ms = sorted(t * 1000 for t in results[side])
+        print(f"  {side:<16} {statistics.median(ms):10.2f} {_p95(ms):8.2f} {statistics.fmean(ms):8.2f} {ms[-1]:8.2f} {queries[side]:>15}")
+    none, rule_ = sorted(results[NONE]), sorted(results[RULE])
+    print(f"  ratio rule / no rules: median {statistics.median(rule_) / statistics.median(none):.2f}x, "
           f"p95 {_p95(rule_) / _p95(none):.2f}x, mean {statistics.fmean(rule_) / statistics.fmean(none):.2f}x")
-    print(f"  incidents: {counts['incidents']} (events counted in them: {counts['events']}); "
-          f"notifications queued: {counts['deliveries']} ({counts['by_event']})")
     print(f"  floor: SELECT 1 round trip {floor * 1000:.3f} ms median")
-    expected = counts["incidents"] == 1 and counts["deliveries"] == 1 and counts["events"] == args.failures
-    print("  one incident and one notification for the storm: " + ("yes" if expected else "NO"))
-    return 0 if expected else 1
+    print("  one incident and one notification for each storm: " + ("yes" if ok else "NO"))
+    return 0 if ok else 1
+
+
+def _with_rule(phase: Any) -> tuple[Any, int]:
+    """Run `phase()` with the rule matching every failure in place; its result and the rule's id
+    (the rule is deleted after, its incidents and notifications with it)."""
+    from alerts import rules_cache
+    from alerts.models import AlertRule
+
+    rule = AlertRule.objects.create(name="every-failure", when="task_failed", notify="notifier:log", group_by=["category", "reason"])
+    rules_cache.invalidate()
+    try:
+        return phase(), rule.pk
+    finally:
+        rule.delete()
+        rules_cache.invalidate()
+
+
+def _rule_phase(dag: Any, args: argparse.Namespace) -> tuple[list[float], float, dict[str, Any]]:
+    """The storm with the rule, then the sender's count of its events (timed, its queries counted)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from alerts import incidents
+
+    def phase() -> tuple[list[float], float, dict[str, Any]]:
+        times, wall = storm(dag, args.threads)
+        with CaptureQueriesContext(connection) as captured:
+            began = time.perf_counter()
+            taken = total = incidents.absorb()
+            while taken:
+                taken = incidents.absorb()
+                total += taken
+            seconds = time.perf_counter() - began
+        from alerts.models import AlertRule
+
+        counts = _counts(AlertRule.objects.get(name="every-failure").pk)
+        return times, wall, {"taken": total, "seconds": seconds, "queries": len(captured.captured_queries), **counts}
+
+    result, _ = _with_rule(phase)
+    return result
 
 
 def _dag(dag_id: str, tasks: int) -> Any:
@@ -105,10 +157,7 @@ def _dag(dag_id: str, tasks: int) -> Any:
     return dag
 
 
-walls: list[float] = []  # each storm's wall time, first to last report
-
-
-def storm(dag: Any, threads: int = 1) -> list[float]:
+def storm(dag: Any, threads: int = 1) -> tuple[list[float], float]:
     """A new run of the DAG, every task claimed and running; then one failure report each, timed."""
     from django.db import connections
 
@@ -155,11 +204,11 @@ def storm(dag: Any, threads: int = 1) -> list[float]:
             thread.start()
         for thread in pool:
             thread.join()
-    walls.append(time.perf_counter() - started)
+    wall = time.perf_counter() - started
     assert not failed and len(times) == total, f"{len(failed)} stale reports, {len(times)} timed of {total}"
     left = TaskInstance.objects.filter(dag_run=run, state=TaskState.RUNNING).count()
     assert left == 0, f"{left} task instances still running"
-    return times
+    return times, wall
 
 
 def _queries_per_report(dag: Any, *, show: bool = False) -> float:

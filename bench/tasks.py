@@ -40,3 +40,8 @@ def items(count: int) -> list[int]:
 def noop_item(item: object) -> None:
     """A mapped instance that does nothing with its item."""
     return
+
+
+def fail() -> None:
+    """A python task that fails the same way every time (an application failure, one cause)."""
+    raise KeyError("customer_id")
