@@ -25,12 +25,22 @@ from retries.states import TaskState
 log = logging.getLogger(__name__)
 
 
+TRACEBACK = "Traceback (most recent call last):"
+
+
 def _message(error: object, context: ExecutionContext | None) -> str:
+    """What an event's sample says of the failure: the exception (`KeyError: 'x'`). A worker
+    reports a task's exception as its traceback, whose first lines would fill the sample's 500
+    characters with file names: its last line is the exception."""
     if isinstance(error, BaseException):
         text = str(error)
         return f"{type(error).__name__}: {text}" if text else type(error).__name__
     if error:
-        return str(error)
+        text = str(error)
+        if text.lstrip().startswith(TRACEBACK):
+            last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+            return last or text
+        return text
     return str(context.reason.value) if context is not None else ""
 
 

@@ -8,6 +8,8 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
+from orchestrator.sanitise import clean
+
 MESSAGE_LIMIT = 500
 
 
@@ -36,7 +38,9 @@ class Event:
         return value or None if isinstance(value, str) else value
 
     def sample(self) -> dict[str, Any]:
-        return {
+        """The event as a notification shows it, storable whatever a task wrote (no NUL, no lone
+        surrogate: it is stored in the reporter's transaction, which must not fail on it)."""
+        return clean({
             "dag_id": self.dag_id,
             "run_id": self.run_id,
             "task_id": self.task_id,
@@ -44,7 +48,7 @@ class Event:
             "category": self.category,
             "reason": self.reason,
             "message": self.message[:MESSAGE_LIMIT],
-        }
+        })[0]
 
     def feed_key(self) -> str:
         return f"ti:{self.task_instance_id}" if self.task_instance_id is not None else f"run:{self.dag_run_id}"
@@ -88,8 +92,8 @@ def matches(rule: Rule, event: Event) -> bool:
 
 
 def group_of(rule: Rule, event: Event) -> dict[str, Any]:
-    """{KEY: VALUE} for the rule's group_by keys."""
-    return {key: event.value(key) for key in rule.group_by}
+    """{KEY: VALUE} for the rule's group_by keys (storable, as the sample)."""
+    return clean({key: event.value(key) for key in rule.group_by})[0]
 
 
 def group_key(group: dict[str, Any]) -> str:

@@ -213,3 +213,25 @@ def test_events_of_a_deleted_rule_are_dropped():
     r.delete()
     assert incidents.absorb() == 1
     assert not AlertEvent.objects.exists() and not Incident.objects.exists()
+
+
+def test_the_sample_of_a_tasks_traceback_is_its_exception():
+    """A worker reports a task's exception as its traceback: the sample says the exception."""
+    rule("tb")
+    traceback = 'Traceback (most recent call last):\n  File "/srv/etl.py", line 10, in transform\n    row["customer_id"]\nKeyError: \'customer_id\'\n'
+    fail(run_of("tb"), error=traceback)
+    incidents.absorb()
+    assert Incident.objects.get().sample["message"] == "KeyError: 'customer_id'"
+
+
+@pytest.mark.parametrize("error", ["KeyError: '\x00'", "bad \udcff bytes", "x" * 1_000_000])
+def test_a_hostile_error_text_never_fails_the_report(error):
+    """The event rides in the report's transaction: its text is made safe before it is stored."""
+    rule("hostile")
+    run = run_of("hostile")
+    fail(run, error=error)  # the report returns its decision: it was recorded
+    assert ti_of(run).attempts.filter(state="failed").count() == 1
+    incidents.absorb()
+    message = Incident.objects.get().sample["message"]
+    assert "\x00" not in message and len(message) <= 500
+    message.encode()  # valid UTF-8
