@@ -15,6 +15,11 @@ transaction). Phase "no rules": the alert rules table is empty. Phase "rule": on
 for `--rounds` rounds (no rules first in even rounds, the rule first in odd ones), so load from
 elsewhere on the machine and drift (growing tables, warmer caches) reach both alike.
 
+Then, apart from the reports around it, the alerts app's recorder itself (`alerts.events.task_failed`,
+what a report calls inside its transaction: the cached rules, the match, the event's INSERT),
+timed 300 times inside a transaction each, with the rule and without: what the rule adds to a
+report, free of the report's own spread.
+
 After each rule phase, the sender's step `alerts.incidents.absorb` (what the scheduler's sender
 threads run every half second) counts the queued events in their incident, timed; the counts
 are of incidents and of queued notifications (Delivery rows), what the sender would send.
@@ -81,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             rounds.append(one)
         queries = {RULE: _with_rule(lambda: _queries_per_report(_dag("queries_rule", 10), show=args.show_queries))[0],
                    NONE: _queries_per_report(_dag("queries_none", 10))}
+        recorder = {RULE: _with_rule(lambda: _recorder_ms(_dag("recorder_rule", 1)))[0], NONE: _recorder_ms(_dag("recorder_none", 1))}
         floor = _select_one_floor()
     print(f"load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in os.getloadavg()]}")
     print(f"{args.failures} failed attempts from one cause per phase, reported back to back by {args.threads} thread(s); "
@@ -100,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     none, rule_ = sorted(results[NONE]), sorted(results[RULE])
     print(f"  ratio rule / no rules: median {statistics.median(rule_) / statistics.median(none):.2f}x, "
           f"p95 {_p95(rule_) / _p95(none):.2f}x, mean {statistics.fmean(rule_) / statistics.fmean(none):.2f}x")
+    print(f"  the recorder alone (alerts.events.task_failed in a transaction, median of 300): rule {recorder[RULE]:.3f} ms, "
+          f"no rules {recorder[NONE]:.3f} ms")
     print(f"  floor: SELECT 1 round trip {floor * 1000:.3f} ms median")
     print("  one incident and one notification for each storm: " + ("yes" if ok else "NO"))
     return 0 if ok else 1
@@ -118,6 +126,32 @@ def _with_rule(phase: Any) -> tuple[Any, int]:
     finally:
         rule.delete()
         rules_cache.invalidate()
+
+
+def _recorder_ms(dag: Any) -> float:
+    """The median time of the alerts app's recorder of a failed attempt, inside a transaction
+    (whose first statement has run, as in a report)."""
+    from django.db import connection, transaction
+
+    from alerts import events
+    from orchestrator.engine import runs
+    from orchestrator.models import TaskInstance
+    from retries.context import ExecutionContext
+    from retries.states import Reason, Source
+
+    run = runs.create_manual_run(dag)
+    ti = TaskInstance.objects.select_related("dag_run__dag").filter(dag_run=run).first()
+    context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER)
+    events.task_failed(ti, context, fingerprint=FINGERPRINT, error=ERROR)  # the rules read
+    times = []
+    for _ in range(300):
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            began = time.perf_counter()
+            events.task_failed(ti, context, fingerprint=FINGERPRINT, error=ERROR)
+            times.append(time.perf_counter() - began)
+    return statistics.median(times) * 1000
 
 
 def _rule_phase(dag: Any, args: argparse.Namespace) -> tuple[list[float], float, dict[str, Any]]:
