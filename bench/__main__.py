@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import floors, workloads
+from bench import stack as bench_stack
 from bench.stack import ROOT, Processes, child_env, handle_stop_signals, setup_django
 from bench.throwaway import claimed_redis, throwaway_postgres
 
@@ -92,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=10.0, help="seconds the idle stack rests before it is measured (default 10)")
     parser.add_argument("--interval", type=float, default=None, help="ORCHESTRATOR_SCHEDULER_INTERVAL (default: the project's)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for one run (default 600)")
+    parser.add_argument("--memory-limit", type=int, default=None, metavar="MIB",
+                        help="every task of every workload with this memory_limit (default none): what the limits cost")
     parser.add_argument("--keep-logs", type=Path, default=None, help="copy the processes' logs to this directory")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of the processes during each run, into this directory")
     args = parser.parse_args(argv)
@@ -275,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "source": source(),
         "load_before": [round(x, 2) for x in os.getloadavg()],
-        "sizes": {key: getattr(args, key) for key in DEFAULTS} | {"concurrency": args.concurrency, "interval": args.interval},
+        "sizes": {key: getattr(args, key) for key in DEFAULTS} | {"concurrency": args.concurrency, "interval": args.interval,
+                                                                   "memory_limit": args.memory_limit},
         "default_sizes": default_sizes,
         "floors": {},
         "workloads": {},
@@ -283,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not default_sizes:
         print("note: the sizes differ from the ones the targets are set for")
+    if args.memory_limit:
+        bench_stack.DAG_DEFAULT_ARGS["memory_limit"] = args.memory_limit
+        print(f"note: every task runs with memory_limit {args.memory_limit} MiB")
     try:
         with ExitStack() as stack:
             workdir = Path(tempfile.mkdtemp(prefix="bench-"))
@@ -314,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
                 if name in args.only:
                     run_workload(name, ctx, report)
             workloads.stop_stack(ctx)
+            if args.memory_limit:
+                from orchestrator.models import TaskAttempt
+
+                limited = TaskAttempt.objects.filter(memory_limit_mib=args.memory_limit).count()
+                print(f"\n  attempts run with memory_limit {args.memory_limit} MiB: {limited} of {TaskAttempt.objects.count()}")
             alarms, notable = processes.scan_logs()
             report["log_alarms"] = {k: v[:20] for k, v in alarms.items()}
             report["log_errors"] = notable[:50]

@@ -207,6 +207,10 @@ def wait_for_rq_workers(names: list[str], processes: Processes, timeout: float =
 # --- DAGs and runs ----------------------------------------------------------------------------------
 
 
+# default_args of every DAG the benchmarks make (`--memory-limit` sets one for every task).
+DAG_DEFAULT_ARGS: dict[str, Any] = {}
+
+
 def make_dag(
     dag_id: str,
     tasks: dict[str, list[str]],
@@ -219,7 +223,7 @@ def make_dag(
     """A DAG whose tasks all run `bash` (a command) or else `python_callable(**op_kwargs)`."""
     from orchestrator.models import Dag, Task
 
-    dag = Dag.objects.create(dag_id=dag_id, schedule=None, max_active_runs=max(1, max_active_runs))
+    dag = Dag.objects.create(dag_id=dag_id, schedule=None, max_active_runs=max(1, max_active_runs), default_args=dict(DAG_DEFAULT_ARGS))
     Task.objects.bulk_create(
         Task(
             dag=dag,
