@@ -29,7 +29,8 @@ Workloads (in this order):
                gunicorn: median/p95 end to end of --three-step-flows flows one at a time, flows/s of
                --three-step-burst started at once, per step; beside plain RQ's three chained jobs
   api-profile  (not in the default set) one POST of a three-task run and one GET of its document on
-               the idle PostgreSQL stack behind gunicorn: the client's time, Django's, SQL's; cProfile
+               the idle PostgreSQL stack behind gunicorn: the client's time, Django's, SQL's; cProfile;
+               then the same with a new database connection per request (conn_max_age=0)
   preload      (not in the default set) a chain whose task module imports heavy libraries, with and
                without ORCHESTRATOR_PRELOAD_MODULES naming it: per step end to end
   idle-stack   `manage.py run_local` (what `make run` starts: SQLite, the bundled Redis) at rest:
@@ -151,8 +152,10 @@ TARGETS: dict[str, list[tuple[str, str, str, float, str]]] = {
         ("PostgreSQL: 200 POSTs answered", "postgresql.at_once.posts_done_s", "<=", 1, "s"),
     ],
     "api-profile": [
-        ("POST runs, in Django", "POST runs.server_app", "<=", 5, "ms"),
-        ("GET run, in Django", "GET run.server_app", "<=", 5, "ms"),
+        ("POST runs, in Django", "as_compose.POST runs.server_app", "<=", 5, "ms"),
+        ("GET run, in Django", "as_compose.GET run.server_app", "<=", 5, "ms"),
+        ("POST runs, in Django, conn. per request", "connection_per_request.POST runs.server_app", "", 0, "ms"),
+        ("GET run, in Django, conn. per request", "connection_per_request.GET run.server_app", "", 0, "ms"),
     ],
     "preload": [
         ("per step, module not preloaded", "per_step_without_ms", "", 0, "ms"),
@@ -262,7 +265,7 @@ def run_workload(name: str, ctx: workloads.Context, report: dict[str, Any]) -> N
             "scheduler": lambda: workloads.scheduler_pass(ctx),
             "idle-stack": lambda: workloads.idle_stack(ctx),
             "three-step": lambda: three_step.three_step(ctx, report["floors"].get("raw_rq_chained")),
-            "api-profile": lambda: api_profile_figures(ctx, report),
+            "api-profile": lambda: three_step.api_profile_both(ctx),
             "preload": lambda: three_step.preload_chain(ctx),
         }[name]()
     except Exception as exc:  # noqa: BLE001  one workload's failure must not hide the others' figures
@@ -281,24 +284,6 @@ def run_workload(name: str, ctx: workloads.Context, report: dict[str, Any]) -> N
     print()
     for row in rows:
         print_check(row)
-
-
-def api_profile_figures(ctx: workloads.Context, report: dict[str, Any]) -> dict[str, Any]:
-    """Measured by three-step's PostgreSQL stack once its flows ended, or on a stack of its own."""
-    done = report["workloads"].get("three-step", {}).get("postgresql", {}).get("api_profile")
-    if done is not None:
-        return {**done, "errors": []}
-    workloads.ensure_stack(ctx, ctx.args.concurrency)
-    from bench.stack import make_dag
-    from orchestrator.models import Dag
-
-    if not Dag.objects.filter(dag_id=three_step.DAG_ID).exists():
-        make_dag(three_step.DAG_ID, three_step.STEPS, max_active_runs=1000)
-    web, api = three_step.start_gunicorn(ctx)
-    try:
-        return {**three_step.api_profile(ctx, api), "errors": []}
-    finally:
-        ctx.processes.stop([web])
 
 
 def print_summary(report: dict[str, Any]) -> None:

@@ -221,9 +221,11 @@ def sqlite_stack(ctx: Any) -> dict[str, Any]:
         kill_leftovers(members)
 
 
-def start_gunicorn(ctx: Any) -> tuple[Child, Api]:
+def start_gunicorn(ctx: Any, conn_max_age: int | None = None) -> tuple[Child, Api]:
     """gunicorn as the compose file runs it (3 sync workers), on the benchmark's PostgreSQL and
-    Redis, with the timing middleware; a superuser `bench` and its token."""
+    Redis, with the timing middleware; a superuser `bench` and its token. With `conn_max_age`,
+    its DATABASE_URL says how long Django keeps each process's connection (0: a new one per request;
+otherwise the WSGI app's own default, orchestrator/wsgi.py)."""
     from io import StringIO
 
     from django.contrib.auth import get_user_model
@@ -238,6 +240,8 @@ def start_gunicorn(ctx: Any) -> tuple[Child, Api]:
     call_command("create_api_token", "bench", stdout=out)
     port = free_port()
     env = {**ctx.processes.env, **PLAIN_HTTP, "DJANGO_SETTINGS_MODULE": "bench.web_settings"}
+    if conn_max_age is not None:
+        env["DATABASE_URL"] += f"?conn_max_age={conn_max_age}"
     gunicorn = str(Path(sys.executable).parent / "gunicorn")
     web = ctx.processes.start_command("three-step-gunicorn", [gunicorn, "orchestrator.wsgi", "-b", f"127.0.0.1:{port}", "--workers", "3"],
                                       env=env)
@@ -256,10 +260,7 @@ def postgres_stack(ctx: Any) -> dict[str, Any]:
     web, api = start_gunicorn(ctx)
     try:
         print(f"\n  PostgreSQL: scheduler, {ctx.args.workers} workers, gunicorn with 3 workers on port {api.port}")
-        figures = measure_stack(api, DAG_ID, ctx.args, "PostgreSQL")
-        if "api-profile" in ctx.args.only:
-            figures["api_profile"] = api_profile(ctx, api)
-        return figures
+        return measure_stack(api, DAG_ID, ctx.args, "PostgreSQL")
     finally:
         ctx.processes.stop([web])
 
@@ -286,7 +287,29 @@ def three_step(ctx: Any, floor: dict[str, Any] | None) -> dict[str, Any]:
 # --- one request of each kind on the idle stack --------------------------------------------------
 
 
-def api_profile(ctx: Any, api: Api, samples: int = 30) -> dict[str, Any]:
+def api_profile_both(ctx: Any) -> dict[str, Any]:
+    """The PostgreSQL stack (scheduler, workers) at rest; gunicorn as the compose file runs it, then
+    with a new database connection for each request (conn_max_age=0 in its DATABASE_URL), as every
+    request had before the WSGI app kept its connections."""
+    from bench.stack import make_dag
+    from bench.workloads import ensure_stack
+    from orchestrator.models import Dag
+
+    ensure_stack(ctx, ctx.args.concurrency)
+    if not Dag.objects.filter(dag_id=DAG_ID).exists():
+        make_dag(DAG_ID, STEPS, max_active_runs=1000)
+    out: dict[str, Any] = {"errors": []}
+    for label, age in (("as_compose", None), ("connection_per_request", 0)):
+        web, api = start_gunicorn(ctx, conn_max_age=age)
+        try:
+            print(f"\n  gunicorn, 3 workers, {'as the compose file runs it' if age is None else 'a new database connection per request'}:")
+            out[label] = api_profile(ctx, api, cprofile=age is None)
+        finally:
+            ctx.processes.stop([web])
+    return out
+
+
+def api_profile(ctx: Any, api: Api, samples: int = 30, cprofile: bool = True) -> dict[str, Any]:
     """On the idle PostgreSQL stack (the flows above all ended): `samples` times, one POST of a
     run of the three-step DAG, once it ended one GET of its document, and one /healthz; each with
     the client's time and the server's (Server-Timing: in Django, in SQL, statements)."""
@@ -306,7 +329,7 @@ def api_profile(ctx: Any, api: Api, samples: int = 30) -> dict[str, Any]:
         rows["GET run"].append((elapsed, timing))
         rows["GET /healthz"].append((api.healthz(), {}))
     out: dict[str, Any] = {}
-    print(f"\n  one request at a time on the idle stack (gunicorn, 3 workers), medians over {samples}:")
+    print(f"  one request at a time on the idle stack, medians over {samples}:")
     for name, values in rows.items():
         values = values[1:]
         client = statistics.median(v for v, _ in values)
@@ -318,7 +341,8 @@ def api_profile(ctx: Any, api: Api, samples: int = 30) -> dict[str, Any]:
         extra = (f"; in Django {row['server_app']:.1f} ms, of which SQL {row['server_db']:.1f} ms in {row['server_queries']:.0f} statements"
                  if "server_app" in row else "")
         print(f"    {name:<14} client {client:6.1f} ms{extra}")
-    out["cprofile"] = profile_in_process()
+    if cprofile:
+        out["cprofile"] = profile_in_process()
     return out
 
 
