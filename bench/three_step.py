@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -175,18 +176,26 @@ def at_once(api: Api, dag_id: str, count: int, timeout: float) -> dict[str, Any]
             "post_median_ms": round(statistics.median(posts), 1), "post_p95_ms": round(flowstats.p95(posts), 1)}
 
 
-def measure_stack(api: Api, dag_id: str, args: Any, label: str) -> dict[str, Any]:
+def measure_stack(api: Api, dag_id: str, args: Any, label: str, meter: Any = None) -> dict[str, Any]:
     seq = one_at_a_time(api, dag_id, args.three_step_flows, args.timeout)
     e2e, seen = seq["to_end_date"], seq["seen_by_client"]
     print(f"  {label}: {e2e['n']} flows one at a time: end to end (POST sent -> run end_date) median {e2e['median_ms']:.1f} ms, "
           f"p95 {e2e['p95_ms']:.1f} ms, max {e2e['max_ms']:.1f} ms; per step {e2e['per_step_ms']:.1f} ms")
     print(f"    seen ended by the client (polling the run document every {POLL_S * 1000:.0f} ms): median {seen['median_ms']:.1f} ms, "
           f"p95 {seen['p95_ms']:.1f} ms; a POST took {seq['post_median_ms']:.1f} ms (median)")
+    if meter is not None:
+        meter.start()
     burst = at_once(api, dag_id, args.three_step_burst, args.timeout)
+    if meter is not None:
+        burst["cpu"] = meter.stop()
     print(f"  {label}: {burst['flows']} flows at once ({CLIENT_THREADS} client threads): {burst['flows_per_s']} flows/s "
           f"(the last run ended {burst['wall_s']:.2f} s after the first POST; the {burst['flows']} POSTs were answered within "
           f"{burst['posts_done_s']:.2f} s, each {burst['post_median_ms']:.0f} ms median, p95 {burst['post_p95_ms']:.0f} ms); "
           f"{burst['failed']} failed")
+    if "cpu" in burst:
+        from bench.workloads import print_cpu
+
+        print_cpu(burst["cpu"])
     return {**seq, "at_once": burst}
 
 
@@ -250,8 +259,9 @@ otherwise the WSGI app's own default, orchestrator/wsgi.py)."""
 
 
 def postgres_stack(ctx: Any) -> dict[str, Any]:
+    from bench import procfs
     from bench.stack import make_dag
-    from bench.workloads import ensure_stack
+    from bench.workloads import CpuMeter, ensure_stack
     from orchestrator.models import Dag
 
     ensure_stack(ctx, ctx.args.concurrency)
@@ -260,7 +270,12 @@ def postgres_stack(ctx: Any) -> dict[str, Any]:
     web, api = start_gunicorn(ctx)
     try:
         print(f"\n  PostgreSQL: scheduler, {ctx.args.workers} workers, gunicorn with 3 workers on port {api.port}")
-        return measure_stack(api, DAG_ID, ctx.args, "PostgreSQL")
+        meter = CpuMeter(ctx)  # the burst's CPU: the web server's processes too
+        meter.labels[os.getpid()] = "bench (the 16 client threads, polling)"
+        meter.labels[web.pid] = "gunicorn master"
+        for n, pid in enumerate(procfs.children(web.pid), 1):
+            meter.labels[pid] = f"gunicorn worker {n}"
+        return measure_stack(api, DAG_ID, ctx.args, "PostgreSQL", meter=meter)
     finally:
         ctx.processes.stop([web])
 
