@@ -24,10 +24,20 @@ Workloads (in this order):
                the summed PSS of workers, fork servers and task processes at the peak
   queries      (no target) the queries and time of each step of one attempt, in-process
   scheduler    schedule_once() in-process over --sched-runs x --sched-tasks active task instances
+  three-step   (not in the default set) three sequential python no-op steps triggered through the
+               HTTP API, on SQLite as `make run` starts it and on PostgreSQL with --workers workers and
+               gunicorn: median/p95 end to end of --three-step-flows flows one at a time, flows/s of
+               --three-step-burst started at once, per step; beside plain RQ's three chained jobs
+  api-profile  (not in the default set) one POST of a three-task run and one GET of its document on
+               the idle PostgreSQL stack behind gunicorn: the client's time, Django's, SQL's; cProfile;
+               then the same with a new database connection per request (conn_max_age=0)
+  preload      (not in the default set) a chain whose task module imports heavy libraries, with and
+               without ORCHESTRATOR_PRELOAD_MODULES naming it: per step end to end
   idle-stack   `manage.py run_local` (what `make run` starts: SQLite, the bundled Redis) at rest:
                summed RSS of web, scheduler, workers (each with its fork server) and Redis
 Floors (always): `python -c pass`, a fork of a warm Django process, and plain `rq worker`
-processes draining --raw-jobs jobs that each run `python -c pass`.
+processes draining --raw-jobs jobs that each run `python -c pass`; with three-step, plain RQ's
+three chained jobs of `python -c pass` (depends_on), one at a time and --three-step-burst at once.
 
 Every workload prints its figures, its target and PASS or MISS; a table and a JSON file
 (--json) sum them up. The exit status is 1 when a target is missed or a workload failed.
@@ -48,18 +58,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import floors, workloads
+from bench import floors, three_step, workloads
 from bench import stack as bench_stack
 from bench.stack import ROOT, Processes, child_env, handle_stop_signals, setup_django
 from bench.throwaway import claimed_redis, throwaway_postgres
 
 ORIGINAL_ENV = dict(os.environ)
 ORDER = ("fanout", "fanout-bash", "chain", "chain-seen", "width", "queries", "scheduler", "idle-stack")
-OPTIONAL = ("wide", "trigger-wide")  # run only when named in --only
+OPTIONAL = ("wide", "trigger-wide", "three-step", "api-profile", "preload")  # run only when named in --only
 TITLES = {
     "wide": "wide run", "trigger-wide": "trigger, wide run", "chain-seen": "chain, as tasks see it",
     "fanout": "fan-out, python", "fanout-bash": "fan-out, bash", "chain": "chain", "width": "width",
     "queries": "queries per attempt", "scheduler": "scheduler pass", "idle-stack": "idle stack",
+    "three-step": "three-step flows", "api-profile": "API, idle stack", "preload": "chain, heavy module",
 }
 DEFAULTS = {"workers": 2, "fanout_tasks": 300, "fanout_repeats": 3, "chain_length": 30, "width_tasks": 1000, "width_concurrency": 500,
             "width_sleep": 5.0, "sched_runs": 200, "sched_tasks": 50, "raw_jobs": 300}
@@ -90,6 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--raw-worker-class", choices=sorted(floors.WORKER_CLASSES), default="simple",
                         help="plain RQ's worker: simple (rq.worker.SimpleWorker, the job runs in the worker; default) "
                              "or default (rq.worker.Worker, a forked work horse per job)")
+    parser.add_argument("--three-step-flows", type=int, default=100, help="three-step flows run one at a time (default 100)")
+    parser.add_argument("--three-step-burst", type=int, default=200, help="three-step flows started at once (default 200)")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds the idle stack rests before it is measured (default 10)")
     parser.add_argument("--interval", type=float, default=None, help="ORCHESTRATOR_SCHEDULER_INTERVAL (default: the project's)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for one run (default 600)")
@@ -130,6 +143,27 @@ TARGETS: dict[str, list[tuple[str, str, str, float, str]]] = {
     "scheduler": [("schedule_once()", "pass_ms", "<=", 100, "ms")],
     "idle-stack": [("summed RSS", "total_mib", "<=", 300, "MiB"), ("largest idle worker + fork server", "worker_max_mib", "<=", 100, "MiB")],
     "queries": [("per attempt, 1-task run", "by_run_width.1.per_attempt.queries", "", 0, "queries")],
+    "three-step": [
+        ("SQLite: median end to end", "sqlite.to_end_date.median_ms", "", 0, "ms"),
+        ("SQLite: p95 end to end", "sqlite.to_end_date.p95_ms", "", 0, "ms"),
+        ("SQLite: per step", "sqlite.to_end_date.per_step_ms", "", 0, "ms"),
+        ("SQLite: flows/s, 200 at once", "sqlite.at_once.flows_per_s", "", 0, "flows/s"),
+        ("PostgreSQL: median end to end", "postgresql.to_end_date.median_ms", "", 0, "ms"),
+        ("PostgreSQL: p95 end to end", "postgresql.to_end_date.p95_ms", "", 0, "ms"),
+        ("PostgreSQL: per step", "postgresql.to_end_date.per_step_ms", "", 0, "ms"),
+        ("PostgreSQL: flows/s, 200 at once", "postgresql.at_once.flows_per_s", ">=", 50, "flows/s"),
+        ("PostgreSQL: 200 POSTs answered", "postgresql.at_once.posts_done_s", "<=", 1, "s"),
+    ],
+    "api-profile": [
+        ("POST runs, in Django", "as_compose.POST runs.server_app", "<=", 5, "ms"),
+        ("GET run, in Django", "as_compose.GET run.server_app", "<=", 5, "ms"),
+        ("POST runs, in Django, conn. per request", "connection_per_request.POST runs.server_app", "", 0, "ms"),
+        ("GET run, in Django, conn. per request", "connection_per_request.GET run.server_app", "", 0, "ms"),
+    ],
+    "preload": [
+        ("per step, module not preloaded", "per_step_without_ms", "", 0, "ms"),
+        ("per step, module preloaded", "per_step_with_ms", "", 0, "ms"),
+    ],
 }
 
 
@@ -209,6 +243,12 @@ def run_floors(args: argparse.Namespace, processes: Processes, env: dict[str, st
     raw = result["raw_rq"]
     print(f"  plain RQ, {raw['workers']} x {raw['worker_class']}: {raw['jobs']} jobs of `python -c pass` in {raw['wall_s']:.2f} s, "
           f"{raw['jobs_per_s']:.1f} jobs/s (median job {raw['job_busy_median_ms']:.1f} ms), {raw['failed']} failed")
+    if "three-step" in args.only:
+        result["raw_rq_chained"] = floors.raw_rq_chained(args.three_step_flows, args.three_step_burst, args.workers, args.raw_worker_class,
+                                                         processes, redis_url, args.timeout)
+        chained = result["raw_rq_chained"]
+        print(f"  plain RQ, three chained jobs of `python -c pass`: median {chained['median_ms']:.1f} ms, p95 {chained['p95_ms']:.1f} ms "
+              f"over {chained['n']} flows one at a time; {chained['flows_per_s']:.1f} flows/s for {chained['burst']} at once")
     return result
 
 
@@ -227,6 +267,9 @@ def run_workload(name: str, ctx: workloads.Context, report: dict[str, Any]) -> N
             "queries": lambda: workloads.attempt_queries(ctx),
             "scheduler": lambda: workloads.scheduler_pass(ctx),
             "idle-stack": lambda: workloads.idle_stack(ctx),
+            "three-step": lambda: three_step.three_step(ctx, report["floors"].get("raw_rq_chained")),
+            "api-profile": lambda: three_step.api_profile_both(ctx),
+            "preload": lambda: three_step.preload_chain(ctx),
         }[name]()
     except Exception as exc:  # noqa: BLE001  one workload's failure must not hide the others' figures
         traceback.print_exc()
@@ -260,6 +303,9 @@ def print_summary(report: dict[str, Any]) -> None:
             parts.append(f"warm fork {fl['warm_fork']['mean_ms']:.2f} ms")
         if "raw_rq" in fl:
             parts.append(f"raw RQ + subprocess {fl['raw_rq']['jobs_per_s']:.1f} jobs/s ({fl['raw_rq']['workers']} x {fl['raw_rq']['worker_class']})")
+        if "raw_rq_chained" in fl:
+            ch = fl["raw_rq_chained"]
+            parts.append(f"raw RQ, 3 jobs chained: median {ch['median_ms']:.1f} ms, p95 {ch['p95_ms']:.1f} ms, {ch['flows_per_s']:.1f} flows/s")
         print("  floors: " + "; ".join(parts))
     print(f"\n  {'workload':<22} {'measure':<36} {'figure':>16}   {'target':<16} result")
     for row in report["checks"]:

@@ -19,10 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import flowstats
 from bench.stack import ROOT, Processes, rq_utc, wait_for_rq_workers
 
 RAW_QUEUE = "bench-raw"
 RAW_JOB = "bench.tasks.spawn_python_pass"
+CHAINED_JOB = "bench.tasks.spawn_python_pass_then"
 WORKER_CLASSES = {"simple": "rq.worker.SimpleWorker", "default": "rq.worker.Worker"}
 
 
@@ -110,6 +112,67 @@ def raw_rq(jobs: int, workers: int, worker_class: str, processes: Processes, red
             "jobs": jobs, "workers": workers, "worker_class": WORKER_CLASSES[worker_class], "failed": failed.count,
             "wall_s": round(wall, 3), "jobs_per_s": jobs / wall, "job_busy_median_ms": statistics.median(busy) * 1000,
         }
+    finally:
+        processes.stop(children)
+
+
+def raw_rq_chained(flows: int, burst: int, workers: int, worker_class: str, processes: Processes, redis_url: str,
+                   timeout: float) -> dict[str, Any]:
+    """Plain RQ's three-step flow: three jobs of `python -c pass`, each enqueuing the next when its
+    subprocess ended (`bench.tasks.spawn_python_pass_then`), on `workers` plain `rq worker`
+    processes. `flows` flows one at a time (enqueue -> the third job's ended_at), then `burst`
+    flows enqueued at once (the first enqueue -> the last third job's ended_at)."""
+    import uuid
+
+    from rq import Queue
+    from rq.job import Job, JobStatus
+
+    from orchestrator.redis_conn import get_redis
+
+    rq_cli = str(Path(sys.executable).parent / "rq")
+    names = [f"bench-rawchain-{n}-{os.getpid()}" for n in range(1, workers + 1)]
+    children = [
+        processes.start_command(f"raw-rq-chain-{n}", [rq_cli, "worker", "--url", redis_url, "--worker-class", WORKER_CLASSES[worker_class],
+                                                     "--name", name, RAW_QUEUE])
+        for n, name in enumerate(names, 1)
+    ]
+    connection = get_redis()
+    queue = Queue(RAW_QUEUE, connection=connection)
+
+    def flow() -> str:
+        """Enqueue a flow's first job; the id its third job will have."""
+        key = uuid.uuid4().hex
+        queue.enqueue(CHAINED_JOB, [f"{key}-2", f"{key}-3"], job_id=f"{key}-1", result_ttl=600)
+        return f"{key}-3"
+
+    def wait(last: list[str]) -> list[float]:
+        deadline = time.monotonic() + timeout
+        pending = list(last)
+        while pending:
+            jobs = Job.fetch_many(pending, connection=connection)
+            statuses = [job.get_status(refresh=False) if job is not None else None for job in jobs]
+            if JobStatus.FAILED in statuses:
+                raise RuntimeError("raw RQ chained: a job failed")
+            pending = [job_id for job_id, status in zip(pending, statuses) if status != JobStatus.FINISHED]
+            processes.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"raw RQ chained: {len(pending)} flows unfinished after {timeout:.0f}s")
+            if pending:
+                time.sleep(0.002 if len(last) == 1 else 0.05)
+        return [rq_utc(job.ended_at).timestamp() for job in Job.fetch_many(last, connection=connection)]
+
+    try:
+        wait_for_rq_workers(names, processes)
+        wait([flow()])  # warm
+        each = []
+        for _ in range(flows):
+            began = time.time()
+            each.append(wait([flow()])[0] - began)
+        began = time.time()
+        lasts = [flow() for _ in range(burst)]
+        wall = max(wait(lasts)) - began
+        return {**flowstats.end_to_end(each), "burst": burst, "burst_wall_s": round(wall, 3), "flows_per_s": burst / wall, "workers": workers,
+                "worker_class": WORKER_CLASSES[worker_class]}
     finally:
         processes.stop(children)
 

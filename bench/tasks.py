@@ -32,6 +32,19 @@ def spawn_python_pass() -> int:
     return subprocess.run([sys.executable, "-c", "pass"], check=True).returncode
 
 
+def spawn_python_pass_then(next_ids: list[str]) -> int:
+    """The raw RQ floor's chained step: `python -c pass`, then enqueue the next step (the first of
+    `next_ids`, under that job id) on this job's queue, as a chain of plain RQ jobs hands over."""
+    code = spawn_python_pass()
+    if next_ids:
+        from rq import Queue, get_current_job
+
+        job = get_current_job()
+        assert job is not None
+        Queue(job.origin, connection=job.connection).enqueue(spawn_python_pass_then, next_ids[1:], job_id=next_ids[0], result_ttl=600)
+    return code
+
+
 def items(count: int) -> list[int]:
     """A list result for a mapped task to expand over."""
     return list(range(count))
