@@ -1,10 +1,12 @@
 """Who may call the API and /metrics: session users, bearer tokens, nobody else."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from orchestrator.auth import create_token, hash_key
 from orchestrator.models import ApiToken
@@ -64,6 +66,20 @@ def test_it_accepts_a_bearer_token_and_records_its_use(bob, etl_run, path):
     token = ApiToken.objects.get(user=bob)
     assert token.key_hash == hash_key(key) and key not in token.key_hash
     assert token.last_used_at is not None
+
+
+def test_a_tokens_use_is_written_once_a_minute_not_on_every_request(bob, etl_run):
+    key = create_token(bob)
+    client = Client()
+    assert client.get("/api/v1/dags", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+    first = ApiToken.objects.get(user=bob).last_used_at
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/api/v1/dags", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+    assert not [q for q in queries.captured_queries if "UPDATE" in q["sql"] and "apitoken" in q["sql"]]
+    assert ApiToken.objects.get(user=bob).last_used_at == first
+    ApiToken.objects.filter(user=bob).update(last_used_at=first - timedelta(minutes=2))
+    assert client.get("/api/v1/dags", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+    assert ApiToken.objects.get(user=bob).last_used_at > first
 
 
 @pytest.mark.parametrize(
