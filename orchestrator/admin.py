@@ -38,6 +38,7 @@ from orchestrator.specs.forms import (
 )
 from orchestrator.specs.importer import DEADLINE_FIELDS as SPEC_DEADLINE_FIELDS
 from orchestrator.specs.importer import SCHEDULE_FIELDS, forget_spec_hash, refresh_fixed_datetimes
+from orchestrator.specs.wait_schema import dag_run_warnings
 from retries.budget import seconds
 
 # A deadline's datetime is edited as written (datetime_text); the aware value derives from it.
@@ -61,6 +62,16 @@ def save_in_order(formset: BaseInlineFormSet, **extra: Any) -> None:
             obj.save()
 
 
+def warn_of_unknown_awaited_dags(model_admin: admin.ModelAdmin, request: HttpRequest, dag: Dag) -> None:
+    """A `dag_run` wait on a DAG not defined (yet) is saved, with the warning an import prints."""
+    waits = [{"task_id": task.task_id, "wait_for": task.wait_for} for task in dag.tasks.filter(wait_for__isnull=False)]
+    if not waits:
+        return
+    known = set(Dag.objects.values_list("dag_id", flat=True))
+    for text in dag_run_warnings({"tasks": waits}, known):
+        model_admin.message_user(request, f"warning: {text}", messages.WARNING)
+
+
 # --- DAGs and tasks -----------------------------------------------------------------------
 
 
@@ -72,6 +83,7 @@ class TaskInline(admin.TabularInline):
         "task_id",
         "python_callable",
         "bash_command",
+        "wait_for",
         "op_kwargs",
         "upstream",
         "trigger_rule",
@@ -168,6 +180,7 @@ class DagAdmin(admin.ModelAdmin):
         super().save_related(request, form, formsets, change)
         refresh_fixed_datetimes(form.instance)
         forget_spec_hash(form.instance.pk)
+        warn_of_unknown_awaited_dags(self, request, form.instance)
 
     @admin.action(description="Trigger a run of the selected DAGs", permissions=["trigger"])
     def trigger_run(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -219,6 +232,8 @@ class TaskAdmin(admin.ModelAdmin):
 
     @admin.display(description="kind")
     def kind(self, task: Task) -> str:
+        if task.wait_for:
+            return "wait"
         return "python" if task.python_callable else "bash"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> tuple[str, ...]:
@@ -236,6 +251,7 @@ class TaskAdmin(admin.ModelAdmin):
         forget_spec_hash(obj.dag_id)
         details = {"task_id": obj.task_id, "fields": list(form.changed_data)}
         actions.record_edit(request.user, obj.dag.dag_id, "admin_change_task" if change else "admin_add_task", details)
+        warn_of_unknown_awaited_dags(self, request, obj.dag)
 
     def delete_model(self, request: HttpRequest, obj: Task) -> None:
         super().delete_model(request, obj)

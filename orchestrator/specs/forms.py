@@ -128,7 +128,7 @@ class DagForm(forms.ModelForm):
 
 # default_args keys with a field of their own on the task form; the rest go in `args` as JSON.
 TYPED_ARGS = ("retries", "execution_timeout", "queue")
-TASK_KEYS = ("task_id", "python_callable", "bash_command", "op_kwargs", "upstream", "trigger_rule")
+TASK_KEYS = ("task_id", "python_callable", "bash_command", "wait_for", "op_kwargs", "upstream", "trigger_rule")
 
 
 class TaskForm(forms.ModelForm):
@@ -136,6 +136,13 @@ class TaskForm(forms.ModelForm):
     # expects a hidden "initial" input, without which a blank extra row counts as changed.
     op_kwargs = forms.JSONField(
         required=False, initial=dict, widget=SMALL_JSON, help_text="Keyword arguments for the callable, as JSON."
+    )
+    wait_for = forms.JSONField(
+        required=False,
+        widget=SMALL_JSON,
+        label="Wait for",
+        help_text="Instead of a callable or command: what the scheduler waits for, as JSON with exactly one kind, "
+        'e.g. {"event": {"name": "orders_landed"}}; its poke_interval and wait_timeout go in the overrides.',
     )
     upstream = forms.CharField(required=False, help_text="Task ids of this DAG, comma-separated.")
     retries = forms.IntegerField(required=False, min_value=0, help_text="Overrides the DAG's default_args.")
