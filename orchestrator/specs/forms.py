@@ -131,6 +131,16 @@ TYPED_ARGS = ("retries", "execution_timeout", "queue")
 TASK_KEYS = ("task_id", "python_callable", "bash_command", "wait_for", "op_kwargs", "upstream", "trigger_rule")
 
 
+def dag_context(dag: Dag | None) -> dict[str, Any]:
+    """The DAG keys a task is validated against: its default_args (a task's memory_limit_on_retry
+    may step up from the DAG's memory_limit) and its timezone. On the DAG's own page these are
+    what was typed (the DAG form, validated first, sets them on the instance when they are valid)."""
+    if dag is None:
+        return {"dag_id": PLACEHOLDER_DAG_ID}
+    default_args = dag.default_args if isinstance(dag.default_args, dict) else {}
+    return {"dag_id": PLACEHOLDER_DAG_ID, "default_args": default_args, "timezone": dag.timezone or "UTC"}
+
+
 class TaskForm(forms.ModelForm):
     # Declared, not generated: the generated field of a model field with a callable default
     # expects a hidden "initial" input, without which a blank extra row counts as changed.
@@ -235,7 +245,8 @@ class TaskInlineFormSet(KeptFormsMixin[TaskForm], BaseInlineFormSet):
         kept = self.kept_forms()
         if any(form.errors for form in kept):
             return  # fix the fields first; graph problems may be consequences
-        _, problems = validate_dag({"dag_id": PLACEHOLDER_DAG_ID, "tasks": [form.raw_spec() for form in kept]})
+        dag = self.instance if isinstance(self.instance, Dag) else None
+        _, problems = validate_dag({**dag_context(dag), "tasks": [form.raw_spec() for form in kept]})
         whole: list[str] = []
         for problem in problems:
             match = TASK_PATH.match(problem.path)
@@ -272,7 +283,7 @@ class StandaloneTaskForm(TaskForm):
         for other in others:
             other.pop("deadlines", None)  # stored and checked already; not this form's business
         mine = len(others)
-        _, problems = validate_dag({"dag_id": PLACEHOLDER_DAG_ID, "tasks": [*others, self.raw_spec()]})
+        _, problems = validate_dag({**dag_context(dag), "tasks": [*others, self.raw_spec()]})
         for problem in problems:
             match = TASK_PATH.match(problem.path)
             if match is None:
