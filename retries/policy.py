@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from retries.backoff import retry_delay_seconds
@@ -229,18 +229,47 @@ def rescheduled(*, since: datetime, now: datetime, delay: float, wait_timeout: f
     return WaitStep(False, min(now + timedelta(seconds=delay), timeout_at), timeout_at)
 
 
+# Golden ratio's fractional part: consecutive keys get phases spread evenly over the interval.
+_PHASE_STEP = 0.6180339887498949
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def check_phase(key: int) -> float:
+    """A wait's own place in its poke_interval's cycle (0 <= phase < 1), from a stable key (its
+    row's id): waits begun together get phases spread over the cycle, not one and the same."""
+    return (key * _PHASE_STEP) % 1.0
+
+
 def next_check(
-    *, since: datetime, now: datetime, poke_interval: float, wait_timeout: float, met_at: datetime | None = None, checked: bool = True
+    *,
+    since: datetime,
+    now: datetime,
+    poke_interval: float,
+    wait_timeout: float,
+    met_at: datetime | None = None,
+    checked: bool = True,
+    phase: float | None = None,
 ) -> WaitStep:
     """A wait that is not met yet: checked again `poke_interval` seconds on (or at `met_at`, the
     time a time wait is met, if sooner), or at its timeout; past the timeout it fails. A wait no
-    check can meet (an event, an approval: `checked` False) is only looked at at its timeout."""
+    check can meet (an event, an approval: `checked` False) is only looked at at its timeout.
+
+    With a `phase` (`check_phase`), the next check is the first instant after `now` at that
+    phase of the poke_interval's cycle (counted from the epoch): never more than one
+    poke_interval on, and thousands of waits checked in one pass are not all due again in one
+    later pass, but spread over the interval (each then exactly one interval apart)."""
     timeout_at = wait_timeout_at(since, wait_timeout)
     if now >= timeout_at:
         return WaitStep(True, None, timeout_at)
     if not checked:
         return WaitStep(False, timeout_at, timeout_at)
-    at = now + timedelta(seconds=max(1.0, float(poke_interval)))
+    interval = max(1.0, float(poke_interval))
+    at = now + timedelta(seconds=interval)
+    if phase is not None:
+        # In whole microseconds, so that the arithmetic is exact: now < at <= now + interval.
+        cycle = round(interval * 1_000_000)
+        since_epoch = (now - _EPOCH) // timedelta(microseconds=1)
+        at = now + timedelta(microseconds=(round(phase % 1.0 * cycle) - since_epoch) % cycle or cycle)
     if met_at is not None:
         at = min(at, max(met_at, now))
     return WaitStep(False, min(at, timeout_at), timeout_at)

@@ -35,7 +35,7 @@ from orchestrator.models import TaskAttempt, TaskInstance, TaskWait
 from orchestrator.results import check_result, problem_message
 from orchestrator.taskconfig import args_for
 from retries.context import ExecutionContext
-from retries.policy import WaitStep, next_check, rescheduled
+from retries.policy import WaitStep, check_phase, next_check, rescheduled
 from retries.states import (
     RESCHEDULE_FROM,
     WAIT_END_FROM,
@@ -224,8 +224,15 @@ def _settle_check(wait_id: int, claimed: datetime, seen: waitchecks.Seen, now: d
         if _fail(ti, wait, context, now):
             done.failed += 1
         return
+    # Each wait at its own phase of the interval: waits begun (or checked) together are due again
+    # spread over it, not all in one later pass.
     step = next_check(
-        since=wait.since, now=now, poke_interval=wait.poke_interval, wait_timeout=(wait.timeout_at - wait.since).total_seconds(), met_at=seen.met_at
+        since=wait.since,
+        now=now,
+        poke_interval=wait.poke_interval,
+        wait_timeout=(wait.timeout_at - wait.since).total_seconds(),
+        met_at=seen.met_at,
+        phase=check_phase(wait.pk),
     )
     at = step.next_check_at if step.next_check_at is not None else now  # timed out: due now, fails at once
     with transaction.atomic():

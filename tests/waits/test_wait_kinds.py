@@ -5,12 +5,14 @@ import http.server
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from orchestrator.engine import waitchecks
+from orchestrator.engine import waitchecks, waits
 from orchestrator.engine.runs import create_manual_run, create_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import Dag, DagRun, Task, TaskInstance, TaskWait
@@ -198,3 +200,27 @@ def test_two_schedulers_complete_each_wait_once(spawn):
         ti = _ti(run)
         (attempt,) = ti.attempts.all()  # begun once, completed once
         assert attempt.state == "success" and ti.try_number == 1
+
+
+def test_time_waits_checked_together_are_due_again_spread_over_their_poke_interval():
+    """600 time waits due at one instant (more than one pass checks: the rest are carried to the
+    next pass) are each checked again at most one poke_interval later, and no later second has
+    more than about its share of them (not all 500 of a pass in one burst a minute on)."""
+    dag = Dag.objects.create(dag_id=f"waits-{time.monotonic_ns()}", default_args={"queue": "nobody-listens", "poke_interval": 60})
+    Task.objects.bulk_create(Task(dag=dag, task_id=f"w{i}", wait_for={"time": "2099-01-01T00:00:00"}, position=i) for i in range(200))
+    for _ in range(3):
+        create_manual_run(dag)
+    waiting = TaskWait.objects.filter(task_instance__dag_run__dag=dag)
+    wait_until(lambda: _pass_then(waiting.count) == 600, timeout=60, interval=0, message="600 waits begun")
+    due = timezone.now() + timedelta(seconds=5)  # past every first check the passes made
+    waiting.update(next_check_at=due)
+
+    assert waits.check_due(due).checked == waits.CHECKS_PER_PASS  # one pass checks its most...
+    assert waits.check_due(due).checked == 600 - waits.CHECKS_PER_PASS  # ...the next the rest
+    assert waits.check_due(due).checked == 0
+    later = list(waiting.values_list("next_check_at", flat=True))
+    assert all(due < at <= due + timedelta(seconds=60) for at in later)
+    per_second = Counter(int((at - due).total_seconds()) for at in later)
+    assert max(per_second.values()) <= 2 * 600 / 60, per_second.most_common(3)
+    ti = TaskInstance.objects.filter(dag_run__dag=dag).first()
+    assert ti is not None and ti.state == "up_for_reschedule" and ti.waiting_for["next_check_at"] is not None
