@@ -69,6 +69,7 @@ VARIANTS = {
     "inline-dags": ((), {"dags.files.etl\\.yaml": "dag_id: etl"}),
     "output-volume": ((), {"outputVolume.claimName": "task-output-claim"}),
     "no-task-user": ((), {"workerPod.taskUser": ""}),
+    "high-memory-pool": ((), {**KEDA_ON, "highMemoryWorkers.enabled": "true"}),
 }
 # What a worker needs to run its tasks as the task user, and nothing more (see the chart's
 # orchestrator.workerSecurityContext).
@@ -395,13 +396,14 @@ def test_the_proxy_config_is_valid_caddyfile(rendered):
 # --- workers: shutdown and scaling ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", ["default", "production", "keda"])
+@pytest.mark.parametrize("variant", ["default", "production", "keda", "high-memory-pool"])
 def test_a_worker_pod_outlives_its_shutdown_grace_and_kill_grace(rendered, variant):
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     if variant == "production":
         values.update(yaml.safe_load(PRODUCTION.read_text()))
     deployments = workers(rendered[variant])
-    assert len(deployments) == len(values["workers"])
+    high_memory = variant in ("production", "high-memory-pool")  # its pool is enabled there
+    assert len(deployments) == len(values["workers"]) + high_memory
     for deployment in deployments:
         spec = deployment["spec"]["template"]["spec"]
         (container,) = spec["containers"]

@@ -260,3 +260,30 @@ Queue names are checked by values.schema.json ([A-Za-z0-9_.:-]), so quoting them
 {{- range splitList "\n" $sql }}{{ if and (ne (trim .) "") (not (hasPrefix "--" (trim .))) }}{{ $lines = append $lines (trim .) }}{{ end }}{{ end -}}
 {{- join " " $lines | replace "QUEUES" (join ", " $queues) | replace "CONCURRENCY" (toString (int .worker.concurrency)) -}}
 {{- end -}}
+
+{{/* Every worker pool: the workers entries, then the high-memory pool when it is enabled (its
+memory request and limit computed: concurrency x maxTaskMemoryMiB + workerMemoryMiB, so that
+tasks within their own memory_limit can never run its container out of memory together). As
+YAML {"workers": [...]}: read it with `include "orchestrator.workers" . | fromYaml`. A pool's
+name must be unique, and the high-memory pool's queues its own. */}}
+{{- define "orchestrator.workers" -}}
+{{- $all := list -}}
+{{- range .Values.workers }}{{ $all = append $all . }}{{ end -}}
+{{- $big := .Values.highMemoryWorkers -}}
+{{- if $big.enabled -}}
+{{- range $worker := .Values.workers -}}
+{{- if eq $worker.name $big.name }}{{ fail (printf "highMemoryWorkers.name %q is also the name of a workers entry" $big.name) }}{{ end -}}
+{{- range $big.queues -}}
+{{- if has . $worker.queues }}{{ fail (printf "highMemoryWorkers.queues: %q is also a queue of workers %q; the high-memory pool needs queues of its own" . $worker.name) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $memory := printf "%dMi" (add (mul (int $big.concurrency) (int $big.maxTaskMemoryMiB)) (int $big.workerMemoryMiB)) -}}
+{{- $entry := dict "name" $big.name "queues" $big.queues "concurrency" $big.concurrency "replicas" $big.replicas "minReplicas" $big.minReplicas "maxReplicas" $big.maxReplicas -}}
+{{- $_ := set $entry "resources" (dict "requests" (dict "cpu" $big.cpu "memory" $memory) "limits" (dict "memory" $memory)) -}}
+{{- range $key := list "shutdownGrace" "pdbMaxUnavailable" "affinity" "nodeSelector" "tolerations" -}}
+{{- if and (hasKey $big $key) (not (kindIs "invalid" (index $big $key))) }}{{ $_ := set $entry $key (index $big $key) }}{{ end -}}
+{{- end -}}
+{{- $all = append $all $entry -}}
+{{- end -}}
+{{- toYaml (dict "workers" $all) -}}
+{{- end -}}
