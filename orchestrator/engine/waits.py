@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import PermissionsMixin
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from orchestrator import sql
@@ -155,6 +155,7 @@ def check_due(now: datetime | None = None, *, limit: int = CHECKS_PER_PASS) -> C
         .order_by("next_check_at", "id")[:limit]
     )
     runs_to_advance: set[int] = set()
+    not_yet: list[tuple[TaskWait, waitchecks.Seen]] = []
     for wait in due:
         ti = wait.task_instance
         if ti.state != TaskState.UP_FOR_RESCHEDULE or ti.attempt_token != wait.attempt_token:
@@ -162,6 +163,15 @@ def check_due(now: datetime | None = None, *, limit: int = CHECKS_PER_PASS) -> C
             continue
         if wait.kind == WaitFor.HTTP and now < wait.timeout_at and waitchecks.HttpChecks.free() == 0:
             continue  # every check thread is busy: left for the next pass (or another scheduler)
+        in_place: waitchecks.Seen | None = None
+        if _checked_in_place(wait) and now < wait.timeout_at:
+            # Most checks of a time or a run find it not met: those are settled together below,
+            # each fenced by the next_check_at it was read with (the claim, for one wait at a
+            # time, is kept for a check that ends the wait).
+            in_place = _seen(wait, ti)
+            if not (in_place.met or in_place.failed):
+                not_yet.append((wait, in_place))
+                continue
         claimed = _claim(wait, now)
         if claimed is None:
             continue  # another scheduler has it
@@ -177,15 +187,65 @@ def check_due(now: datetime | None = None, *, limit: int = CHECKS_PER_PASS) -> C
         elif wait.kind == WaitFor.HTTP:
             waitchecks.HttpChecks.submit(wait.pk, wait.spec, claimed)
         else:
-            try:
-                seen = _check_now(wait, ti)
-            except Exception as exc:  # a spec the check cannot read: seen as not met, said so
-                log.exception("wait %s of task instance %s could not be checked", wait.pk, ti.pk)
-                seen = waitchecks.Seen(detail={"error": f"{type(exc).__name__}: {exc}"[:500]})
-            _settle_check(wait.pk, claimed, seen, now, done, wait=wait)
+            _settle_check(wait.pk, claimed, in_place if in_place is not None else _seen(wait, ti), now, done, wait=wait)
+    done.checked += _settle_not_yet(not_yet, now)
     for run_id in runs_to_advance:
         advance_run_now(run_id)
     return done
+
+
+def _checked_in_place(wait: TaskWait) -> bool:
+    """A check the pass runs itself that only reads: a time, or another DAG's run."""
+    return wait.kind in (WaitFor.TIME, WaitFor.TIME_AFTER_LOGICAL_DATE, WaitFor.DAG_RUN)
+
+
+def _seen(wait: TaskWait, ti: TaskInstance) -> waitchecks.Seen:
+    try:
+        return _check_now(wait, ti)
+    except Exception as exc:  # a spec the check cannot read: seen as not met, said so
+        log.exception("wait %s of task instance %s could not be checked", wait.pk, ti.pk)
+        return waitchecks.Seen(detail={"error": f"{type(exc).__name__}: {exc}"[:500]})
+
+
+def _settle_not_yet(checked: list[tuple[TaskWait, waitchecks.Seen]], now: datetime) -> int:
+    """Checks that found their waits not met, in one transaction of two batched statements: each
+    wait's next check moved on (if its next_check_at is still what this pass read: another
+    scheduler that got there first wins), and its task's `waiting_for` with it (if that move was
+    this pass's and the task still waits under the same token). Returns how many moved on."""
+    if not checked:
+        return 0
+    quote = connection.ops.quote_name
+    wait_table, ti_table = quote(TaskWait._meta.db_table), quote(TaskInstance._meta.db_table)
+    next_field, detail_field = TaskWait._meta.get_field("next_check_at"), TaskWait._meta.get_field("last_check")
+    waiting_field, updated_field = TaskInstance._meta.get_field("waiting_for"), TaskInstance._meta.get_field("updated_at")
+    updated_db = updated_field.get_db_prep_value(now, connection)
+    waits, moves = [], []
+    for wait, seen in checked:
+        step = next_check(
+            since=wait.since,
+            now=now,
+            poke_interval=wait.poke_interval,
+            wait_timeout=(wait.timeout_at - wait.since).total_seconds(),
+            met_at=seen.met_at,
+            phase=check_phase(wait.pk),
+        )
+        at = step.next_check_at if step.next_check_at is not None else now  # timed out: due now, fails at once
+        at_db = next_field.get_db_prep_value(at, connection)
+        waits.append((at_db, detail_field.get_db_prep_value(seen.detail, connection), wait.pk, next_field.get_db_prep_value(wait.next_check_at, connection), wait.attempt_token))
+        waiting = waiting_field.get_db_prep_value(waiting_for(wait.kind, wait.since, at), connection)
+        moves.append((waiting, updated_db, wait.task_instance_id, str(TaskState.UP_FOR_RESCHEDULE), wait.attempt_token, wait.pk, at_db))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {wait_table} SET next_check_at = %s, checks = checks + 1, last_check = %s"
+            " WHERE id = %s AND next_check_at = %s AND attempt_token = %s",
+            waits,
+        )
+        cursor.executemany(
+            f"UPDATE {ti_table} SET waiting_for = %s, updated_at = %s WHERE id = %s AND state = %s AND attempt_token = %s"
+            f" AND EXISTS (SELECT 1 FROM {wait_table} w WHERE w.id = %s AND w.next_check_at = %s)",
+            moves,
+        )
+    return len(checked)
 
 
 def _check_now(wait: TaskWait, ti: TaskInstance) -> waitchecks.Seen:

@@ -7,7 +7,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -224,3 +224,34 @@ def test_time_waits_checked_together_are_due_again_spread_over_their_poke_interv
     assert max(per_second.values()) <= 2 * 600 / 60, per_second.most_common(3)
     ti = TaskInstance.objects.filter(dag_run__dag=dag).first()
     assert ti is not None and ti.state == "up_for_reschedule" and ti.waiting_for["next_check_at"] is not None
+
+
+def test_a_pass_moves_waits_not_met_on_in_statements_that_do_not_grow_with_their_number():
+    """A time wait's check is nearly always "not yet": a claim, an update and a task's move each
+    (three round trips and two commits per wait) made 10,000 time waits a quarter of a core. Now
+    the pass settles them together: the same statements for 50 waits as for 250, and every task's
+    `waiting_for` shows its wait's next check."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for n in (50, 250):
+        dag = Dag.objects.create(dag_id=f"waits-{time.monotonic_ns()}", default_args={"queue": "nobody-listens", "poke_interval": 60})
+        Task.objects.bulk_create(Task(dag=dag, task_id=f"w{i}", wait_for={"time": "2099-01-01T00:00:00"}, position=i) for i in range(n))
+        create_manual_run(dag)
+        waiting = TaskWait.objects.filter(task_instance__dag_run__dag=dag)
+        wait_until(lambda waiting=waiting, n=n: _pass_then(waiting.count) == n, timeout=60, interval=0, message=f"{n} waits begun")
+        TaskWait.objects.exclude(task_instance__dag_run__dag=dag).update(next_check_at=None)  # only this DAG's are due
+        due = timezone.now() + timedelta(seconds=5)
+        waiting.update(next_check_at=due)
+        before = dict(waiting.values_list("pk", "checks"))
+        with CaptureQueriesContext(connection) as queries:
+            assert waits.check_due(due).checked == n
+        counts.append(len(queries.captured_queries))
+        for wait in waiting.select_related("task_instance"):
+            assert due < wait.next_check_at <= due + timedelta(seconds=60)
+            assert wait.checks == before[wait.pk] + 1
+            assert wait.task_instance.state == "up_for_reschedule"
+            shown = wait.task_instance.waiting_for["next_check_at"]
+            assert datetime.fromisoformat(shown.replace("Z", "+00:00")) == wait.next_check_at, (shown, wait.next_check_at)
+    assert counts[0] == counts[1] <= 10, counts
