@@ -12,6 +12,7 @@ are `retries/policy.py`'s.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import PermissionsMixin
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import F
 
@@ -208,18 +210,14 @@ def _seen(wait: TaskWait, ti: TaskInstance) -> waitchecks.Seen:
 
 
 def _settle_not_yet(checked: list[tuple[TaskWait, waitchecks.Seen]], now: datetime) -> int:
-    """Checks that found their waits not met, in one transaction of two batched statements: each
-    wait's next check moved on (if its next_check_at is still what this pass read: another
-    scheduler that got there first wins), and its task's `waiting_for` with it (if that move was
-    this pass's and the task still waits under the same token). Returns how many moved on."""
+    """Checks that found their waits not met, in one transaction of two statements: each wait's
+    next check moved on (if its next_check_at is still what this pass read: another scheduler
+    that got there first wins), and its task's `waiting_for` with it (if that move was this
+    pass's and the task still waits under the same token). Returns how many were checked."""
     if not checked:
         return 0
-    quote = connection.ops.quote_name
-    wait_table, ti_table = quote(TaskWait._meta.db_table), quote(TaskInstance._meta.db_table)
-    next_field, detail_field = TaskWait._meta.get_field("next_check_at"), TaskWait._meta.get_field("last_check")
-    waiting_field, updated_field = TaskInstance._meta.get_field("waiting_for"), TaskInstance._meta.get_field("updated_at")
-    updated_db = updated_field.get_db_prep_value(now, connection)
-    waits, moves = [], []
+    # (next check, what the check saw, wait id, next check as read, token, task instance id, waiting_for)
+    rows = []
     for wait, seen in checked:
         step = next_check(
             since=wait.since,
@@ -230,22 +228,50 @@ def _settle_not_yet(checked: list[tuple[TaskWait, waitchecks.Seen]], now: dateti
             phase=check_phase(wait.pk),
         )
         at = step.next_check_at if step.next_check_at is not None else now  # timed out: due now, fails at once
-        at_db = next_field.get_db_prep_value(at, connection)
-        waits.append((at_db, detail_field.get_db_prep_value(seen.detail, connection), wait.pk, next_field.get_db_prep_value(wait.next_check_at, connection), wait.attempt_token))
-        waiting = waiting_field.get_db_prep_value(waiting_for(wait.kind, wait.since, at), connection)
-        moves.append((waiting, updated_db, wait.task_instance_id, str(TaskState.UP_FOR_RESCHEDULE), wait.attempt_token, wait.pk, at_db))
+        rows.append((at, _json(seen.detail), wait.pk, wait.next_check_at, wait.attempt_token, wait.task_instance_id,
+                     _json(waiting_for(wait.kind, wait.since, at))))
+    quote = connection.ops.quote_name
+    wait_table, ti_table = quote(TaskWait._meta.db_table), quote(TaskInstance._meta.db_table)
+    waiting = str(TaskState.UP_FOR_RESCHEDULE)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {wait_table} SET next_check_at = %s, checks = checks + 1, last_check = %s"
-            " WHERE id = %s AND next_check_at = %s AND attempt_token = %s",
-            waits,
-        )
-        cursor.executemany(
-            f"UPDATE {ti_table} SET waiting_for = %s, updated_at = %s WHERE id = %s AND state = %s AND attempt_token = %s"
-            f" AND EXISTS (SELECT 1 FROM {wait_table} w WHERE w.id = %s AND w.next_check_at = %s)",
-            moves,
-        )
+        if connection.vendor == "postgresql":
+            # One statement each, the rows passed as arrays: a statement per row, even pipelined,
+            # cost the server more than the rest of the pass.
+            ats, details, pks, olds, tokens, tis, shown = (list(column) for column in zip(*rows, strict=True))
+            cursor.execute(
+                f"UPDATE {wait_table} AS w SET next_check_at = v.at, checks = w.checks + 1, last_check = v.detail::jsonb"
+                " FROM unnest(%s::timestamptz[], %s::text[], %s::bigint[], %s::timestamptz[], %s::bigint[]) AS v(at, detail, id, old, token)"
+                " WHERE w.id = v.id AND w.next_check_at = v.old AND w.attempt_token = v.token",
+                [ats, details, pks, olds, tokens],
+            )
+            cursor.execute(
+                f"UPDATE {ti_table} AS t SET waiting_for = v.shown::jsonb, updated_at = %s"
+                " FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::timestamptz[]) AS v(shown, id, token, wait_id, at)"
+                " WHERE t.id = v.id AND t.state = %s AND t.attempt_token = v.token"
+                f" AND EXISTS (SELECT 1 FROM {wait_table} w WHERE w.id = v.wait_id AND w.next_check_at = v.at)",
+                [now, shown, tis, tokens, pks, ats, waiting],
+            )
+        else:  # SQLite: no round trips to save
+            when = TaskWait._meta.get_field("next_check_at")
+
+            def db_time(value: datetime | None) -> Any:
+                return when.get_db_prep_value(value, connection)
+
+            cursor.executemany(
+                f"UPDATE {wait_table} SET next_check_at = %s, checks = checks + 1, last_check = %s"
+                " WHERE id = %s AND next_check_at = %s AND attempt_token = %s",
+                [(db_time(at), detail, pk, db_time(old), token) for at, detail, pk, old, token, _, _ in rows],
+            )
+            cursor.executemany(
+                f"UPDATE {ti_table} SET waiting_for = %s, updated_at = %s WHERE id = %s AND state = %s AND attempt_token = %s"
+                f" AND EXISTS (SELECT 1 FROM {wait_table} w WHERE w.id = %s AND w.next_check_at = %s)",
+                [(shown, db_time(now), ti, waiting, token, pk, db_time(at)) for at, _, pk, _, token, ti, shown in rows],
+            )
     return len(checked)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, cls=DjangoJSONEncoder)
 
 
 def _check_now(wait: TaskWait, ti: TaskInstance) -> waitchecks.Seen:
