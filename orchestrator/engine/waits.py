@@ -219,15 +219,7 @@ def _settle_not_yet(checked: list[tuple[TaskWait, waitchecks.Seen]], now: dateti
     # (next check, what the check saw, wait id, next check as read, token, task instance id, waiting_for)
     rows = []
     for wait, seen in checked:
-        step = next_check(
-            since=wait.since,
-            now=now,
-            poke_interval=wait.poke_interval,
-            wait_timeout=(wait.timeout_at - wait.since).total_seconds(),
-            met_at=seen.met_at,
-            phase=check_phase(wait.pk),
-        )
-        at = step.next_check_at if step.next_check_at is not None else now  # timed out: due now, fails at once
+        at = _next_check_at(wait, seen, now)
         rows.append((at, _json(seen.detail), wait.pk, wait.next_check_at, wait.attempt_token, wait.task_instance_id,
                      _json(waiting_for(wait.kind, wait.since, at))))
     quote = connection.ops.quote_name
@@ -310,8 +302,16 @@ def _settle_check(wait_id: int, claimed: datetime, seen: waitchecks.Seen, now: d
         if _fail(ti, wait, context, now):
             done.failed += 1
         return
-    # Each wait at its own phase of the interval: waits begun (or checked) together are due again
-    # spread over it, not all in one later pass.
+    at = _next_check_at(wait, seen, now)
+    with transaction.atomic():
+        if TaskWait.objects.filter(pk=wait.pk, next_check_at=claimed).update(next_check_at=at, last_check=seen.detail) == 1:
+            transition(ti.pk, expected=WAIT_END_FROM, token=wait.attempt_token, waiting_for=waiting_for(wait.kind, wait.since, at))
+
+
+def _next_check_at(wait: TaskWait, seen: waitchecks.Seen, now: datetime) -> datetime:
+    """When a wait a check found not met is checked again: at its own phase of the interval, so
+    that waits begun (or checked) together are due again spread over it, not all in one later
+    pass; past its timeout, now (the next look fails it)."""
     step = next_check(
         since=wait.since,
         now=now,
@@ -320,10 +320,7 @@ def _settle_check(wait_id: int, claimed: datetime, seen: waitchecks.Seen, now: d
         met_at=seen.met_at,
         phase=check_phase(wait.pk),
     )
-    at = step.next_check_at if step.next_check_at is not None else now  # timed out: due now, fails at once
-    with transaction.atomic():
-        if TaskWait.objects.filter(pk=wait.pk, next_check_at=claimed).update(next_check_at=at, last_check=seen.detail) == 1:
-            transition(ti.pk, expected=WAIT_END_FROM, token=wait.attempt_token, waiting_for=waiting_for(wait.kind, wait.since, at))
+    return step.next_check_at if step.next_check_at is not None else now
 
 
 def _release(ti: TaskInstance, wait: TaskWait, claimed: datetime) -> bool:
