@@ -108,6 +108,19 @@ def empty_default_queue() -> Iterator[None]:
     Queue("default", connection=get_redis()).empty()
 
 
+@pytest.fixture
+def storm_counts_held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The queue-storm counts a dispatch reads at most once a second (`engine/storms.py`), held
+    for the whole test: a test that counts a step's statements warms them with a first step, and
+    on a loaded machine more than a second may pass before the step it counts."""
+    from orchestrator.engine import storms
+
+    monkeypatch.setattr(storms, "CACHE_SECONDS", 3600.0)
+    storms.forget()
+    yield
+    storms.forget()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The minutes-long tests first: in a parallel run one process takes each of them at the
     start while the others share the rest, instead of one of them running on alone at the end."""
