@@ -109,13 +109,16 @@ def empty_default_queue() -> Iterator[None]:
 
 
 @pytest.fixture
-def storm_counts_held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The queue-storm counts a dispatch reads at most once a second (`engine/storms.py`), held
-    for the whole test: a test that counts a step's statements warms them with a first step, and
-    on a loaded machine more than a second may pass before the step it counts."""
+def caches_held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """What a step reads only now and then, held for the whole test: the queue-storm counts a
+    dispatch reads at most once a second (`engine/storms.py`) and the database clock's offset,
+    measured once a minute (`clock.py`). A test that counts a step's statements warms them with
+    a first step, and on a loaded machine their time may run out before the step it counts."""
+    from orchestrator import clock
     from orchestrator.engine import storms
 
     monkeypatch.setattr(storms, "CACHE_SECONDS", 3600.0)
+    monkeypatch.setattr(clock, "OFFSET_TTL", 3600.0)
     storms.forget()
     yield
     storms.forget()

@@ -153,7 +153,7 @@ def _report_queries(run) -> list[str]:
     return [q["sql"] for q in captured.captured_queries]
 
 
-def test_a_matching_rule_adds_one_insert_to_the_report_and_no_incident_write(monkeypatch, storm_counts_held):
+def test_a_matching_rule_adds_one_insert_to_the_report_and_no_incident_write(monkeypatch, caches_held):
     """The report only queues the event: one more statement, an INSERT of the event row in the
     report's own transaction; the incident (a row every failure of the group would update) is
     the sender's."""

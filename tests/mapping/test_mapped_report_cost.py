@@ -14,7 +14,7 @@ from orchestrator.models import TaskInstance
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue", "storm_counts_held")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue", "caches_held")]
 
 WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", pid=1)
 
