@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 phases.append({"round": n, "side": side, **(_rule_phase(ctx, dag) if side == RULE else _run_phase(ctx, dag, side))})
         workloads.stop_stack(ctx)
         alarms, notable = processes.scan_logs()
-        select_floor = _select_one_floor()
+        select_floor = floors.select_one()
     _print(args, phases, load_before, python_floor, select_floor, notable)
     ok = all(p["incidents"] == 1 and p["deliveries"] == 1 and p["events"] == args.tasks for p in phases if p["side"] == RULE)
     print("  one incident and one notification for each storm: " + ("yes" if ok else "NO"))
@@ -166,18 +166,6 @@ def _print(args: argparse.Namespace, phases: list[dict[str, Any]], load_before: 
     print(f"  error lines in the processes' logs: {len(notable)}, {len(others)} of them not the tasks' own KeyError")
     for line in others[:5]:
         print(f"    {line}")
-
-
-def _select_one_floor() -> float:
-    from django.db import connection
-
-    times = []
-    with connection.cursor() as cursor:
-        for _ in range(200):
-            began = time.perf_counter()
-            cursor.execute("SELECT 1")
-            times.append(time.perf_counter() - began)
-    return statistics.median(times)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import threading
 import time
 from typing import Any
 
+from bench import floors
 from bench.stack import handle_stop_signals
 from bench.throwaway import migrated_django
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         queries = {RULE: _with_rule(lambda: _queries_per_report(_dag("queries_rule", 10), show=args.show_queries))[0],
                    NONE: _queries_per_report(_dag("queries_none", 10))}
         recorder = {RULE: _with_rule(lambda: _recorder_ms(_dag("recorder_rule", 1)))[0], NONE: _recorder_ms(_dag("recorder_none", 1))}
-        floor = _select_one_floor()
+        floor = floors.select_one()
     print(f"load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in os.getloadavg()]}")
     print(f"{args.failures} failed attempts from one cause per phase, reported back to back by {args.threads} thread(s); "
           f"{args.rounds} rounds, the phases alternating (after {args.warmup} untimed)")
@@ -289,18 +290,6 @@ def _counts(rule_id: int) -> dict[str, Any]:
 
 def _p95(sorted_values: list[float]) -> float:
     return sorted_values[min(len(sorted_values) - 1, round(0.95 * (len(sorted_values) - 1)))]
-
-
-def _select_one_floor() -> float:
-    from django.db import connection
-
-    times = []
-    with connection.cursor() as cursor:
-        for _ in range(200):
-            began = time.perf_counter()
-            cursor.execute("SELECT 1")
-            times.append(time.perf_counter() - began)
-    return statistics.median(times)
 
 
 if __name__ == "__main__":

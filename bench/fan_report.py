@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+from bench import floors
 from bench.stack import handle_stop_signals
 from bench.throwaway import migrated_django
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     with migrated_django("fan_report_bench"):
         dag = _fan_out_dag(args.tasks)
         timings = [time_report(dag) for _ in range(args.repeats)]
-        floor = _select_one_floor()
+        floor = floors.select_one()
     print(f"load average before {[round(x, 2) for x in load_before]}, after {[round(x, 2) for x in os.getloadavg()]}")
     print(f"a root and {args.tasks} tasks downstream of it; {args.repeats} reports")
     for name in ("to its commit", "to its last chunk"):
@@ -96,18 +97,6 @@ def time_report(dag: Any) -> dict[str, float]:
     assert jobs == expected, f"{jobs} jobs on Redis for {expected} tasks"
     queue.empty()
     return {"to its commit": (committed[0] if committed else ended) - began, "to its last chunk": ended - began}
-
-
-def _select_one_floor() -> float:
-    from django.db import connection
-
-    times = []
-    with connection.cursor() as cursor:
-        for _ in range(200):
-            began = time.perf_counter()
-            cursor.execute("SELECT 1")
-            times.append(time.perf_counter() - began)
-    return statistics.median(times)
 
 
 if __name__ == "__main__":

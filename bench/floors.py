@@ -182,3 +182,17 @@ if __name__ == "__main__":
         _warm_fork_main(int(sys.argv[2]))
     else:
         sys.exit(__doc__)
+
+
+def select_one() -> float:
+    """The median seconds of `SELECT 1` on Django's connection: a round trip to the database,
+    the floor of any statement a step makes."""
+    from django.db import connection
+
+    times = []
+    with connection.cursor() as cursor:
+        for _ in range(200):
+            began = time.perf_counter()
+            cursor.execute("SELECT 1")
+            times.append(time.perf_counter() - began)
+    return statistics.median(times)
