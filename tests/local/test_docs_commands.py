@@ -13,7 +13,7 @@ import pytest
 from orchestrator.local.embedded_redis import free_port
 from tests.conftest import ROOT, stop_group
 from tests.local import docblocks
-from tests.local.stack import Stack, clean_env, fresh_copy
+from tests.local.stack import Stack, clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -22,11 +22,6 @@ REFERENCE_SECTIONS = {"Configuration", "Command line", "Layout", "Documentation"
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 WITH_COMMANDS = [path for path in DOCUMENTS if docblocks.read(path).steps or docblocks.read(path).outputs]
 README_PORT = "127.0.0.1:8000"
-
-
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory) -> Path:
-    return fresh_copy(tmp_path_factory.mktemp("clone") / "orchestrator")
 
 
 @pytest.fixture(scope="module")

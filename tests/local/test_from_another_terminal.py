@@ -11,20 +11,14 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from orchestrator.local import runtime
 from orchestrator.local.embedded_redis import free_port
-from tests.local.stack import Stack, commands, fresh_copy, get, readme_block, readme_path_setup, readme_try_it, shell
+from tests.local.stack import Stack, commands, get, readme_block, readme_path_setup, readme_try_it, shell
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory) -> Path:
-    return fresh_copy(tmp_path_factory.mktemp("clone") / "orchestrator")
 
 
 @pytest.fixture
