@@ -62,6 +62,11 @@ def seconds(value: float) -> str:
     return f"{int(value)}" if float(value).is_integer() else f"{value:g}"
 
 
+def platform_retry_label(number: int, limit: int) -> str:
+    """A retry of the platform's budget as every page numbers it: 'platform retry 1 of 5'."""
+    return f"platform retry {number} of {limit}"
+
+
 def bounding_deadlines(task_deadlines: Iterable[Mapping[str, Any]], dag_deadlines: Iterable[Mapping[str, Any]]) -> list[tuple[str, float]]:
     """(label, interval) of every deadline that bounds a task: its own, and the DAG's that start
     at the run's queue time."""

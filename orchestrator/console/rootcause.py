@@ -16,6 +16,7 @@ from typing import Any
 from django.utils.dateparse import parse_datetime
 
 from orchestrator.console.text import error_summary, seconds_between
+from retries.budget import platform_retry_label
 from retries.states import AttemptKind, Category, Reason, TaskState
 
 FAILED = "failed"
@@ -73,7 +74,7 @@ def attempt_label(previous_kind: str, try_number: int, infrastructure_try_number
     ("user try 2 of 3") or, after a failure the platform paid for, a platform retry that repeats
     that try ("platform retry 1 of 5")."""
     if previous_kind == AttemptKind.PLATFORM:
-        return f"platform retry {infrastructure_try_number} of {infrastructure_retry_limit}"
+        return platform_retry_label(infrastructure_try_number, infrastructure_retry_limit)
     return f"user try {try_number} of {max_tries}"
 
 
@@ -81,7 +82,7 @@ def spent_label(kind: str, try_number: int, infrastructure_try_number: int, max_
     """The unit of budget a failed attempt used up, in the same numbering: its own user try, or
     the next platform retry (an attempt's `kind` says which budget paid for its failure)."""
     if kind == AttemptKind.PLATFORM:
-        return f"platform retry {infrastructure_try_number + 1} of {infrastructure_retry_limit}"
+        return platform_retry_label(infrastructure_try_number + 1, infrastructure_retry_limit)
     return f"user try {try_number} of {max_tries}"
 
 
