@@ -19,7 +19,9 @@ heartbeat is refused and it kills the task's group. Other actions on them: `Conf
 
 Which actions a task allows now, and why not, is `refusal()`: the actions refuse by it and the
 pages offer their buttons by it (`allowed_actions()`), so a page never offers what an action
-refuses. Who may act is the permission constants and `may_*()` here.
+refuses. Each task action is declared, with the states it acts from and the permission it
+needs, in `orchestrator.action_registry`; its function here is named in `IMPLEMENTATIONS`.
+Who may act is `may_*()` here.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from django.db.models import QuerySet
 
 from deadlines import lifecycle
 from orchestrator import metrics
+from orchestrator.action_registry import ACT_PERMISSION, PAUSE_PERMISSION, TASK_ACTIONS, TRIGGER_PERMISSION
 from orchestrator.audit import User, audit, audit_many, username_of
 from orchestrator.clock import shared_now
 from orchestrator.engine import circuits, clearing, failure_counts, taskstate, waits
@@ -49,10 +52,7 @@ from retries.policy import reclassified
 from retries.states import (
     ACTIVE_TASK_STATES,
     CLEAR_DOWNSTREAM_FROM,
-    CLEAR_FROM,
     FINISHED_RUN_STATES,
-    MARK_FAILED_FROM,
-    MARK_SUCCESS_FROM,
     AttemptKind,
     Reason,
     RunState,
@@ -61,13 +61,6 @@ from retries.states import (
 )
 
 log = logging.getLogger(__name__)
-
-# Django permissions: triggering runs, acting on task instances, pausing DAGs, operating circuits.
-TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
-ACT_PERMISSION = "orchestrator.change_taskinstance"
-PAUSE_PERMISSION = "orchestrator.change_dag"
-CIRCUIT_PERMISSION = "orchestrator.change_circuit"
-
 
 def may_trigger(user: User) -> bool:
     return _has_perm(user, TRIGGER_PERMISSION)
@@ -153,16 +146,6 @@ def act_on_task(
 
 # --- what an action allows now -------------------------------------------------------------------
 
-# The states each action acts from. Reclassify acts from any state a worker does not hold, and
-# needs a user-charged failed attempt besides.
-ALLOWED_FROM: dict[str, frozenset[str]] = {
-    "clear": CLEAR_FROM,
-    "mark_success": MARK_SUCCESS_FROM,
-    "mark_failed": MARK_FAILED_FROM | ACTIVE_TASK_STATES,  # a queued or running task is stopped
-    "reclassify": frozenset(TaskState) - ACTIVE_TASK_STATES,
-}
-VERBS = {"clear": "clear", "mark_success": "mark success", "mark_failed": "mark failed", "reclassify": "reclassify"}
-
 
 def refusal(action: str, ti: TaskInstance, *, user_failed: bool) -> str:
     """Why `action` may not be taken on `ti` now, in words; '' when it may.
@@ -171,10 +154,11 @@ def refusal(action: str, ti: TaskInstance, *, user_failed: bool) -> str:
     their buttons by it (`allowed_actions`). `user_failed`: whether the task has a
     user-charged failed attempt, which only reclassify needs.
     """
-    verb = VERBS[action]
+    declared = TASK_ACTIONS[action]
+    verb = declared.verb
     if ti.map_index >= 0 and ti.state == TaskState.REMOVED:
         return f"cannot {verb} task '{ti.label}': it was removed when its task expanded over a shorter list"
-    if ti.state not in ALLOWED_FROM[action]:
+    if ti.state not in declared.allowed_from:
         if ti.state in ACTIVE_TASK_STATES:
             return f"cannot {verb} task '{ti.label}' while it is {ti.state}; wait for it to finish"
         return f"cannot {verb} task '{ti.label}': it is {ti.state}"
@@ -184,7 +168,7 @@ def refusal(action: str, ti: TaskInstance, *, user_failed: bool) -> str:
 
 
 def allowed_actions(instances: Iterable[TaskInstance], user: User) -> dict[int, list[str]]:
-    """The actions `user` may take on each of `instances` now, by primary key, in TASK_ACTIONS
+    """The actions `user` may take on each of `instances` now, by primary key, in the registry's
     order: none without the permission. One query, whatever the number of instances."""
     if not may_act(user):
         return {}
@@ -519,7 +503,8 @@ def operate_circuit(circuit: Circuit, action: str, user: User, *, note: str = ""
         return audit(user, f"circuit_{action}", "", "", "", prior, circuit.state, {"circuit": circuit.name, "note": note})
 
 
-TASK_ACTIONS: dict[str, Callable[..., AuditLog]] = {
+# The function that does each registered task action on one instance.
+IMPLEMENTATIONS: dict[str, Callable[..., AuditLog]] = {
     "clear": clear,
     "mark_success": mark_success,
     "mark_failed": mark_failed,
@@ -546,7 +531,7 @@ def act_on_many(action: str, instances: Iterable[TaskInstance], user: User, *, n
     for ti in instances:
         where = f"{ti.dag_run.dag.dag_id}/{ti.dag_run.run_id}/{ti.label}"
         try:
-            TASK_ACTIONS[action](ti, user, note=note, **options)
+            IMPLEMENTATIONS[action](ti, user, note=note, **options)
         except ActionError as exc:
             errors.append(f"{where}: {exc}")
         else:

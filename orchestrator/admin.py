@@ -12,6 +12,7 @@ from django.utils.html import format_html, format_html_join
 
 from deadlines.models import DeadlineDefinition
 from orchestrator import actions
+from orchestrator.action_registry import DAG_ACTIONS
 from orchestrator.exceptions import ActionError
 from orchestrator.models import (
     ApiToken,
@@ -182,7 +183,7 @@ class DagAdmin(admin.ModelAdmin):
         forget_spec_hash(form.instance.pk)
         warn_of_unknown_awaited_dags(self, request, form.instance)
 
-    @admin.action(description="Trigger a run of the selected DAGs", permissions=["trigger"])
+    @admin.action(description=DAG_ACTIONS["trigger"].admin_description, permissions=["trigger"])
     def trigger_run(self, request: HttpRequest, queryset: QuerySet) -> None:
         for dag in queryset:
             try:
@@ -195,11 +196,11 @@ class DagAdmin(admin.ModelAdmin):
     def has_trigger_permission(self, request: HttpRequest) -> bool:
         return actions.may_trigger(request.user)
 
-    @admin.action(description="Pause the selected DAGs", permissions=["change"])
+    @admin.action(description=DAG_ACTIONS["pause"].admin_description, permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_paused(request, queryset, paused=True)
 
-    @admin.action(description="Unpause the selected DAGs", permissions=["change"])
+    @admin.action(description=DAG_ACTIONS["unpause"].admin_description, permissions=["change"])
     def unpause(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_paused(request, queryset, paused=False)
 

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import connection, transaction
 
-from orchestrator.actions import ACT_PERMISSION, TRIGGER_PERMISSION
+from orchestrator.action_registry import ACT_PERMISSION, TRIGGER_PERMISSION
 from orchestrator.audit import User, audit, username_of
 from orchestrator.clock import shared_now
 from orchestrator.documents import iso

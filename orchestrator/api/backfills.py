@@ -7,7 +7,7 @@ from ninja import Router
 from ninja.params.functions import Path
 from pydantic import Field, StrictBool, StrictInt
 
-from orchestrator import actions, backfills
+from orchestrator import action_registry, actions, backfills
 from orchestrator.api.access import Authenticated, require_perm
 from orchestrator.api.inputs import DagId, JsonBody, JsonObject, RequestBody, Text
 from orchestrator.api.schemas import component, nullable, replies
@@ -94,7 +94,7 @@ class NoFields(RequestBody):
     summary="Backfill a date range: one run per logical date of the DAG's schedule",
     tags=["backfills"],
     url_name="backfill_create",
-    auth=Authenticated(actions.TRIGGER_PERMISSION),
+    auth=Authenticated(action_registry.TRIGGER_PERMISSION),
     openapi_extra=replies({201: ("The new backfill.", BACKFILL), 200: ("dry_run: what each date would do.", PREVIEW)}),
 )
 def create_backfill(request: HttpRequest, dag_id: DagId, body: JsonBody[CreateBody]) -> JsonResponse:
@@ -136,7 +136,7 @@ def _add_action(action: str) -> None:
         summary=BACKFILL_ACTIONS[action],
         tags=["backfills"],
         url_name=f"backfill_{action}",
-        auth=Authenticated(actions.TRIGGER_PERMISSION),
+        auth=Authenticated(action_registry.TRIGGER_PERMISSION),
         openapi_extra=replies(
             {200: ("The backfill after the action.", BACKFILL)},
             errors={409: "The backfill has ended (or is running, for unpause)."},

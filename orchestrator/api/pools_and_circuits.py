@@ -8,7 +8,7 @@ from ninja import Router
 from ninja.params.functions import Path
 from pydantic import Field
 
-from orchestrator import actions
+from orchestrator import action_registry, actions
 from orchestrator.api.access import Authenticated
 from orchestrator.api.inputs import JsonBody, RequestBody, Text
 from orchestrator.api.schemas import component, nullable, replies
@@ -19,7 +19,7 @@ from orchestrator.models import Circuit, Pool, TaskInstance
 from retries.circuits import current_state
 from retries.states import HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, WaitKind
 
-CHANGE_CIRCUIT = actions.CIRCUIT_PERMISSION
+CHANGE_CIRCUIT = action_registry.CIRCUIT_PERMISSION
 INTEGER = {"type": "integer"}
 TIME = nullable({"type": "string", "format": "date-time"})
 

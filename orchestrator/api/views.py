@@ -1,12 +1,13 @@
 """DAGs, runs, task actions and failures: thin views around orchestrator.documents and orchestrator.actions."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router
-from pydantic import Field, StrictBool, StrictInt
+from pydantic import Field, StrictBool, StrictInt, create_model
 
 from orchestrator import actions
+from orchestrator.action_registry import DAG_ACTIONS, TASK_ACTIONS, TaskAction
 from orchestrator.api import schemas
 from orchestrator.api.access import Authenticated
 from orchestrator.api.inputs import DagId, JsonBody, JsonObject, LogicalDate, RequestBody, RunId, TaskId, Text, given, query_model
@@ -37,13 +38,13 @@ class TaskActionBody(RequestBody):
     map_index: MapIndex = None  # type: ignore[assignment]  # absent: every instance; null is refused
 
 
-class ClearBody(TaskActionBody):
-    include_downstream: Annotated[
-        StrictBool, Field(description="Also clear every downstream task that is finished, waiting or dead-lettered.")
-    ] = False
-    keep_task_state: Annotated[
-        StrictBool, Field(description="Keep the task state (and so the idempotency key); by default clearing empties it.")
-    ] = False
+def _body_of(action: TaskAction) -> type[TaskActionBody]:
+    """The action's request body: a note, a map_index, and its options (ClearBody for clear)."""
+    if not action.options:
+        return TaskActionBody
+    options: dict[str, Any] = {o.name: (Annotated[StrictBool, Field(description=o.description)], False) for o in action.options}
+    name = "".join(word.capitalize() for word in action.name.split("_")) + "Body"
+    return create_model(name, __base__=TaskActionBody, __module__=__name__, **options)
 
 
 class TriggerBody(RequestBody):
@@ -63,13 +64,6 @@ class TriggerBody(RequestBody):
     ] = None
 
 
-ACTION_BODIES: dict[str, type[TaskActionBody]] = {"clear": ClearBody}
-ACTION_SUMMARIES = {
-    "clear": "Run a finished, waiting or dead-lettered task again with a fresh set of tries",
-    "mark_success": "Mark a task successful; its upstream_failed downstream tasks run again",
-    "mark_failed": "Mark a task failed, stopping it if it is queued or running",
-    "reclassify": "Charge the task's last user failure to the platform and give its retry back",
-}
 RunsQuery = query_model("RunsQuery", (choice("state", "Only runs in this state.", RunState), LIMIT))
 FailuresQuery = query_model("FailuresQuery", FAILURE_PARAMS)
 
@@ -103,7 +97,7 @@ def list_runs(request: HttpRequest, dag_id: DagId, query: Query[RunsQuery]) -> J
     RUNS,
     summary="Trigger a manual run",
     tags=["runs"],
-    auth=Authenticated(actions.TRIGGER_PERMISSION),
+    auth=Authenticated(DAG_ACTIONS["trigger"].permission),
     openapi_extra=replies({201: ("The new run.", schemas.RUN)}, errors={409: "The DAG is paused."}),
 )
 def trigger_run(request: HttpRequest, dag_id: DagId, body: JsonBody[TriggerBody]) -> JsonResponse:
@@ -116,31 +110,28 @@ def run_detail(request: HttpRequest, dag_id: DagId, run_id: RunId) -> JsonRespon
     return JsonResponse(run_document(actions.find_run(dag_id, run_id)))
 
 
-def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action: str, body: TaskActionBody) -> JsonResponse:
+def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action: TaskAction, body: TaskActionBody) -> JsonResponse:
     """POST .../tasks/TASK_ID/ACTION: the updated run document."""
     instances = actions.find_task_instances(dag_id, run_id, task_id, body.map_index)
-    options = (
-        {"include_downstream": body.include_downstream, "keep_task_state": body.keep_task_state}
-        if isinstance(body, ClearBody)
-        else {}
-    )
-    actions.act_on_task(action, instances, request.user, note=body.note, **options)
+    options = {option.name: getattr(body, option.name) for option in action.options}
+    actions.act_on_task(action.name, instances, request.user, note=body.note, **options)
     return JsonResponse(run_document(actions.find_run(dag_id, run_id)))
 
 
-def _add_task_action(action: str) -> None:
-    Body = ACTION_BODIES.get(action, TaskActionBody)  # noqa: N806 (a class)
+def _add_task_action(action: TaskAction) -> None:
+    """The endpoint of one registered task action: POST .../tasks/TASK_ID/NAME."""
+    Body = _body_of(action)  # noqa: N806 (a class)
 
     def view(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: JsonBody[Body]) -> JsonResponse:  # type: ignore[valid-type]  # the action's own body
         return task_action(request, dag_id, run_id, task_id, action, body)
 
-    view.__name__ = f"task_{action}"
+    view.__name__ = f"task_{action.name}"
     router.post(
-        f"{TASK}/{action}",
-        summary=ACTION_SUMMARIES.get(action, action.replace("_", " ").capitalize()),
+        f"{TASK}/{action.name}",
+        summary=action.summary,
         tags=["tasks"],
-        url_name=f"task_{action}",
-        auth=Authenticated(actions.ACT_PERMISSION),
+        url_name=f"task_{action.name}",
+        auth=Authenticated(action.permission),
         openapi_extra=replies(
             {200: ("The run after the action.", schemas.RUN)},
             errors={
@@ -151,7 +142,7 @@ def _add_task_action(action: str) -> None:
     )(view)
 
 
-for _action in actions.TASK_ACTIONS:
+for _action in TASK_ACTIONS.values():
     _add_task_action(_action)
 
 

@@ -9,7 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from ninja import Router
 from pydantic import Field, StrictInt
 
-from orchestrator import actions
+from orchestrator import action_registry, actions
 from orchestrator.api import schemas
 from orchestrator.api.access import Authenticated
 from orchestrator.api.inputs import DagId, JsonBody, RequestBody, RunId, TaskId, Text, check_no_nul
@@ -68,7 +68,7 @@ def _actor(request: HttpRequest) -> Any:
     summary="Send an event to a task waiting for it: it succeeds with the payload as its result",
     tags=["waits"],
     url_name="task_event",
-    auth=Authenticated(actions.TRIGGER_PERMISSION),
+    auth=Authenticated(action_registry.TRIGGER_PERMISSION),
     openapi_extra=replies(
         {200: ("The run, the task completed.", schemas.RUN)},
         errors={404: "No such DAG, run, task, or map_index.", 409: "The task is not waiting for that event: nothing changed."},
@@ -86,7 +86,7 @@ def task_event(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: Task
     summary="Send an event to every task waiting for it (of one DAG, when given)",
     tags=["waits"],
     url_name="events",
-    auth=Authenticated(actions.TRIGGER_PERMISSION),
+    auth=Authenticated(action_registry.TRIGGER_PERMISSION),
     openapi_extra=replies({200: ("The tasks it completed (an empty list when none waited).", DELIVERED)}),
 )
 def broadcast_event(request: HttpRequest, body: JsonBody[EventBody]) -> JsonResponse:

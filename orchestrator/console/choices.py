@@ -1,5 +1,6 @@
 """The operator actions as the pages offer them: one button (`ActionChoice`) per action a task
-allows now, and the confirmation read after one.
+allows now, with its label, its explanation and its options as `orchestrator.action_registry`
+declares them.
 
 Which actions a task allows, and whether the operator may act at all, is not decided here: the
 view asks `orchestrator.actions` and passes the answer in (`Operator`), so a page offers exactly
@@ -10,21 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.action_registry import TASK_ACTIONS
 from orchestrator.models import DagRun, TaskInstance
-
-LABELS = {
-    "clear": "Clear",
-    "mark_success": "Mark success",
-    "mark_failed": "Mark failed",
-    "reclassify": "Reclassify as platform failure",
-}
-
-DONE = {
-    "clear": "Cleared {task}: it runs again with a fresh set of tries.",
-    "mark_success": "Marked {task} success.",
-    "mark_failed": "Marked {task} failed.",
-    "reclassify": "Reclassified the last failure of {task} as the platform's: that try repeats.",
-}
 
 
 @dataclass(frozen=True)
@@ -55,15 +43,14 @@ class ActionChoice:
     task_state_option: bool = False  # clear: offer to keep the task state
 
 
-def choice(name: str, url: str, explanation: str, ti: TaskInstance, **options: bool) -> ActionChoice:
-    """The button for action `name` on `ti` (mark failed is the dangerous one)."""
+def choice(name: str, url: str, ti: TaskInstance, downstream: list[TaskInstance] | None = None) -> ActionChoice:
+    """The button for action `name` on `ti`. `downstream`: the tasks downstream of it, on the
+    task page (which spells out what happens to them, and offers "with downstream" only when
+    there are some); None on the run page's rows (which offer it always, and no other option)."""
+    action = TASK_ACTIONS[name]
+    with_downstream = action.takes("include_downstream") and (downstream is None or bool(downstream))
     return ActionChoice(
-        name, LABELS[name], url, explanation, danger=name == "mark_failed",
-        map_index=ti.map_index if ti.map_index >= 0 else None, **options,
+        name, action.label, url, action.explain(ti, downstream), danger=action.danger,
+        downstream_option=with_downstream, map_index=ti.map_index if ti.map_index >= 0 else None,
+        task_state_option=downstream is not None and action.takes("keep_task_state"),
     )  # fmt: skip
-
-
-def action_done(action: str, task: str, note: str) -> str:
-    """The confirmation an operator reads after one action on one task."""
-    text = DONE[action].format(task=task)
-    return f"{text} Noted: “{note}”." if note else text

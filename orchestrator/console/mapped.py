@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Count
 
+from orchestrator.action_registry import BULK_OFFERS, TASK_ACTIONS
 from orchestrator.console.choices import Operator
 from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label
@@ -122,21 +123,14 @@ def bulk_choices(counts: Mapping[str, int], base_url: str, allowed_by_state: Map
         states = [s for s in present if s in FAILED_STATES] if scope == "failed" else present
         return any(action in allowed_by_state.get(s, ()) for s in states)
 
-    offered = [
-        BulkChoice("clear", f"Clear all {n}", f"{base_url}/clear",
-                   f"Every one of the {n} instances that is finished runs again with a fresh set of tries.", "all"),
-        BulkChoice("clear", f"Clear the {f} failed", f"{base_url}/clear",
-                   f"The {f} failed or dead-lettered instances run again with a fresh set of tries.", "failed"),
-        BulkChoice("reclassify", f"Reclassify the {f} failed", f"{base_url}/reclassify",
-                   "Each failed instance's last user-charged failure is charged to the platform; its try is given back.", "failed"),
-        BulkChoice("mark_success", f"Mark the {f} failed success", f"{base_url}/mark_success",
-                   "The failed instances are recorded as succeeded (with a null result) without running.", "failed"),
-        BulkChoice("mark_success", f"Mark all {n} success", f"{base_url}/mark_success",
-                   "Every instance that has not succeeded is recorded as succeeded without running.", "all"),
-        BulkChoice("mark_failed", f"Mark all {n} failed", f"{base_url}/mark_failed",
-                   "Every instance is recorded as failed and not retried; queued and running ones are stopped.", "all", danger=True),
-    ]  # fmt: skip
-    return [c for c in offered if any_allows(c.name, c.scope)]
+    return [
+        BulkChoice(
+            offer.action, offer.label.format(n=n, f=f), f"{base_url}/{offer.action}",
+            offer.explanation.format(n=n, f=f), offer.scope, danger=TASK_ACTIONS[offer.action].danger,
+        )  # fmt: skip
+        for offer in BULK_OFFERS
+        if any_allows(offer.action, offer.scope)
+    ]
 
 
 def selected(instances: list[TaskInstance], scope: str) -> list[TaskInstance]:

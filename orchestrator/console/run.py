@@ -18,9 +18,7 @@ from orchestrator.console.text import attempt_label, pretty_json
 from orchestrator.documents import in_task_order, waiting_for
 from orchestrator.models import DagRun, TaskInstance
 from orchestrator.queue_listeners import listened_queues
-from orchestrator.taskconfig import args_for
-from retries.policy import cleared_max_tries
-from retries.states import ACTIVE_TASK_STATES, FINISHED_RUN_STATES, TaskState
+from retries.states import FINISHED_RUN_STATES, TaskState
 
 # Task rows per page of the run page.
 RUN_PAGE_SIZE = 200
@@ -46,23 +44,6 @@ class TaskInstanceView:
     @property
     def tries(self) -> str:
         return attempt_label(self.ti.try_number, self.ti.max_tries)
-
-
-def explain(ti: TaskInstance, name: str) -> str:
-    """What the action will do, in words (the task page spells out more: downstream tasks by name)."""
-    if name == "clear":
-        more = cleared_max_tries(ti.try_number, int(args_for(ti)["retries"])) - ti.try_number
-        return f"the task runs again with {more} more tr{'y' if more == 1 else 'ies'}; its upstream_failed downstream tasks run after it."
-    if name == "mark_success":
-        return "the task is recorded as succeeded without running; its downstream tasks may start."
-    if name == "mark_failed":
-        if ti.state in ACTIVE_TASK_STATES:
-            return f"stops the {ti.state} task (SIGTERM, then SIGKILL after the kill grace) and records it as failed, not retried."
-        return "the task is recorded as failed and not retried."
-    return (
-        f"its last user-charged failure is charged to the platform: that try repeats (attempt {ti.try_number} of "
-        f"{ti.max_tries} again), using platform retry {ti.infrastructure_try_number + 1} of {ti.infrastructure_retry_limit}."
-    )
 
 
 def task_instance_views(run: DagRun, operator: Operator, *, offset: int = 0, limit: int | None = None) -> list[TaskInstanceView]:
@@ -101,7 +82,7 @@ def task_instance_views(run: DagRun, operator: Operator, *, offset: int = 0, lim
 
 def _button(run: DagRun, ti: TaskInstance, name: str) -> ActionChoice:
     url = reverse(f"web:task_{name}", args=[run.dag.dag_id, run.run_id, ti.task_id])
-    return choice(name, url, explain(ti, name), ti, downstream_option=name == "clear")
+    return choice(name, url, ti)
 
 
 def context(run: DagRun, operator: Operator, *, action_error: str = "", notice: str = "", page: int = 1) -> dict[str, Any]:

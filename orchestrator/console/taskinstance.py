@@ -30,9 +30,7 @@ from orchestrator.engine import taskstate
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance, TaskStateEntry
 from orchestrator.outputstore import OutputStore, output_store
 from orchestrator.queue_listeners import listened_queues
-from orchestrator.taskconfig import args_for
-from retries.policy import cleared_max_tries
-from retries.states import ACTIVE_TASK_STATES, IN_FLIGHT_TASK_STATES, TaskState
+from retries.states import IN_FLIGHT_TASK_STATES, TaskState
 
 # Bytes of each stream read from the database for the excerpt; the whole text is one link away.
 OUTPUT_WINDOW = 16_000
@@ -140,45 +138,7 @@ def choices(ti: TaskInstance, operator: Operator, base_url: str) -> list[ActionC
     if not allowed:
         return []
     downstream = operator.downstream(ti)
-    return [choice(name, f"{base_url}/{name}", _explain(ti, name, downstream), ti, **_options(name, downstream)) for name in allowed]
-
-
-def _options(name: str, downstream: list[TaskInstance]) -> dict[str, bool]:
-    return {"downstream_option": bool(downstream), "task_state_option": True} if name == "clear" else {}
-
-
-def _explain(ti: TaskInstance, name: str, downstream: list[TaskInstance]) -> str:
-    """What action `name` will do to `ti` and its downstream tasks, by name."""
-    state = ti.state
-    waiting_downstream = [d.task_id for d in downstream if d.state == TaskState.UPSTREAM_FAILED]
-    if name == "clear":
-        more = cleared_max_tries(ti.try_number, int(args_for(ti)["retries"])) - ti.try_number
-        text = f"The task runs again with {more} more tr{'y' if more == 1 else 'ies'} (up to attempt {ti.try_number + more})"
-        if waiting_downstream:
-            text += f"; {', '.join(waiting_downstream)} (upstream_failed) will run after it"
-        text += ". With downstream, every finished downstream task runs again too."
-        return text + " Its task state is emptied (a resumable task then starts a new remote job) unless you keep it."
-    if name == "mark_success":
-        text = "The task is recorded as succeeded without running"
-        return text + (f"; {', '.join(waiting_downstream)} will run." if waiting_downstream else "; its downstream tasks may start.")
-    if name == "mark_failed":
-        if state in ACTIVE_TASK_STATES:
-            where = f" on {ti.worker_name}" if ti.worker_name else ""
-            text = f"Stops the {state} task{where}: its process group gets SIGTERM, then SIGKILL after the kill grace; it is not retried."
-        else:
-            text = "The task is recorded as failed and not retried."
-        pending = [d.task_id for d in downstream if d.state in (TaskState.NONE, TaskState.SCHEDULED)]
-        if pending:
-            text += f" Downstream tasks waiting on it ({', '.join(pending)}) may become upstream_failed."
-        return text
-    used, limit = ti.infrastructure_try_number, ti.infrastructure_retry_limit
-    text = (
-        "Its last user-charged failure is charged to the platform instead: that try is given back and "
-        f"repeats (attempt {ti.try_number} of {ti.max_tries} again), using platform retry {used + 1} of {limit}."
-    )
-    if state in (TaskState.FAILED, TaskState.DEAD_LETTER):
-        text += " The task is scheduled again."
-    return text
+    return [choice(name, f"{base_url}/{name}", ti, downstream) for name in allowed]
 
 
 # A value longer than this (as JSON) is shown folded: its first characters, the rest on demand.

@@ -10,7 +10,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from orchestrator import actions, backfills
+from orchestrator import action_registry, actions, backfills
 from orchestrator.exceptions import ActionError, BadRequest
 from orchestrator.models import Backfill, BackfillDate
 from orchestrator.params import ParamError, conf_from_text
@@ -20,7 +20,7 @@ FORM_FIELDS = ("from", "to", "reprocess", "max_active_runs", "backwards", "conf"
 
 
 def _require_trigger(request: HttpRequest) -> None:
-    require(actions.may_trigger(request.user), actions.TRIGGER_PERMISSION)
+    require(actions.may_trigger(request.user), action_registry.TRIGGER_PERMISSION)
 
 
 def _checked(dag: Any, form: dict[str, str]) -> backfills.Request:

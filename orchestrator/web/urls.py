@@ -1,7 +1,7 @@
 """Operator pages (login required)."""
 from django.urls import path
 
-from orchestrator.actions import TASK_ACTIONS
+from orchestrator.action_registry import TASK_ACTIONS
 from orchestrator.web import alerts, approvals, backfills, views
 
 app_name = "web"

@@ -16,13 +16,14 @@ from django.views.decorators.http import require_GET, require_POST
 from alerts import documents as alert_documents
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
+from orchestrator.action_registry import ACT_PERMISSION, PAUSE_PERMISSION, TASK_ACTIONS, TRIGGER_PERMISSION
 from orchestrator.console import audit as audit_entries
 from orchestrator.console import charts, dags, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
 from orchestrator.console import params as run_params
 from orchestrator.console import run as run_page
 from orchestrator.console import workers as worker_pages
-from orchestrator.console.choices import Operator, action_done
+from orchestrator.console.choices import Operator
 from orchestrator.console.text import pretty_json
 from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
 from orchestrator.models import Dag, DagRun
@@ -104,7 +105,7 @@ def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
     """Trigger a run from the form's fields (one per param) over its optional JSON `conf`, at its
     optional logical date; then show the new run. A refusal comes back on the form, beside the
     param or the logical date it names."""
-    require(actions.may_trigger(request.user), actions.TRIGGER_PERMISSION)
+    require(actions.may_trigger(request.user), TRIGGER_PERMISSION)
     dag = lookup(actions.find_dag, dag_id)
     raw_conf = request.POST.get("conf", "").strip()
     posted = run_params.posted_values(dag.params, request.POST)
@@ -128,7 +129,7 @@ def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
 @require_POST
 def dag_pause(request: HttpRequest, dag_id: str) -> HttpResponse:
     """Pause (`paused=1`) or unpause (`paused=0`) the DAG; then show the DAG page."""
-    require(actions.may_pause(request.user), actions.PAUSE_PERMISSION)
+    require(actions.may_pause(request.user), PAUSE_PERMISSION)
     dag = lookup(actions.find_dag, dag_id)
     actions.set_paused(dag, request.user, paused=request.POST.get("paused") == "1")
     return HttpResponseRedirect(reverse("web:dag_detail", args=[dag.dag_id]), status=303)
@@ -153,11 +154,7 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     # A mapped task's page acts on every instance, or on the failed ones ("scope"), once confirmed.
     instances = mapped.selected(instances, request.POST.get("scope", "all")) if map_index is None else instances
     note = request.POST.get("note", "").strip()
-    options = (
-        {"include_downstream": bool(request.POST.get("include_downstream")), "keep_task_state": bool(request.POST.get("keep_task_state"))}
-        if action == "clear"
-        else {}
-    )
+    options = {option.name: bool(request.POST.get(option.name)) for option in TASK_ACTIONS[action].options}
     error, status = "", 200
     try:
         if not instances:
@@ -166,7 +163,7 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     except ActionError as exc:
         error, status = str(exc), exc.status
     label = task_id if map_index is None else f"{task_id}[{map_index}]"
-    notice = "" if error else action_done(action, label, note)
+    notice = "" if error else TASK_ACTIONS[action].confirmation(label, note)
     if request.POST.get("back") == "task":
         url = taskinstance.task_url(dag_id, run_id, task_id) + ("" if map_index is None else f"?map_index={map_index}")
         task_page = partial(_task_page, request, dag_id, run_id, task_id, map_index)
@@ -270,7 +267,7 @@ def fingerprint(request: HttpRequest, fingerprint: str) -> HttpResponse:
 
 
 def _require_act(request: HttpRequest) -> None:
-    require(actions.may_act(request.user), actions.ACT_PERMISSION)
+    require(actions.may_act(request.user), ACT_PERMISSION)
 
 
 def _bulk_message(request: HttpRequest, verb: str, done: list[str], errors: list[str]) -> None:
@@ -287,7 +284,7 @@ def run_clear_failed(request: HttpRequest, dag_id: str, run_id: str) -> HttpResp
     run = lookup(actions.find_run, dag_id, run_id)
     note = request.POST.get("note", "").strip()
     done, errors = actions.act_on_many("clear", actions.failed_in_run(run), request.user, note=note)
-    _bulk_message(request, "Cleared", done, errors)
+    _bulk_message(request, TASK_ACTIONS["clear"].past, done, errors)
     return HttpResponseRedirect(run_url(run), status=303)
 
 
@@ -298,7 +295,7 @@ def dead_letters(request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "web/dead_letters.html", context)
 
 
-BULK_DEAD_LETTER_ACTIONS = {"clear": "Cleared", "mark_failed": "Marked failed"}
+BULK_DEAD_LETTER_ACTIONS = ("clear", "mark_failed")
 
 
 @login_required
@@ -312,7 +309,7 @@ def dead_letter_action(request: HttpRequest) -> HttpResponse:
     group = deadletters.in_group(request.POST.get("fingerprint", "").strip())
     note = request.POST.get("note", "").strip()
     done, errors = actions.act_on_many(action, group, request.user, note=note)
-    _bulk_message(request, BULK_DEAD_LETTER_ACTIONS[action], done, errors)
+    _bulk_message(request, TASK_ACTIONS[action].past, done, errors)
     return HttpResponseRedirect(reverse("web:dead_letters"), status=303)
 
 
