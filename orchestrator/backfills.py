@@ -169,6 +169,11 @@ MOVES = {
 }
 
 
+def moves_from(backfill: Backfill) -> list[str]:
+    """The actions (of `MOVES`) the backfill's state allows now: what its page offers."""
+    return [action for action, (allowed, _) in MOVES.items() if backfill.state in allowed]
+
+
 def act(backfill: Backfill, action: str, user: User) -> Backfill:
     """Pause, unpause or cancel; takes effect on the scheduler's next pass. Doing it again is a
     no-op; a finished backfill (or unpausing a running one) is a Conflict.

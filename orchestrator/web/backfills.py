@@ -82,6 +82,7 @@ def _page_context(request: HttpRequest, backfill: Backfill) -> dict[str, Any]:
         "done": runs["success"] + runs["failed"],
         "dates": dates,
         "over": backfills.is_over(backfill),
+        "moves": backfills.moves_from(backfill),
         "may_act": actions.may_trigger(request.user),
     }
 
