@@ -135,12 +135,12 @@ def _recorder_ms(dag: Any) -> float:
     from django.db import connection, transaction
 
     from alerts import events
-    from orchestrator.engine import runs
+    from orchestrator.engine import run_creation
     from orchestrator.models import TaskInstance
     from retries.context import ExecutionContext
     from retries.states import Reason, Source
 
-    run = runs.create_manual_run(dag)
+    run = run_creation.create_manual_run(dag)
     ti = TaskInstance.objects.select_related("dag_run__dag").filter(dag_run=run).first()
     context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER)
     events.task_failed(ti, context, fingerprint=FINGERPRINT, error=ERROR)  # the rules read
@@ -196,17 +196,17 @@ def storm(dag: Any, threads: int = 1) -> tuple[list[float], float]:
     """A new run of the DAG, every task claimed and running; then one failure report each, timed."""
     from django.db import connections
 
-    from orchestrator.engine import reporting, runs
+    from orchestrator.engine import reporting, run_advance, run_creation
     from orchestrator.models import TaskInstance
     from retries.context import ExecutionContext
     from retries.states import Reason, Source, TaskState
 
     worker = reporting.WorkerInfo(hostname="bench", worker_name="bench-alert-storm", pid=os.getpid())
-    run = runs.create_manual_run(dag)
+    run = run_creation.create_manual_run(dag)
     total = TaskInstance.objects.filter(dag_run=run).count()
     running: list[tuple[int, int]] = []
     for _ in range(100):
-        runs.advance_run(run.pk)
+        run_advance.advance_run(run.pk)
         for pk, token in TaskInstance.objects.filter(dag_run=run, state=TaskState.QUEUED).values_list("pk", "attempt_token"):
             assert reporting.claim(pk, token, worker)
             assert reporting.mark_running(pk, token, pid=os.getpid(), has_start_deadlines=False)

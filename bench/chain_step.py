@@ -72,7 +72,7 @@ def time_steps(steps: int) -> dict[str, list[float]]:
     """Each step: a run of a -> b -> c; a is claimed, marked running and reported successful,
     which makes b ready and dispatches it, as in a chain."""
     from orchestrator.engine import reporting
-    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.engine.run_creation import create_manual_run
     from orchestrator.models import TaskInstance
 
     dag = _chain_dag(steps)
@@ -93,7 +93,7 @@ def time_handed_steps(steps: int) -> dict[str, list[float]]:
     """Each step: a run of a -> b -> c; a is claimed, started and reported with an offer (which
     claims b), untimed; then b's handshake and its report with an offer (which claims c)."""
     from orchestrator.engine import handover, reporting
-    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.engine.run_creation import create_manual_run
     from orchestrator.models import TaskInstance
 
     dag = _chain_dag(steps)

@@ -66,11 +66,11 @@ def time_report(dag: Any) -> dict[str, float]:
     from django.db import transaction
     from rq import Queue
 
-    from orchestrator.engine import reporting, runs
+    from orchestrator.engine import reporting, run_advance, run_creation
     from orchestrator.models import TaskInstance
     from orchestrator.redis_conn import get_redis
 
-    run = runs.create_manual_run(dag)
+    run = run_creation.create_manual_run(dag)
     root = TaskInstance.objects.get(dag_run=run, task_id="root")
     worker = reporting.WorkerInfo(hostname="bench", worker_name="bench-fan-report", pid=os.getpid())
     assert reporting.claim(root.pk, root.attempt_token, worker)
@@ -78,19 +78,19 @@ def time_report(dag: Any) -> dict[str, float]:
     queue = Queue("default", connection=get_redis())
     queue.empty()
     committed: list[float] = []
-    real = runs.dispatch_later
+    real = run_advance.dispatch_later
 
     def timed(*args: Any, **kwargs: Any) -> int:
         committed.append(time.perf_counter())  # the first thing after the report's commit
         return real(*args, **kwargs)
 
-    runs.dispatch_later = timed  # type: ignore[assignment]
+    run_advance.dispatch_later = timed  # type: ignore[assignment]
     try:
         began = time.perf_counter()
         assert reporting.report_success(root.pk, root.attempt_token)
         ended = time.perf_counter()
     finally:
-        runs.dispatch_later = real  # type: ignore[assignment]
+        run_advance.dispatch_later = real  # type: ignore[assignment]
     assert not transaction.get_connection().in_atomic_block
     jobs = queue.count
     expected = TaskInstance.objects.filter(dag_run=run).exclude(task_id="root").count()

@@ -72,7 +72,8 @@ def failed_run(width: int):
     """A run of `each` over `width` items then `report`: every instance failed, report upstream_failed."""
     from django.utils import timezone
 
-    from orchestrator.engine.runs import advance_run, create_run
+    from orchestrator.engine.run_advance import advance_run
+    from orchestrator.engine.run_creation import create_run
     from orchestrator.models import Dag, DagRun, Task, TaskInstance
 
     dag = Dag.objects.create(dag_id=f"bench_actions_{width}", schedule=None, default_args={"retries": 1}, max_active_runs=50)

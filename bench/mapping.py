@@ -68,11 +68,12 @@ def time_advance(dag, repeats: int, expansions: list[float] | None = None) -> fl
     from django.db import transaction
     from django.utils import timezone
 
-    from orchestrator.engine import runs
-    from orchestrator.engine.runs import advance_run, create_run
+    from orchestrator.engine import run_settling
+    from orchestrator.engine.run_advance import advance_run
+    from orchestrator.engine.run_creation import create_run
     from orchestrator.models import DagRun
 
-    real_expand = runs.expand_ready
+    real_expand = run_settling.expand_ready
 
     def timed_expand(*args, **kwargs):
         began = time.perf_counter()
@@ -82,7 +83,7 @@ def time_advance(dag, repeats: int, expansions: list[float] | None = None) -> fl
             if expansions is not None:
                 expansions.append(time.perf_counter() - began)
 
-    runs.expand_ready = timed_expand
+    run_settling.expand_ready = timed_expand
     times = []
     for _ in range(repeats):
         now = timezone.now()
@@ -94,7 +95,7 @@ def time_advance(dag, repeats: int, expansions: list[float] | None = None) -> fl
         # (The count advance_run returns inside a caller's transaction is its first chunk's.)
         queued = run.task_instances.filter(state="queued").count()
         assert queued == run.task_instances.count(), (queued, run.task_instances.count())
-    runs.expand_ready = real_expand
+    run_settling.expand_ready = real_expand
     return statistics.median(times)
 
 

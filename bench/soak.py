@@ -265,7 +265,7 @@ def main() -> int:
         import django
 
         django.setup()
-        from orchestrator.engine.runs import create_manual_run
+        from orchestrator.engine.run_creation import create_manual_run
         from orchestrator.models import DagRun, TaskAttempt, TaskInstance
         from tests.faults.invariants import read_records, violations
 

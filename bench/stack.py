@@ -245,7 +245,7 @@ def trigger(dag, count: int) -> tuple[list[int], datetime]:
     from django.db import transaction
     from django.utils import timezone
 
-    from orchestrator.engine.runs import create_run
+    from orchestrator.engine.run_creation import create_run
     from orchestrator.models import DagRun
 
     now = timezone.now()
@@ -262,7 +262,7 @@ def trigger_now(dag) -> tuple[int, datetime]:
     dispatched at once by this process. Returns its id and the moment before the trigger."""
     from django.utils import timezone
 
-    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.engine.run_creation import create_manual_run
 
     began = timezone.now()
     run = create_manual_run(dag, triggered_by="bench")

@@ -117,7 +117,7 @@ def make_waiting(dag, runs: int, expected: int) -> float:
     from django.utils import timezone
 
     from orchestrator.engine import scheduler
-    from orchestrator.engine.runs import create_run
+    from orchestrator.engine.run_creation import create_run
     from orchestrator.models import DagRun, TaskInstance
     from retries.states import TaskState
 
@@ -148,7 +148,7 @@ def event_latency(samples: int, worker: bool) -> tuple[list[float], list[float]]
     from django.utils import timezone
 
     from orchestrator.engine import scheduler, waits
-    from orchestrator.engine.runs import create_run
+    from orchestrator.engine.run_creation import create_run
     from orchestrator.models import Dag, DagRun, Task, TaskInstance
     from retries.states import TaskState
 

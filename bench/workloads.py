@@ -367,7 +367,8 @@ def attempt_queries(ctx: Context) -> dict[str, Any]:
     run's advance), and of advance_run() alone when it has nothing to do, in runs of 1 task, of
     `--fanout-tasks` and of `--width-tasks` tasks."""
     from orchestrator.engine import reporting
-    from orchestrator.engine.runs import advance_run, create_manual_run
+    from orchestrator.engine.run_advance import advance_run
+    from orchestrator.engine.run_creation import create_manual_run
     from orchestrator.models import TaskInstance
     from orchestrator.worker.host.job import plan_for
 

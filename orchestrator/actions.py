@@ -43,7 +43,8 @@ from orchestrator.clock import shared_now
 from orchestrator.engine import circuits, clearing, failure_counts, taskstate, waits
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
-from orchestrator.engine.runs import advance_run_now, create_manual_run
+from orchestrator.engine.run_advance import advance_run_now
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.transitions import transition, transition_many
 from orchestrator.exceptions import ActionError, Conflict, NotFound
 from orchestrator.models import AuditLog, Circuit, Dag, DagRun, TaskAttempt, TaskInstance

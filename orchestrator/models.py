@@ -265,7 +265,7 @@ class TaskInstance(models.Model):
             # /api/v1/failures and the failures page.
             models.Index(fields=["state", "dag_run"], name="ti_state_run"),
             # A run's unfinished tasks: a report's bounded looks at them (reporting._Ended,
-            # runs.downstream_may_settle, runs.upstream_states) and whether the run is over. The
+            # run_reads.downstream_may_settle, run_reads.upstream_states) and whether the run is over. The
             # queries say `state IN` these states, which the planner matches to this index; read
             # through the run's every row instead, a look cost a 10,000-task run's report 10,000 rows.
             models.Index(

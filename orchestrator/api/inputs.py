@@ -106,7 +106,7 @@ def _text_or_null(value: Any, info: ValidationInfo) -> Any:
 
 
 # A date or date-time as ISO 8601 text (a run's logical date), or null; what it means is the
-# engine's to decide (`engine.runs.parse_logical_date`: naive in the DAG's timezone).
+# engine's to decide (`engine.run_creation.parse_logical_date`: naive in the DAG's timezone).
 LogicalDate = Annotated[
     str | None,
     BeforeValidator(_text_or_null),

@@ -23,6 +23,7 @@ from django.db.models import Count, Q, Sum
 from orchestrator.engine import circuits, storms, waitstart
 from orchestrator.engine.dispatch import dispatch, dispatch_many
 from orchestrator.engine.limit_args import limit_args
+from orchestrator.engine.run_rules import not_held_by_pause
 from orchestrator.engine.transitions import transition
 from orchestrator.models import Dag, DagRun, Pool, TaskInstance
 from retries.admission import Candidate, Hold, Usage, admit
@@ -66,7 +67,7 @@ class Gates:
 def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime, *, unwritten: frozenset[int] = frozenset()) -> int:
     """Dispatch what may go now among `due` (ready tasks of `run`); return how many went.
     `unwritten`: tasks `scheduled` in memory only, still `none` in the database (see
-    `runs._settle_downstream_of`)."""
+    `run_settling.Unwritten`)."""
     if not due:
         return 0
     # A wait_for task holds no slot and goes to no worker: its wait begins instead.
@@ -168,8 +169,7 @@ def _waiting(pools: set[str], dag_ids: set[str], now: datetime, *, lock_rows: bo
     rows = TaskInstance.objects.select_related("dag_run", "dag_run__dag", "definition").filter(
         Q(pool__in=pools) | Q(dag_run__dag__dag_id__in=dag_ids),
         Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=now),
-        # A backfill's runs go on while their DAG is paused.
-        Q(dag_run__dag__paused=False) | Q(dag_run__backfill__isnull=False),
+        not_held_by_pause("dag_run__"),
         state__in=HOLD_FROM,
         dag_run__state=RunState.RUNNING,
     )

@@ -8,7 +8,7 @@ queued), and the scheduler does not take a job it cannot find yet for lost. A di
 dies mid-batch leaves the marker to expire: its jobs are found lost a little later, never early.
 
 A wide run's due tasks past its first chunk are dispatched after that commit, a chunk per
-transaction (`runs.dispatch_later`); meanwhile a marker names the run, and the scheduler's pass
+transaction (`run_advance.dispatch_later`); meanwhile a marker names the run, and the scheduler's pass
 leaves it to its dispatcher instead of reading the whole run and racing it for the same tasks
 (each would still go once: the fences decide). The marker is refreshed with each chunk; a
 dispatcher that dies leaves it to expire, and the next pass after that dispatches the rest.

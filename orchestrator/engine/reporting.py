@@ -25,13 +25,15 @@ from orchestrator.engine import handover, upstream
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.failure_counts import count as count_failure
 from orchestrator.engine.graph import graph_of
-from orchestrator.engine.runs import (
+from orchestrator.engine.run_advance import advance_after_report, advance_run_now
+from orchestrator.engine.run_reads import (
+    CROWDED,
+    NEAR_THE_END,
     UNFINISHED,
     UNFINISHED_PROBE,
-    advance_run,
-    advance_run_now,
     downstream_may_settle,
     fewest_open_upstreams,
+    run_is_over,
 )
 from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
@@ -354,11 +356,6 @@ def heartbeat_many(attempts: list[tuple[int, int]]) -> set[tuple[int, int]]:
 HEARTBEAT_CHUNK = 500
 
 
-# With fewer other tasks of its run unfinished than this, a success report looks again, once
-# it is recorded, whether the run is over (more cannot all be ending at the same moment).
-NEAR_THE_END = 100
-
-
 def report_success(
     task_instance_id: int,
     token: int,
@@ -415,7 +412,7 @@ def report_success(
     if not _with_advance_or_alone(record):
         return False
     if not moves_run and (
-        (ended.unfinished_others < NEAR_THE_END and _run_is_over(ended))
+        (ended.unfinished_others < NEAR_THE_END and run_is_over(ended.dag_run_id))
         or (open_upstreams < CROWDED and downstream_may_settle(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id))
     ):
         # The tasks that end last each read the others unfinished before they recorded their
@@ -425,15 +422,6 @@ def report_success(
         notify("on_task_instance_success", task_instance=load(task_instance_id))
     attempt_ended(ended.circuit)  # its circuit may close (or open) on this attempt
     return True
-
-
-def _run_is_over(ended: _Ended) -> bool:
-    return not sql.fetch(
-        f"SELECT 1 FROM orchestrator_taskinstance WHERE dag_run_id = %s AND state IN ({sql.placeholders(len(UNFINISHED))})"
-        " ORDER BY task_id LIMIT 1",
-        [ended.dag_run_id, *UNFINISHED],
-        [None],
-    )
 
 
 _ENDED_READ = f"""
@@ -484,20 +472,14 @@ class _Ended:
 
 def _open_upstreams_downstream(ended: _Ended) -> int:
     """Whether this task's end can change anything in its run: 0 when a task downstream of it
-    may be settled (`runs.fewest_open_upstreams`), else how many upstreams its downstream tasks
+    may be settled (`run_reads.fewest_open_upstreams`), else how many upstreams its downstream tasks
     still wait for as far as seen (UNFINISHED_PROBE: none). A wide fan-out's tasks change nothing
     until the last one ends, and locking and reading the whole run for each of them made their
     reports queue behind each other. (Two last tasks ending at once may each read the other
-    open: see `_run_is_over` and CROWDED.)"""
+    open: see `run_reads.run_is_over` and CROWDED.)"""
     if ended.unfinished_others == 0 or not _has_downstream(ended):
         return UNFINISHED_PROBE
     return fewest_open_upstreams(ended.dag_run_id, graph_of(ended.dag_pk, ended.dag_version), ended.task_id)
-
-
-# A downstream task seen waiting for this many other upstreams or more does not have them all
-# end with this one: no second look after the report's commit (one read of 100 rows per task of
-# a wide fan-in); fewer, and the last of them to end looks again once it is recorded.
-CROWDED = 50
 
 
 def _has_downstream(ended: _Ended) -> bool:
@@ -516,7 +498,7 @@ def _advance_within(dag_run_id: int, now: datetime, *, ended: str, ended_states:
     round trips on every report's way): if it fails, `_AdvanceFailed` rolls back the whole
     transaction and `_with_advance_or_alone` records the report alone."""
     try:
-        advance_run(dag_run_id, now, ended=ended, ended_states=ended_states, savepoint=False)
+        advance_after_report(dag_run_id, ended, now, ended_states=ended_states, savepoint=False)
     except Exception as exc:
         raise _AdvanceFailed(dag_run_id) from exc
 

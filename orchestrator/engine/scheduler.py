@@ -31,7 +31,10 @@ from orchestrator.clock import db_now, shared_now
 from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules, waits
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness
-from orchestrator.engine.runs import FEW_UPSTREAMS, UNFINISHED, UNFINISHED_PROBE, advance_run, create_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_run
+from orchestrator.engine.run_reads import FEW_UPSTREAMS, UNFINISHED, UNFINISHED_PROBE, active_runs
+from orchestrator.engine.run_rules import may_create_scheduled_run, not_held_by_pause
 from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
 from orchestrator.params import ParamError, fill_defaults, resolve_conf
 from orchestrator.redis_conn import get_redis
@@ -114,8 +117,7 @@ def create_due_run(dag: Dag, now: datetime) -> DagRun | None:
         return None
     if not dag.catchup:
         due = schedules.latest_due(schedule, dag.timezone, due, now)
-    active = DagRun.objects.filter(dag=dag, state__in=[RunState.QUEUED, RunState.RUNNING], backfill__isnull=True).count()
-    if active >= dag.max_active_runs:
+    if not may_create_scheduled_run(dag.max_active_runs, active_runs(dag.pk)):
         return None
     following = schedules.next_after(schedule, dag.timezone, due)
     # Only the scheduler that moves the bookmark creates the run.
@@ -192,7 +194,7 @@ def runs_needing_work(now: datetime) -> list[int]:
     under its lock, so a stale read here only delays work by one pass.
     """
     needing = set(DagRun.objects.filter(state=RunState.QUEUED).values_list("pk", flat=True))
-    running = DagRun.objects.filter(Q(dag__paused=False) | Q(backfill__isnull=False), state=RunState.RUNNING)
+    running = DagRun.objects.filter(not_held_by_pause(), state=RunState.RUNNING)
     waiting = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=[str(s) for s in WAITING_STATES])
     unfinished = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=UNFINISHED)
     needing |= set(running.filter(~Exists(unfinished)).values_list("pk", flat=True))  # every task done: to end
@@ -256,7 +258,7 @@ def _fan_ins_wait(run_id: int, tasks: list[tuple[list[str], str]]) -> bool:
     failed = set(TaskInstance.objects.filter(dag_run_id=run_id, state__in=FAILED).values_list("task_id", flat=True))
     open_tasks = set(
         TaskInstance.objects.filter(dag_run_id=run_id, state__in=UNFINISHED)
-        .order_by("task_id")  # as its index is (runs.UNFINISHED): read up to the limit, no further
+        .order_by("task_id")  # as its index is (run_reads.UNFINISHED): read up to the limit, no further
         .values_list("task_id", flat=True)[:UNFINISHED_PROBE]
     )
     for upstream, rule in tasks:

@@ -29,7 +29,7 @@ from orchestrator import sql
 from orchestrator.audit import User, audit, username_of
 from orchestrator.clock import shared_now
 from orchestrator.engine import reporting, waitchecks
-from orchestrator.engine.runs import advance_run_now
+from orchestrator.engine.run_advance import advance_run_now
 from orchestrator.engine.transitions import transition
 from orchestrator.engine.waitstart import waiting_for
 from orchestrator.exceptions import BadRequest, Conflict, Forbidden

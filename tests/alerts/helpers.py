@@ -10,7 +10,8 @@ from typing import Any
 from alerts import rules_cache
 from alerts.models import AlertRule
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import advance_run, create_manual_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import DagRun, TaskInstance
 from retries.context import ExecutionContext
 from retries.states import Reason, Source

@@ -119,7 +119,7 @@ def test_a_failed_run_is_an_event_through_the_listener_hook():
     r = rule("runs", when="run_failed", owner=["ops"])
     run = run_of("rf", owner="ops", retries=0)
     fail(run)
-    from orchestrator.engine.runs import advance_run
+    from orchestrator.engine.run_advance import advance_run
 
     advance_run(run.pk)
     run.refresh_from_db()

@@ -1,6 +1,6 @@
 """Factories and engine helpers for the API and web tests.
 
-Runs are created with orchestrator.engine.runs.create_run and failures are produced with the real
+Runs are created with orchestrator.engine.run_creation.create_run and failures are produced with the real
 dispatch and reporting functions, so the rows look exactly like the ones workers leave.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from orchestrator.engine.reporting import (
     report_failure,
     report_success,
 )
-from orchestrator.engine.runs import create_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.engine.transitions import transition
 from orchestrator.models import Dag, DagRun, TaskInstance
 from retries.context import ExecutionContext

@@ -154,12 +154,12 @@ def test_the_form_shows_a_bad_date_beside_the_field(alice_client, dag):
 def test_a_trigger_that_loses_its_id_to_another_takes_the_next(dag, monkeypatch):
     """Two triggers at the same logical date at once: the one whose insert meets the other's id
     looks again and takes the next free one (the database's unique id decides)."""
-    from orchestrator.engine import runs
+    from orchestrator.engine import run_creation
 
-    first = runs.create_manual_run(dag, logical_date=NAIVE)
-    free = runs._free_run_id
+    first = run_creation.create_manual_run(dag, logical_date=NAIVE)
+    free = run_creation._free_run_id
     answers = iter([first.run_id])  # what a trigger that looked just before `first` was inserted saw
-    monkeypatch.setattr(runs, "_free_run_id", lambda dag, base: next(answers, None) or free(dag, base))
-    second = runs.create_manual_run(dag, logical_date=NAIVE)
+    monkeypatch.setattr(run_creation, "_free_run_id", lambda dag, base: next(answers, None) or free(dag, base))
+    second = run_creation.create_manual_run(dag, logical_date=NAIVE)
     assert (first.run_id, second.run_id) == (f"manual__{AT}", f"manual__{AT}__2")
     assert DagRun.objects.count() == 2

@@ -14,7 +14,8 @@ from django.utils import timezone
 from deadlines.models import Deadline, DeadlineDefinition
 from orchestrator import backfills
 from orchestrator.engine import backfills as engine
-from orchestrator.engine.runs import advance_run, create_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import AuditLog, Backfill, BackfillDate, DagRun, TaskInstance
 from tests.engine.factories import DagFactory, TaskFactory

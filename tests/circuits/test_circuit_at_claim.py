@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Circuit, TaskAttempt, TaskInstance
 from tests.circuits.test_downstream_outage import Downstream
 from tests.conftest import wait_until

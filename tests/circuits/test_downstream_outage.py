@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Circuit, DagRun, TaskAttempt, TaskInstance
 from retries.circuits import peak_per_second
 from tests.conftest import wait_until

@@ -15,7 +15,8 @@ from deadlines.check import check_due
 from deadlines.models import Deadline
 from orchestrator import listeners, metrics
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import advance_run, create_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.models import DagRun, TaskInstance
 from orchestrator.redis_conn import get_redis
 from tests.deadlines import recording_listener

@@ -20,7 +20,7 @@ from django.utils import timezone
 from rq import Queue, Worker
 
 from deadlines.models import Deadline
-from orchestrator.engine.runs import create_manual_run, create_run
+from orchestrator.engine.run_creation import create_manual_run, create_run
 from orchestrator.models import DagRun
 from orchestrator.redis_conn import get_redis
 from tests.conftest import wait_until

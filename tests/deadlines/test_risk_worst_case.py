@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from deadlines import risk
-from orchestrator.engine.runs import create_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.models import TaskAttempt, TaskInstance
 from tests.engine.factories import DagFactory, TaskFactory
 

@@ -12,7 +12,7 @@ import math
 import pytest
 from django.db import connection
 
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from retries.states import TaskState
 from tests.deploy.test_helm_chart import of_kind, render

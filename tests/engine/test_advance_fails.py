@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from orchestrator.engine import handover, reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import TaskInstance
 from retries.context import ExecutionContext

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from rq import Queue
 
-from orchestrator.engine import runs
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine import run_advance
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import DagRun, Pool, TaskAttempt, TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
@@ -25,8 +25,8 @@ CHUNK = 10
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(runs, "FIRST_DISPATCH_CHUNK", CHUNK)
-    monkeypatch.setattr(runs, "DISPATCH_CHUNK", CHUNK)
+    monkeypatch.setattr(run_advance, "FIRST_DISPATCH_CHUNK", CHUNK)
+    monkeypatch.setattr(run_advance, "DISPATCH_CHUNK", CHUNK)
 
 
 def _wide_dag(n: int, **args):
@@ -53,7 +53,7 @@ def _at_chunk(monkeypatch, number: int, then: Callable[[DagRun], None], *, writt
     """At the dispatch of chunk `number`, `then(run)`: before the chunk is written, or (`written`)
     after it is, before its commit. Returns the size of each chunk as it goes, and the real
     dispatch, to put back."""
-    real = runs.dispatch_ready
+    real = run_advance.dispatch_ready
     sizes: list[int] = []
 
     def wrapped(run, due, now, **options):
@@ -65,7 +65,7 @@ def _at_chunk(monkeypatch, number: int, then: Callable[[DagRun], None], *, writt
             then(run)
         return went
 
-    monkeypatch.setattr(runs, "dispatch_ready", wrapped)
+    monkeypatch.setattr(run_advance, "dispatch_ready", wrapped)
     return sizes, real
 
 
@@ -82,13 +82,13 @@ def _second_chunk_fails(monkeypatch) -> Callable:
 def test_the_first_chunk_is_on_redis_before_the_last_chunk_is_written(monkeypatch):
     dag = _wide_dag(35)
     seen: list[tuple[int, int, int]] = []  # (tasks in the chunk, jobs on Redis, tasks queued) as each chunk begins
-    real = runs.dispatch_ready
+    real = run_advance.dispatch_ready
 
     def watched(run, due, now, **options):
         seen.append((len(due), len(_jobs()), TaskInstance.objects.filter(dag_run=run, state=TaskState.QUEUED).count()))
         return real(run, due, now, **options)
 
-    monkeypatch.setattr(runs, "dispatch_ready", watched)
+    monkeypatch.setattr(run_advance, "dispatch_ready", watched)
     run = create_manual_run(dag)
     # Jobs reach Redis only after their transaction commits: each chunk began with the earlier
     # chunks committed and on Redis.
@@ -100,10 +100,10 @@ def test_the_scheduler_pass_counts_every_chunk():
     dag = _wide_dag(25)
     from django.utils import timezone
 
-    from orchestrator.engine.runs import create_run
+    from orchestrator.engine.run_creation import create_run
 
     run = create_run(dag, run_type="manual", logical_date=timezone.now())
-    assert runs.advance_run(run.pk) == (25, False)
+    assert run_advance.advance_run(run.pk) == (25, False)
     _assert_dispatched_once(run)
 
 
@@ -120,7 +120,7 @@ def test_a_failure_between_chunks_leaves_the_rest_scheduled_for_the_next_pass(mo
     assert TaskAttempt.objects.filter(task_instance__dag_run=run).count() == 10
     assert set(TaskInstance.objects.filter(dag_run=run, state=TaskState.SCHEDULED).values_list("attempt_token", flat=True)) == {0}
 
-    monkeypatch.setattr(runs, "dispatch_ready", real)
+    monkeypatch.setattr(run_advance, "dispatch_ready", real)
     schedule_once()
     _assert_dispatched_once(run)
 
@@ -178,14 +178,14 @@ def test_a_reports_later_chunks_are_written_only_by_their_own_chunk(monkeypatch)
 
     run, root = _root_reported(25)
     seen: list[tuple[int, int, int, int]] = []  # (tasks in the chunk, none, scheduled, queued) as each chunk begins
-    real = runs.dispatch_ready
+    real = run_advance.dispatch_ready
 
     def watched(run, due, now, **options):
         states = _middle_states(run)
         seen.append((len(due), states.count(TaskState.NONE), states.count(TaskState.SCHEDULED), states.count(TaskState.QUEUED)))
         return real(run, due, now, **options)
 
-    monkeypatch.setattr(runs, "dispatch_ready", watched)
+    monkeypatch.setattr(run_advance, "dispatch_ready", watched)
     assert reporting.report_success(root.pk, root.attempt_token)
     assert seen == [(10, 25, 0, 0), (10, 15, 0, 10), (5, 5, 0, 20)]
     _assert_dispatched_once(run, but="root")
@@ -203,7 +203,7 @@ def test_a_failure_between_a_reports_chunks_leaves_the_rest_ready_for_the_next_p
     assert _middle_states(run).count(TaskState.QUEUED) == 10 and _middle_states(run).count(TaskState.NONE) == 15
     assert len(_jobs()) == 10
 
-    monkeypatch.setattr(runs, "dispatch_ready", real)
+    monkeypatch.setattr(run_advance, "dispatch_ready", real)
     schedule_once()
     _assert_dispatched_once(run, but="root")
 
@@ -242,13 +242,13 @@ def test_a_runs_later_chunks_are_marked_while_they_go(monkeypatch):
     """The run is marked in Redis while its later chunks are dispatched, and no longer after."""
     dag = _wide_dag(25)
     marked: list[bool] = []
-    real = runs.dispatch_ready
+    real = run_advance.dispatch_ready
 
     def watched(run, due, now, **options):
         marked.append(_marked(run))
         return real(run, due, now, **options)
 
-    monkeypatch.setattr(runs, "dispatch_ready", watched)
+    monkeypatch.setattr(run_advance, "dispatch_ready", watched)
     run = create_manual_run(dag)
     assert marked == [False, True, True]  # the first chunk goes with the settling, unmarked
     assert not _marked(run)
@@ -268,10 +268,10 @@ def test_the_scheduler_leaves_a_marked_run_to_its_dispatcher_until_the_marker_ex
         raise KeyboardInterrupt  # the process goes: nothing of this chunk, no cleanup of ours
 
     _, real = _at_chunk(monkeypatch, 2, dying, written=False)
-    monkeypatch.setattr(runs, "_mark_dispatched", lambda run_id: None)  # it died: nothing removes the marker
+    monkeypatch.setattr(run_advance, "_mark_dispatched", lambda run_id: None)  # it died: nothing removes the marker
     with pytest.raises(KeyboardInterrupt):
         create_manual_run(dag)
-    monkeypatch.setattr(runs, "dispatch_ready", real)
+    monkeypatch.setattr(run_advance, "dispatch_ready", real)
     run = DagRun.objects.get(dag=dag)
     assert _marked(run)
     assert schedule_once().tasks_dispatched == 0

@@ -8,7 +8,8 @@ from django.utils import timezone
 from rq import Queue
 
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import advance_run, create_manual_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import TaskInstance, job_id_for
 from orchestrator.redis_conn import get_redis
@@ -150,7 +151,7 @@ def test_a_dispatch_redis_refuses_is_undone_and_charges_nothing(settings):
     """Redis unreachable when a run is triggered: the run is created, the task waits as it was
     (no try spent, no attempt row, no queued timeout to sit out) and the next scheduler pass
     dispatches it once Redis answers."""
-    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.engine.run_creation import create_manual_run
     from orchestrator.models import TaskAttempt
 
     dag = DagFactory()
@@ -196,7 +197,7 @@ def test_a_batch_dispatch_skips_the_task_that_changed_since_it_was_read():
     read with: one that changed meanwhile (a clear takes a new token) is left alone; the others
     go, each with one attempt row and one job."""
     from orchestrator.engine.dispatch import dispatch_many
-    from orchestrator.engine.runs import create_run
+    from orchestrator.engine.run_creation import create_run
     from orchestrator.engine.transitions import transition
 
     dag = DagFactory(dag_id="batch")
@@ -219,7 +220,7 @@ def test_a_batch_dispatch_skips_the_task_that_changed_since_it_was_read():
 def test_a_platform_retry_repeats_the_try_in_a_batch_dispatch():
     """The try arithmetic of a batch dispatch: a user try adds one, a platform retry does not."""
     from orchestrator.engine.dispatch import dispatch_many
-    from orchestrator.engine.runs import create_run
+    from orchestrator.engine.run_creation import create_run
 
     dag = DagFactory(dag_id="tries")
     for name in ("user", "platform"):

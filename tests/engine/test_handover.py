@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from rq import Queue
 
 from orchestrator.engine import handover, reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from orchestrator.redis_conn import get_redis
 from retries.states import TaskState

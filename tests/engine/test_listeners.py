@@ -6,7 +6,8 @@ from django.test import override_settings
 
 from orchestrator import listeners
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import advance_run, create_manual_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from retries.context import ExecutionContext
 from retries.states import Category, Reason, Source

@@ -13,7 +13,7 @@ from rq.utils import now as rq_now
 from rq.utils import utcformat
 
 from orchestrator.engine import enqueuing, scheduler
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import TaskInstance
 from orchestrator.redis_conn import get_redis

@@ -12,7 +12,7 @@ from rq import Queue
 
 from orchestrator.clock import shared_now
 from orchestrator.engine import scheduler
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import DagRun, TaskInstance
 from orchestrator.redis_conn import get_redis
 from tests.engine.factories import DagFactory, TaskFactory

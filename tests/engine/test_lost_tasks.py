@@ -10,7 +10,7 @@ from rq import Queue
 from rq.registry import FailedJobRegistry
 
 from orchestrator.engine import reporting, scheduler
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import TaskInstance
 from orchestrator.redis_conn import get_redis

@@ -85,7 +85,7 @@ def test_a_scheduler_survives_an_outage_and_its_successor_still_waits(spawn, set
     timeout before it calls a silent running task lost."""
     import threading
 
-    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.engine.run_creation import create_manual_run
     from tests.engine.factories import DagFactory, TaskFactory
 
     silent_dag, marker_dag = DagFactory(dag_id="silent"), DagFactory(dag_id="marker")

@@ -12,7 +12,7 @@ from django.db import NotSupportedError, connection, transaction
 
 from orchestrator import sql
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from orchestrator.worker.host.runtime import DatabasePool
 from tests.engine.factories import DagFactory, TaskFactory

@@ -11,7 +11,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from tests.engine.factories import DagFactory, TaskFactory
 
@@ -160,7 +160,7 @@ def test_the_ended_tasks_read_planned_once_finds_the_runs_unfinished_tasks_by_th
 def test_a_report_that_may_make_many_tasks_ready_reads_them_unprepared(postgresql_only):
     """Each count of tasks would be a statement of its own: prepared, a fan-out's reports would
     push the moves out of the connection's few prepared statements."""
-    from orchestrator.engine.runs import PREPARED_READ_TASKS
+    from orchestrator.engine.run_reads import PREPARED_READ_TASKS
 
     dag = DagFactory(dag_id="fan")
     TaskFactory(dag=dag, task_id="root")

@@ -6,8 +6,8 @@ import pytest
 from django.utils import timezone
 from rq import Queue
 
-from orchestrator.engine import reporting, runs
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine import reporting, run_settling
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Circuit, Task, TaskAttempt, TaskInstance
 from orchestrator.redis_conn import get_redis
 from retries.states import TaskState
@@ -63,7 +63,7 @@ def test_a_ready_task_not_dispatched_after_all_is_written_scheduled(monkeypatch)
     """Were a gate to close between the choice and the dispatch, the task made ready in memory
     only must not stay `none`: it is written `scheduled` before the commit, for the next pass."""
     Circuit.objects.create(name="api", state="open", opened_at=timezone.now(), cooldown=600)
-    monkeypatch.setattr(runs, "_dispatched_at_once", lambda run, now, ti: True)  # as if it was closed when chosen
+    monkeypatch.setattr(run_settling, "_dispatched_at_once", lambda run, now, ti: True)  # as if it was closed when chosen
     dag = DagFactory(dag_id="gate_closed_meanwhile")
     TaskFactory(dag=dag, task_id="root")
     TaskFactory(dag=dag, task_id="call", upstream=["root"], args={"circuit": "api"})

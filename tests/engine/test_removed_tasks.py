@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import Dag, TaskInstance
 from retries.context import ExecutionContext

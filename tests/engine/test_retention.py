@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from deadlines.models import Deadline
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import _Cleaning, schedule_once
 from orchestrator.models import AuditLog, DagRun, FailureCount, TaskAttempt, TaskInstance
 from retries.context import ExecutionContext

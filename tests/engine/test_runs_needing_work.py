@@ -7,7 +7,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from orchestrator.engine.runs import FEW_UPSTREAMS, UNFINISHED_PROBE, create_run
+from orchestrator.engine.run_creation import create_run
+from orchestrator.engine.run_reads import FEW_UPSTREAMS, UNFINISHED_PROBE
 from orchestrator.engine.scheduler import runs_needing_work
 from orchestrator.models import DagRun, Task, TaskInstance
 from retries.states import RunState, TaskState

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 from rq import Queue
 
-from orchestrator.engine.runs import create_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
 from orchestrator.redis_conn import get_redis
 from tests.engine.factories import DagFactory, TaskFactory

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 
 from orchestrator import actions
 from orchestrator.engine import reporting, upstream
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.upstream import KEEP_FROM_CHARS, _KeptResults, results_json, upstream_results
 from orchestrator.models import DagRun, TaskInstance
 from tests.engine.factories import DagFactory, TaskFactory
@@ -127,7 +127,7 @@ def test_a_mapped_upstream_hands_on_its_instances_results_with_the_one_that_chan
     TaskFactory(dag=dag, task_id="load", expand={"part": [0, 1, 2]})
     TaskFactory(dag=dag, task_id="report", upstream=["load"])
     run = create_manual_run(dag)
-    from orchestrator.engine.runs import advance_run
+    from orchestrator.engine.run_advance import advance_run
 
     advance_run(run.pk)
     for index in range(3):
@@ -161,7 +161,7 @@ def test_an_upstream_of_a_wide_run_newer_than_the_statistics_is_read_by_its_key(
     _postgres_only()
     from django.test.utils import CaptureQueriesContext
 
-    from orchestrator.engine.runs import advance_run
+    from orchestrator.engine.run_advance import advance_run
 
     settings.ORCHESTRATOR_MAX_MAP_LENGTH = 3000
     dag = DagFactory()

@@ -12,7 +12,7 @@ import pytest
 from django.db import OperationalError, connections, transaction
 
 from orchestrator.engine import handover, reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from orchestrator.worker.classify import Outcome, Verdict
 from orchestrator.worker.host import job

@@ -183,7 +183,7 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
 
     from orchestrator.engine import reporting
     from orchestrator.engine.reporting import WorkerInfo
-    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.engine.run_creation import create_manual_run
     from orchestrator.worker.host.heartbeat import Heartbeats
     from orchestrator.worker.host.job import plan_for, supervisor_settings
     from orchestrator.worker.host.supervisor import Supervisor

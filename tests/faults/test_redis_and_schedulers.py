@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine.runs import create_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.models import DagRun
 from tests.conftest import wait_until
 from tests.faults.conftest import T, settle_runs

@@ -10,7 +10,7 @@ import signal
 import pytest
 from django.db import connection, transaction
 
-from orchestrator.engine.runs import FIRST_DISPATCH_CHUNK
+from orchestrator.engine.run_advance import FIRST_DISPATCH_CHUNK
 from orchestrator.models import TaskInstance
 from tests.conftest import wait_until
 from tests.faults.conftest import T, settle_runs

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine.runs import create_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.models import Dag, DagRun, Pool, Task
 from tests.conftest import wait_until
 from tests.limits.tasks import max_overlap, read_intervals

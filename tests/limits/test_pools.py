@@ -9,7 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from orchestrator.engine.runs import advance_run, create_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.engine.transitions import transition
 from orchestrator.models import Dag, DagRun, Pool, Task, TaskInstance
 from orchestrator.specs.errors import SpecError

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.engine import storms
-from orchestrator.engine.runs import advance_run, create_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
 from retries.storms import paused
 

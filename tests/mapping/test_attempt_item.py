@@ -10,7 +10,8 @@ import pytest
 from orchestrator import actions
 from orchestrator.documents import run_document
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import advance_run, create_manual_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory

@@ -9,7 +9,8 @@ from django.test.utils import CaptureQueriesContext
 
 from orchestrator import actions
 from orchestrator.engine import reporting, taskstate
-from orchestrator.engine.runs import advance_run, create_manual_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.exceptions import Conflict
 from orchestrator.models import AuditLog, DagRun, TaskAttempt, TaskInstance, TaskStateEntry
 from retries.context import ExecutionContext

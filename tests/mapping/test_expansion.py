@@ -7,7 +7,9 @@ import pytest
 
 from orchestrator.engine import reporting
 from orchestrator.engine.mapping import expand_ready, expansion_of
-from orchestrator.engine.runs import _instances_of, advance_run, create_manual_run
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_manual_run
+from orchestrator.engine.run_reads import instances_of
 from orchestrator.engine.upstream import upstream_results
 from orchestrator.models import DagRun, TaskInstance
 from retries.states import TaskState
@@ -135,7 +137,7 @@ def test_max_active_tis_per_dagrun_caps_the_instances_queued_at_once():
 def test_advance_run_does_not_read_results():
     """Results can be large: the run's every move reads its instances without them."""
     run = create_manual_run(_mapped_dag([1]))
-    ti = _instances_of(run)[0]
+    ti = instances_of(run)[0]
     assert "result" in ti.get_deferred_fields() and "map_item" in ti.get_deferred_fields()
 
 

@@ -7,7 +7,7 @@ from urllib.parse import quote
 import pytest
 
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import AuditLog, TaskInstance
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine.runs import create_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
 from tests.conftest import wait_until
 from tests.faults.conftest import alive, scheduler_process, settle_runs, task_processes  # noqa: F401

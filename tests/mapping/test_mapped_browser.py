@@ -9,7 +9,7 @@ from django.contrib.auth.models import Permission, User
 from rq import Queue
 
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import AuditLog, TaskInstance
 from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext

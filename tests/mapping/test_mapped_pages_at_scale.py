@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.console.grid import TASKS_PER_PAGE
 from orchestrator.console.mapped import INSTANCES_PER_PAGE
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Task, TaskInstance
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory

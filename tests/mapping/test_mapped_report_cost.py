@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from orchestrator import sql
 from orchestrator.engine import reporting, storms
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory

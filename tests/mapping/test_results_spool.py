@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.engine import reporting
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from orchestrator.worker.classify import Outcome, Verdict
 from orchestrator.worker.host.job import deliver_spooled, report_record
@@ -59,7 +59,7 @@ def test_a_superseded_attempts_late_report_never_overwrites_the_newer_result(tmp
     old = _spool_success(tmp_path, ti, 1, "old result")  # its worker lost the database, then its lease
     lost = ExecutionContext.of(Reason.WORKER_LOST, Source.SCHEDULER)
     assert reporting.report_failure(ti.pk, 1, lost)  # presumed lost: a platform retry
-    from orchestrator.engine.runs import advance_run
+    from orchestrator.engine.run_advance import advance_run
 
     advance_run(ti.dag_run_id)
     ti.refresh_from_db()

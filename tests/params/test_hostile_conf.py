@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.exceptions import BadRequest
 from orchestrator.models import AuditLog, Backfill, BackfillDate, DagRun, TaskInstance
 

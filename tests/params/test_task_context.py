@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from orchestrator.engine.reporting import Claimed, claim
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Dag, DagRun, Task
 from orchestrator.taskconfig import merge_args
 from orchestrator.worker.host.job import plan_for, worker_info

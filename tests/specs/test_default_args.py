@@ -10,7 +10,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Circuit, Dag, Pool, TaskInstance
 from orchestrator.specs.schema import DEFAULT_ARG_KEYS, TASK_KEYS, TASK_ONLY_KEYS, validate_dag
 from tests.admin.conftest import dag_post, errors_of

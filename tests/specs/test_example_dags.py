@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from examples import etl, flaky
-from orchestrator.engine.runs import create_run
+from orchestrator.engine.run_creation import create_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import Dag, DagRun, TaskInstance
 from tests.conftest import wait_until

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import AuditLog, Dag, DagRun, Task, TaskInstance, TaskWait
 

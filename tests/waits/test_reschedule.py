@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.engine import waits
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import Pool, TaskInstance, TaskWait
 from tests.conftest import wait_until

@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from orchestrator.engine import waitchecks, waits
-from orchestrator.engine.runs import create_manual_run, create_run
+from orchestrator.engine.run_creation import create_manual_run, create_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import Dag, DagRun, Task, TaskInstance, TaskWait
 from tests.conftest import wait_until

@@ -94,7 +94,8 @@ BULK = [(name, scope) for name in ACTIONS for scope in ("all", "failed")]
 def test_a_mapped_tasks_bulk_buttons_are_what_the_actions_accept(alice_client):
     """A bulk button is offered when the action accepts at least one instance of its scope:
     a failed instance with no user-charged failure offers no reclassify."""
-    from orchestrator.engine.runs import advance_run_now, create_manual_run
+    from orchestrator.engine.run_advance import advance_run_now
+    from orchestrator.engine.run_creation import create_manual_run
     from tests.engine.factories import DagFactory, TaskFactory
 
     dag = DagFactory(dag_id="files", default_args={"retries": 0})

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engine.runs import create_manual_run
+from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import Dag, DagRun, Task, TaskInstance
 from tests.conftest import wait_until

@@ -128,7 +128,7 @@ def test_the_slot_that_handed_its_place_on_hears_when_the_task_it_handed_has_sta
     """The supervisor says when the task's code may run (its "running" recorded, "go" sent):
     the slot that handed the task on waits for that before its own after-work. A task that
     never gets that far is never said to have started."""
-    from orchestrator.engine.runs import create_manual_run
+    from orchestrator.engine.run_creation import create_manual_run
 
     dag = make_dag([
         {"task_id": "ok", "python_callable": T + "succeed"},

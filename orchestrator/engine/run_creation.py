@@ -1,0 +1,204 @@
+"""Creating a run: the run row and one task instance per task, in one transaction.
+
+`create_run` is what the scheduler, a backfill and a trigger share; `create_manual_run` is a
+trigger's (an operator's, the API's), which checks what it is given and moves the run on at once.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from datetime import timezone as dt_timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.db import IntegrityError, connection, transaction
+
+from deadlines import lifecycle
+from orchestrator import sql
+from orchestrator.clock import shared_now
+from orchestrator.engine import tablestats
+from orchestrator.engine.limit_args import limit_args
+from orchestrator.engine.run_advance import advance_run_now
+from orchestrator.exceptions import BadRequest, Conflict
+from orchestrator.models import Backfill, Dag, DagRun, TaskInstance
+from orchestrator.params import resolve_conf
+from orchestrator.taskconfig import merge_args
+from retries.states import RunState
+
+
+def run_id_for(run_type: str, logical_date: datetime) -> str:
+    return f"{run_type}__{logical_date.isoformat()}"
+
+
+def create_run(
+    dag: Dag,
+    *,
+    run_type: str,
+    logical_date: datetime,
+    conf: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    triggered_by: str = "",
+    backfill: Backfill | None = None,
+    run_id: str | None = None,
+) -> DagRun:
+    """Insert the run and one task instance per task, in one transaction: a run is never seen
+    with only some of its task instances. Its id is `run_id`, or made of its type and logical date."""
+    now = now or shared_now()
+    with transaction.atomic():
+        run = DagRun.objects.create(
+            dag=dag,
+            run_id=run_id or run_id_for(run_type, logical_date),
+            run_type=run_type,
+            state=RunState.QUEUED,
+            conf=conf or {},
+            logical_date=logical_date,
+            queued_at=now,
+            triggered_by=triggered_by,
+            backfill=backfill,
+        )
+        _insert_instances(run)
+        lifecycle.run_created(run, now)
+    return run
+
+
+def _insert_instances(run: DagRun) -> None:
+    """One task instance (state none) per task of the run's DAG.
+
+    `bulk_create` builds a model object per row and prepares every column of every row: most of
+    a 10,000-task trigger's creation. Here the columns that are the same for every instance are
+    prepared once and each row adds only its own (its task and what its arguments say); on
+    PostgreSQL one INSERT ... SELECT over one array per such column, on SQLite one prepared
+    INSERT run for every row."""
+    dag = run.dag
+    varying: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "definition", "task_id", "max_tries", "infrastructure_retry_limit", "queue", "pool", "pool_slots", "priority_weight", "circuit"
+        )
+    }
+    for pk, task_id, task_args in dag.tasks.order_by("position", "id").values_list("pk", "task_id", "args"):
+        args = merge_args(dag.default_args, task_args)
+        limits = limit_args(task_args, dag.default_args)
+        row = {
+            "definition": pk,
+            "task_id": task_id,
+            "max_tries": int(args["retries"]) + 1,
+            "infrastructure_retry_limit": int(args["infrastructure_retry_limit"]),
+            "queue": str(args["queue"]),
+            "pool": limits["pool"],
+            "pool_slots": int(limits["pool_slots"]),
+            "priority_weight": int(limits["priority_weight"]),
+            "circuit": limits["circuit"],
+        }
+        for name, value in row.items():
+            varying[name].append(value)
+    if not varying["task_id"]:
+        return
+    fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
+    template = TaskInstance(dag_run=run)
+    constants = {
+        field.name: field.get_db_prep_save(field.pre_save(template, True), connection) for field in fields if field.name not in varying
+    }
+    quote = connection.ops.quote_name
+    insert = f"INSERT INTO {quote(TaskInstance._meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # One statement, one array per varying column: thousands of rows of parameters would
+            # cost the server seconds of parsing and planning.
+            arrays = [field for field in fields if field.name in varying]
+            select = [f"u.{quote(field.column)}" if field.name in varying else "%s" for field in fields]
+            cursor.execute(
+                f"{insert} SELECT {', '.join(select)} FROM unnest("
+                + ", ".join(f"%s::{_array_type(field)}[]" for field in arrays)
+                + f") AS u({', '.join(quote(field.column) for field in arrays)})",
+                [*(constants[field.name] for field in fields if field.name not in varying), *(varying[field.name] for field in arrays)],
+            )
+        else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
+            columns = [varying.get(field.name) for field in fields]
+            rows = [
+                [constants[field.name] if column is None else column[at] for field, column in zip(fields, columns)]
+                for at in range(len(varying["task_id"]))
+            ]
+            cursor.executemany(f"{insert} VALUES ({sql.placeholders(len(fields))})", rows)
+    tablestats.grew(TaskInstance._meta.db_table, len(varying["task_id"]))
+
+
+def _array_type(field: Any) -> str:
+    """The PostgreSQL type of an array of this column's values (a varchar's length left out)."""
+    return "text" if field.get_internal_type() == "CharField" else str(field.db_type(connection))
+
+
+def create_manual_run(
+    dag: Dag,
+    *,
+    conf: dict[str, Any] | None = None,
+    triggered_by: str = "",
+    now: datetime | None = None,
+    logical_date: datetime | str | None = None,
+) -> DagRun:
+    """A manual run: its logical date is `logical_date` (`parse_logical_date`), or else its
+    trigger time; its conf is `conf` with the DAG's params filled from their defaults. Its
+    run_id is unique however many manual runs share its logical date (`_free_run_id`).
+
+    Bad conf (not a JSON object): BadRequest; a conf the DAG's params refuse: ParamError (a
+    BadRequest naming the key); a logical date that is not ISO 8601: LogicalDateError; a paused
+    DAG: Conflict. Nothing is created for any of them.
+    """
+    given_date = parse_logical_date(logical_date, dag.timezone) if logical_date is not None else None
+    if conf is not None and not isinstance(conf, dict):
+        raise BadRequest(f"conf must be a JSON object, got {type(conf).__name__}: {conf!r}")
+    if dag.paused:
+        raise Conflict(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
+    conf = resolve_conf(dag.params, dag.strict_params, conf)
+    now = now or shared_now()
+    when = given_date or now
+    for tries_left in reversed(range(5)):
+        run_id = _free_run_id(dag, run_id_for(DagRun.RunType.MANUAL, when))
+        try:
+            run = create_run(
+                dag, run_type=DagRun.RunType.MANUAL, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, run_id=run_id
+            )
+            break
+        except IntegrityError:  # another trigger took that id meanwhile: take the next one
+            if not tries_left or not DagRun.objects.filter(dag=dag, run_id=run_id).exists():
+                raise
+    # Start it at once instead of waiting for the next scheduler pass.
+    transaction.on_commit(lambda: advance_run_now(run.pk))
+    return run
+
+
+class LogicalDateError(BadRequest):
+    """A manual run's logical date that is not ISO 8601 (or not a date a run can have)."""
+
+    field = "logical_date"
+
+
+def parse_logical_date(value: datetime | str, tz_name: str) -> datetime:
+    """A manual run's logical date from an ISO 8601 date or date-time (a datetime as it is); a
+    naive one is in the DAG's timezone. In UTC, as every stored time (and so in its run_id)."""
+    when = value
+    if not isinstance(value, datetime):
+        if not isinstance(value, str):
+            raise LogicalDateError(f"logical_date must be an ISO 8601 date or date-time, not {type(value).__name__}: {value!r:.80}")
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise LogicalDateError(
+                f"logical_date is not an ISO 8601 date or date-time: {value!r:.80} (e.g. 2026-01-31T02:00:00, in the DAG's timezone, or with an offset)"
+            ) from None
+    assert isinstance(when, datetime)
+    try:
+        return (when if when.tzinfo is not None else when.replace(tzinfo=ZoneInfo(tz_name))).astimezone(dt_timezone.utc)
+    except (OverflowError, ValueError):
+        raise LogicalDateError(f"logical_date is out of range: {value!r:.80}") from None
+
+
+def _free_run_id(dag: Dag, base: str) -> str:
+    """`base` when no run of the DAG has it, else `base__N` with the first N from 2 that is free:
+    two manual runs may share a logical date, never an id."""
+    taken = set(DagRun.objects.filter(dag=dag, run_id__startswith=base).values_list("run_id", flat=True))
+    number = 2
+    candidate = base
+    while candidate in taken:
+        candidate, number = f"{base}__{number}", number + 1
+    return candidate
+
