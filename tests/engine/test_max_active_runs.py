@@ -1,0 +1,86 @@
+"""`max_active_runs` is one rule for both paths that ask about it (`engine.run_rules`): the scheduler
+creates a DAG's next scheduled run only when a slot is left for it after the queued runs, and a
+queued run starts while a slot is free. So a run the scheduler creates starts at once, and where
+it creates none a run in its place would only wait."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from itertools import product
+
+import pytest
+
+from orchestrator.engine.run_advance import advance_run
+from orchestrator.engine.run_creation import create_run
+from orchestrator.engine.run_rules import ActiveRuns, may_create_scheduled_run, may_start_run
+from orchestrator.engine.scheduler import create_due_run
+from orchestrator.models import Backfill, Dag, DagRun
+from retries.states import RunState
+from tests.engine.factories import DagFactory, TaskFactory
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+MAX = 2
+
+
+def _dag() -> Dag:
+    dag = DagFactory(schedule="@hourly", catchup=True, next_run_logical_date=NOW - timedelta(hours=6), max_active_runs=MAX)
+    TaskFactory(dag=dag, task_id="t")  # its run stays running: no worker takes it
+    return dag
+
+
+def _runs(dag: Dag, state: RunState, count: int, first: int) -> list[DagRun]:
+    runs = [
+        create_run(dag, run_type=DagRun.RunType.MANUAL, logical_date=NOW - timedelta(days=first + i), now=NOW, run_id=f"r{first + i}")
+        for i in range(count)
+    ]
+    DagRun.objects.filter(pk__in=[run.pk for run in runs]).update(state=state)
+    return runs
+
+
+def _state(run: DagRun) -> str:
+    run.refresh_from_db(fields=["state"])
+    return run.state
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("running", "queued"), list(product(range(MAX + 2), range(MAX + 1))))
+def test_a_scheduled_run_is_created_only_when_it_would_start(running, queued):
+    dag = _dag()
+    _runs(dag, RunState.RUNNING, running, first=10)
+    waiting = _runs(dag, RunState.QUEUED, queued, first=20)
+
+    created = create_due_run(dag, NOW)
+    assert (created is not None) == (running + queued < MAX)
+    for run in waiting:  # the runs queued first take the free slots first
+        advance_run(run.pk, NOW)
+    assert [_state(run) for run in waiting].count(RunState.RUNNING) == min(queued, max(0, MAX - running))
+    if created is not None:
+        advance_run(created.pk, NOW)
+        assert _state(created) == RunState.RUNNING  # a slot was left for it
+    else:
+        in_its_place = _runs(dag, RunState.QUEUED, 1, first=30)[0]
+        advance_run(in_its_place.pk, NOW)
+        assert _state(in_its_place) == RunState.QUEUED  # no slot was left: it would only have waited
+
+
+@pytest.mark.django_db
+def test_a_backfills_runs_take_no_slot():
+    """A backfill's runs count against the backfill's own limit: the DAG's slots stay free for
+    its scheduled runs and for its queued runs to start."""
+    dag = _dag()
+    backfill = Backfill.objects.create(dag=dag, from_date=NOW - timedelta(days=3), to_date=NOW, created_at=NOW)
+    backfill_runs = _runs(dag, RunState.RUNNING, MAX, first=10) + _runs(dag, RunState.QUEUED, MAX, first=20)
+    DagRun.objects.filter(pk__in=[run.pk for run in backfill_runs]).update(backfill=backfill)
+    waiting = _runs(dag, RunState.QUEUED, 1, first=30)[0]
+    created = create_due_run(dag, NOW)
+    assert created is not None
+    advance_run(waiting.pk, NOW)
+    assert _state(waiting) == RunState.RUNNING
+
+
+@pytest.mark.parametrize(("running", "queued"), list(product(range(MAX + 2), range(MAX + 1))))
+def test_the_two_rules_agree(running, queued):
+    """Whenever the scheduler may create a run, a run may start; a run may start while fewer are running."""
+    active = ActiveRuns(running=running, queued=queued)
+    assert may_start_run(MAX, active) == (running < MAX)
+    assert may_create_scheduled_run(MAX, active) == (running + queued < MAX)
+    assert not may_create_scheduled_run(MAX, active) or may_start_run(MAX, active)
