@@ -134,6 +134,9 @@ class IncidentFeed(models.Model):
             models.Index(fields=["task_instance_id"], name="incident_feed_task"),
         ]
 
+    def __str__(self) -> str:
+        return f"incident {self.incident_id} fed by {self.key}"
+
 
 class Delivery(models.Model):
     """One notification of an incident (opened, repeat or resolved) and its tries."""
@@ -165,8 +168,13 @@ class Delivery(models.Model):
             models.Index(fields=["next_try_at"], name="delivery_pending", condition=Q(state="pending")),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.event} of incident {self.incident_id}: {self.state}"
+
 
 class DeliveryTry(models.Model):
+    """One try of a delivery: sent, or failed with its error."""
+
     delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempts")
     at = models.DateTimeField()
     outcome = models.CharField(max_length=16)  # sent | failed
@@ -175,3 +183,6 @@ class DeliveryTry(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"try of delivery {self.delivery_id}: {self.outcome}"

@@ -271,7 +271,7 @@ def run_workload(name: str, ctx: workloads.Context, report: dict[str, Any]) -> N
             "api-profile": lambda: three_step.api_profile_both(ctx),
             "preload": lambda: three_step.preload_chain(ctx),
         }[name]()
-    except Exception as exc:  # noqa: BLE001  one workload's failure must not hide the others' figures
+    except Exception as exc:
         traceback.print_exc()
         figures = {"errors": [f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"]}
     if name == "wide" and figures.get("tasks_per_s") is not None:
@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {line}")
     except KeyboardInterrupt:
         report["error"] = "interrupted"
-    except Exception as exc:  # noqa: BLE001  the figures so far are still printed and written
+    except Exception as exc:
         traceback.print_exc()
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:

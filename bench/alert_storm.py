@@ -240,7 +240,8 @@ def storm(dag: Any, threads: int = 1) -> tuple[list[float], float]:
         for thread in pool:
             thread.join()
     wall = time.perf_counter() - started
-    assert not failed and len(times) == total, f"{len(failed)} stale reports, {len(times)} timed of {total}"
+    assert not failed, f"{len(failed)} stale reports, {len(times)} timed of {total}"
+    assert len(times) == total, f"{len(failed)} stale reports, {len(times)} timed of {total}"
     left = TaskInstance.objects.filter(dag_run=run, state=TaskState.RUNNING).count()
     assert left == 0, f"{left} task instances still running"
     return times, wall

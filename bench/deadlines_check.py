@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.throwaway import claimed_redis, throwaway_postgres  # noqa: E402
+from bench.throwaway import claimed_redis, throwaway_postgres
 
 
 def parse_args() -> argparse.Namespace:

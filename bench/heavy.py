@@ -4,7 +4,7 @@ it measures is the import, paid by every task process unless the fork server pre
 (ORCHESTRATOR_PRELOAD_MODULES=bench.heavy)."""
 from __future__ import annotations
 
-import django.contrib.admin  # noqa: F401
+import django.contrib.admin
 import django.contrib.admin.models  # noqa: F401  what loads the apps
 import jsonschema  # noqa: F401
 

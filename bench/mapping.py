@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.stack import Processes, child_env, embedded_redis, handle_stop_signals, make_dag, measure, print_phase, setup_django, trigger, wait_for_runs  # noqa: E402
-from bench.throwaway import claimed_redis, throwaway_postgres  # noqa: E402
+from bench.stack import Processes, child_env, embedded_redis, handle_stop_signals, make_dag, measure, print_phase, setup_django, trigger, wait_for_runs
+from bench.throwaway import claimed_redis, throwaway_postgres
 
 
 def parse_args() -> argparse.Namespace:

@@ -59,7 +59,8 @@ def cgroup_cost_ms(limits: MemoryLimits, rounds: int) -> tuple[float, float]:
         without.append(time.perf_counter() - started)
         started = time.perf_counter()
         attempt = limits.attempt(1, i, 256)
-        assert attempt is not None and attempt.procs_file is not None
+        assert attempt is not None
+        assert attempt.procs_file is not None
         child = subprocess.Popen(["/bin/sh", "-c", f'echo $$ > {attempt.procs_file} && exec /bin/true'])
         attempt.started(child.pid)
         child.wait()

@@ -124,7 +124,7 @@ class Processes:
                 start_new_session=True,  # a Ctrl-C reaches only the benchmark, which stops each child
                 # And if the benchmark is killed outright, they go too. Children are started while
                 # no other thread of this process runs.
-                preexec_fn=die_with_parent,  # noqa: PLW1509
+                preexec_fn=die_with_parent,
             )
         self.children.append(child)
         return child

@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import procfs  # noqa: E402
-from bench.stack import child_env, handle_stop_signals, setup_django  # noqa: E402
-from bench.throwaway import claimed_redis, throwaway_postgres  # noqa: E402
-from bench.waits import backend_pid, make_waiting, settle_checks, waits_dag  # noqa: E402
+from bench import procfs
+from bench.stack import child_env, handle_stop_signals, setup_django
+from bench.throwaway import claimed_redis, throwaway_postgres
+from bench.waits import backend_pid, make_waiting, settle_checks, waits_dag
 
 
 def loop(seconds: float) -> list[float]:

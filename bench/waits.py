@@ -40,9 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import procfs  # noqa: E402
-from bench.stack import NOOP, Processes, child_env, handle_stop_signals, setup_django  # noqa: E402
-from bench.throwaway import claimed_redis, throwaway_postgres  # noqa: E402
+from bench import procfs
+from bench.stack import NOOP, Processes, child_env, handle_stop_signals, setup_django
+from bench.throwaway import claimed_redis, throwaway_postgres
 
 
 def parse_args() -> argparse.Namespace:

@@ -205,7 +205,7 @@ def call_in_thread(call: Callable[[], None], timeout: float, *, name: str) -> No
     def target() -> None:
         try:
             call()
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller, whatever it is
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()  # this thread's own connections only
@@ -251,7 +251,7 @@ def call_in_process(call: Callable[[], None], timeout: float, *, name: str) -> N
 def _child_main(call: Callable[[], None], sender: Any) -> None:
     try:
         call()
-    except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
+    except BaseException as exc:
         sender.send(("error", describe(exc), bool(getattr(exc, "permanent", False))))
     else:
         sender.send(("ok", "", False))

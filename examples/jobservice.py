@@ -108,66 +108,71 @@ class JobBook:
             return max(jobs, key=lambda job: job.submitted_at) if jobs else None
 
 
-def handler_for(book: JobBook) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # quiet: the events say it all
-            pass
+class JobServiceHandler(BaseHTTPRequestHandler):
+    """The service's HTTP API over the book of jobs a subclass names (`handler_for`)."""
 
-        def _answer(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    book: JobBook
 
-        def _body(self) -> dict[str, Any] | None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                return None
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the events say it all
+        pass
+
+    def _answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, Any] | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            return None
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        now = time.time()
+        if url.path == "/events":
+            with self.book.lock:
+                return self._answer(200, list(self.book.events))
+        if url.path == "/ledger":
+            return self._answer(200, self.book.ledger())
+        if url.path == "/jobs":
+            key = (parse_qs(url.query).get("key") or [""])[0]
+            job = self.book.newest_with_key(key)
+            return self._answer(200, job.document(now)) if job else self._answer(404, {"error": f"no job with key {key!r}"})
+        if url.path.startswith("/jobs/"):
+            job = self.book.jobs.get(url.path.split("/")[2])
+            return self._answer(200, job.document(now)) if job else self._answer(404, {"error": "no such job"})
+        self._answer(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        url = urlparse(self.path)
+        if url.path == "/jobs":
+            body = self._body()
+            if body is None or not isinstance(body.get("key"), str) or not body["key"]:
+                return self._answer(400, {"error": "a JSON body with a non-empty string 'key' is required"})
             try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                return None
-            return body if isinstance(body, dict) else None
+                seconds = float(body.get("seconds", 5))
+                fail_times = int(body.get("fail_times", 0))
+            except (TypeError, ValueError):
+                return self._answer(400, {"error": "'seconds' and 'fail_times' must be numbers"})
+            submitted = self.book.submit(body["key"], seconds, fail_times)
+            return self._answer(201, submitted.document(time.time()))
+        parts = url.path.strip("/").split("/")
+        if len(parts) == 3 and parts[0] == "jobs" and parts[2] == "cancel":
+            job = self.book.cancel(parts[1])
+            return self._answer(200, job.document(time.time())) if job else self._answer(404, {"error": "no such job"})
+        self._answer(404, {"error": "not found"})
 
-        def do_GET(self) -> None:
-            url = urlparse(self.path)
-            now = time.time()
-            if url.path == "/events":
-                with book.lock:
-                    return self._answer(200, list(book.events))
-            if url.path == "/ledger":
-                return self._answer(200, book.ledger())
-            if url.path == "/jobs":
-                key = (parse_qs(url.query).get("key") or [""])[0]
-                job = book.newest_with_key(key)
-                return self._answer(200, job.document(now)) if job else self._answer(404, {"error": f"no job with key {key!r}"})
-            if url.path.startswith("/jobs/"):
-                job = book.jobs.get(url.path.split("/")[2])
-                return self._answer(200, job.document(now)) if job else self._answer(404, {"error": "no such job"})
-            self._answer(404, {"error": "not found"})
 
-        def do_POST(self) -> None:
-            url = urlparse(self.path)
-            if url.path == "/jobs":
-                body = self._body()
-                if body is None or not isinstance(body.get("key"), str) or not body["key"]:
-                    return self._answer(400, {"error": "a JSON body with a non-empty string 'key' is required"})
-                try:
-                    seconds = float(body.get("seconds", 5))
-                    fail_times = int(body.get("fail_times", 0))
-                except (TypeError, ValueError):
-                    return self._answer(400, {"error": "'seconds' and 'fail_times' must be numbers"})
-                submitted = book.submit(body["key"], seconds, fail_times)
-                return self._answer(201, submitted.document(time.time()))
-            parts = url.path.strip("/").split("/")
-            if len(parts) == 3 and parts[0] == "jobs" and parts[2] == "cancel":
-                job = book.cancel(parts[1])
-                return self._answer(200, job.document(time.time())) if job else self._answer(404, {"error": "no such job"})
-            self._answer(404, {"error": "not found"})
-
-    return Handler
+def handler_for(book: JobBook) -> type[BaseHTTPRequestHandler]:
+    return type("Handler", (JobServiceHandler,), {"book": book})
 
 
 def serve(host: str = "127.0.0.1", port: int = 8765) -> tuple[ThreadingHTTPServer, JobBook]:

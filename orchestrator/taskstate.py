@@ -71,7 +71,10 @@ def validated(op: str, key: Any, value: Any = None, *, max_bytes: int = DEFAULT_
         raise ValueError(f"task state: the value of {key!r} is not JSON-serialisable: {exc}") from None
     if deeper_than(text, MAX_DEPTH):
         raise ValueError(too_deep)
-    encoded = text.encode("utf-8")
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: neither database can store it
+        raise ValueError(f"task state: the value of {key!r} is not valid UTF-8 text (it holds a lone surrogate)") from None
     if len(encoded) > max_bytes:
         raise ValueError(
             f"task state: the value of {key!r} is {len(encoded)} bytes as JSON; at most {max_bytes}"

@@ -180,24 +180,11 @@ class _Lexer:
                 depth -= 1
             elif closer == ")" and c == "(":
                 depth += 1
-            if c == "'":
-                i, word_start = self.single_quoted(i + 1, Quoting.SINGLE), False
-            elif c == '"':
-                i, word_start = self.double_quoted(i + 1), False
-            elif c == "$" and text.startswith("'", i + 1):
-                i, word_start = self.single_quoted(i + 2, Quoting.ANSI_C), False
-            elif c == "$" and text.startswith('"', i + 1):
-                i, word_start = self.double_quoted(i + 2), False
-            elif c == "$" and text.startswith("(", i + 1):
-                i, word_start = self.command_text(i + 2, ")"), False
-            elif c == "`":
-                i, word_start = self.command_text(i + 1, "`"), False
+            opened = self.opening(i)
+            if opened is not None:
+                i, word_start = opened, False
             elif c == "#" and word_start:
-                newline = text.find("\n", i)
-                end = n if newline < 0 else newline  # the newline ends the command line below
-                for match in _TEMPLATE.finditer(text, i, end):
-                    self.found.append(Template(match.start(), match.end(), match.group(0), match.group(1), Quoting.COMMENT))
-                i = end
+                i = self.comment(i)
             elif c == "<" and text.startswith("<<<", i):
                 i, word_start = i + 3, True  # a here-string: its word is read as any other
             elif c == "<" and text.startswith("<<", i):
@@ -207,6 +194,31 @@ class _Lexer:
             else:
                 i, word_start = i + 1, c in _WORD_BREAKS
         return n
+
+    def opening(self, i: int) -> int | None:
+        """A quote, `$(` or a backtick opening at `i`: the index after what it opens, or None."""
+        c, after = self.text[i], self.text[i + 1 : i + 2]
+        if c == "'":
+            return self.single_quoted(i + 1, Quoting.SINGLE)
+        if c == '"':
+            return self.double_quoted(i + 1)
+        if c == "`":
+            return self.command_text(i + 1, "`")
+        if c == "$" and after == "'":
+            return self.single_quoted(i + 2, Quoting.ANSI_C)
+        if c == "$" and after == '"':
+            return self.double_quoted(i + 2)
+        if c == "$" and after == "(":
+            return self.command_text(i + 2, ")")
+        return None
+
+    def comment(self, i: int) -> int:
+        """A comment from its `#` up to the end of its line (the newline is left to the caller)."""
+        newline = self.text.find("\n", i)
+        end = len(self.text) if newline < 0 else newline
+        for match in _TEMPLATE.finditer(self.text, i, end):
+            self.found.append(Template(match.start(), match.end(), match.group(0), match.group(1), Quoting.COMMENT))
+        return end
 
     def single_quoted(self, i: int, quoting: Quoting) -> int:
         """'...' (no escapes) or $'...' (backslash escapes) from after the opening quote."""

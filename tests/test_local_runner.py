@@ -153,7 +153,9 @@ def test_it_runs_the_whole_stack_and_stops_every_process_on_sigterm(tmp_path):
         redis_url = re.search(r"Redis: (redis://127\.0\.0\.1:\d+/0) \(embedded", runner.output).group(1)
         assert redis.Redis.from_url(redis_url).ping()
         stack = runtime.read_live(runtime.runtime_file(tmp_path / "var"))  # what other terminals read
-        assert stack is not None and stack.pid == runner.process.pid and stack.redis_url == redis_url
+        assert stack is not None
+        assert stack.pid == runner.process.pid
+        assert stack.redis_url == redis_url
 
         with urllib.request.urlopen(base + "healthz", timeout=5) as response:
             assert response.status == 200
@@ -209,10 +211,12 @@ def test_it_creates_the_admin_once_and_keeps_printing_the_same_password(tmp_path
     """The generated password is stored (mode 0600) and re-used: by later runs and by a fresh database."""
     password_file = tmp_path / "admin-password.txt"
     password = ensure_admin(password_file)
-    assert password and password_file.read_text().strip() == password
+    assert password
+    assert password_file.read_text().strip() == password
     assert password_file.stat().st_mode & 0o777 == 0o600
     admin = get_user_model().objects.get(username="admin")
-    assert admin.is_superuser and admin.check_password(password)
+    assert admin.is_superuser
+    assert admin.check_password(password)
 
     assert ensure_admin(password_file) == password  # a re-run
     admin.delete()

@@ -68,7 +68,8 @@ def test_it_refuses_a_malformed_value(name, value):
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
     assert "ImproperlyConfigured" in last_line, result.stderr
-    assert name in last_line and repr(value) in last_line, last_line
+    assert name in last_line, last_line
+    assert repr(value) in last_line, last_line
 
 
 def test_it_uses_sqlite_tuned_for_several_processes_without_database_url():
@@ -170,7 +171,8 @@ def test_the_worker_health_port_is_off_unless_one_is_named(value, expected):
 
 def test_it_refuses_an_output_cap_that_is_not_a_number():
     result = _settings_process(["DEBUG"], ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES="64MiB")
-    assert result.returncode != 0 and "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES" in result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0
+    assert "ORCHESTRATOR_TASK_OUTPUT_MAX_BYTES" in result.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(("value", "threshold"), [(None, 2**31 - 1), ("true", 2**31 - 1), ("false", None)])
@@ -182,7 +184,8 @@ def test_postgresql_prepares_only_what_the_engine_asks_for_unless_turned_off(val
         "DATABASES", "ORCHESTRATOR_DB_PREPARED_STATEMENTS", DATABASE_URL="postgres://orch@db.example:5433/orchestrator", ORCHESTRATOR_DB_PREPARED_STATEMENTS=value
     )
     options = settings["DATABASES"]["default"]["OPTIONS"]
-    assert options.get("prepare_threshold") == threshold and "server_side_binding" not in options
+    assert options.get("prepare_threshold") == threshold
+    assert "server_side_binding" not in options
     assert settings["ORCHESTRATOR_DB_PREPARED_STATEMENTS"] is (threshold is not None)
     sqlite = _settings("DATABASES", DATABASE_URL=None, ORCHESTRATOR_DB_PREPARED_STATEMENTS=value)["DATABASES"]["default"]
     assert "prepare_threshold" not in sqlite.get("OPTIONS", {})
@@ -190,4 +193,5 @@ def test_postgresql_prepares_only_what_the_engine_asks_for_unless_turned_off(val
 
 def test_it_refuses_a_prepared_statements_setting_that_is_not_a_boolean():
     result = _settings_process(["DEBUG"], ORCHESTRATOR_DB_PREPARED_STATEMENTS="sometimes")
-    assert result.returncode != 0 and "ORCHESTRATOR_DB_PREPARED_STATEMENTS" in result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0
+    assert "ORCHESTRATOR_DB_PREPARED_STATEMENTS" in result.stderr.strip().splitlines()[-1]

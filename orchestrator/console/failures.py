@@ -99,7 +99,7 @@ def matching(flt: Filter, now: datetime) -> QuerySet[TaskAttempt]:
 
 
 @dataclass(frozen=True)
-class Count_:
+class BreakdownCount:
     key: str
     n: int
     param: str
@@ -156,7 +156,7 @@ def _first_whole_hour(at: datetime) -> datetime:
     return hour if hour == at else hour + timedelta(hours=1)
 
 
-def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[dict[str, list[Count_]], dict[tuple[datetime, str], int]]:
+def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[dict[str, list[BreakdownCount]], dict[tuple[datetime, str], int]]:
     """Every breakdown and the chart's buckets (by bucket and category), in one query.
 
     From the hourly counts (`FailureCount`) for the whole hours of the window, plus the raw
@@ -171,7 +171,7 @@ def counted(flt: Filter, rows: QuerySet[TaskAttempt], now: datetime) -> tuple[di
         parts = [_attempt_keys(rows, trunc)]
     found = _grouped(parts)
     counts = {
-        title: [Count_(key, n, BREAKDOWN_PARAM[title]) for key, n in sorted(found[title].items(), key=lambda kn: (-kn[1], kn[0]))[:TOP]]
+        title: [BreakdownCount(key, n, BREAKDOWN_PARAM[title]) for key, n in sorted(found[title].items(), key=lambda kn: (-kn[1], kn[0]))[:TOP]]
         for title in BREAKDOWNS
     }
     return counts, found[CHART]
@@ -220,7 +220,7 @@ def _grouped(parts: list[QuerySet]) -> dict[str, dict[Any, int]]:
     return found
 
 
-def total(counts: dict[str, list[Count_]], rows: QuerySet[TaskAttempt]) -> int:
+def total(counts: dict[str, list[BreakdownCount]], rows: QuerySet[TaskAttempt]) -> int:
     by_category = counts["Category"]
     if len(by_category) < TOP:  # every category is listed: their sum is the total, no extra query
         return sum(c.n for c in by_category)

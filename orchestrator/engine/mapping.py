@@ -109,7 +109,8 @@ def expand_ready(ti: TaskInstance, now: datetime) -> tuple[TaskState, list[TaskI
     now instance 0, first); None when another process expanded it first (nothing changed here).
     An empty source skips the task; a bad one fails it at once as application/invalid_expand.
     """
-    assert ti.definition is not None and ti.definition.expand
+    assert ti.definition is not None
+    assert ti.definition.expand
     _, source = expand_source(ti.definition.expand)
     upstream = source_task(source)
     value = upstream_results(ti.dag_run_id, [upstream])[upstream] if upstream else source

@@ -112,7 +112,8 @@ class EmbeddedRedis:
         raise EmbeddedRedisError(f"the bundled redis-server did not start: {last_error or 'no output'}")
 
     def _wait_ready(self, timeout: float) -> bool:
-        assert self.process is not None and self.port is not None
+        assert self.process is not None
+        assert self.port is not None
         client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5)
         deadline = time.monotonic() + timeout
         try:

@@ -361,7 +361,8 @@ class LocalStack:
         child.started_at = time.monotonic()
 
     def _announce(self, child: Child) -> None:
-        assert child.process is not None and child.process.stdout is not None
+        assert child.process is not None
+        assert child.process.stdout is not None
         self.say(f"started {child.name} (pid {child.process.pid}): manage.py {' '.join(child.args)}")
         child.reader = self.out.follow(child.name, child.process.stdout)
 

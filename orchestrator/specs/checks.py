@@ -10,7 +10,7 @@ import json
 import math
 import re
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from typing import Any, TypeGuard
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -166,40 +166,76 @@ def _callable_problem(path: str) -> str | None:
     return None
 
 
+def _whole_number(value: object) -> str | None:
+    if not is_int(value) or value < 0:
+        return f"must be a whole number >= 0, not {show(value)}"
+    return None
+
+
+def _seconds(value: object) -> str | None:
+    if not is_number(value) or value < 0:
+        return f"must be a number of seconds >= 0, not {show(value)}"
+    return None
+
+
+def _timeout(value: object) -> str | None:
+    if value is not None and (not is_number(value) or value <= 0):
+        return f"must be a number of seconds > 0, or null for none; not {show(value)}"
+    return None
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}; not {show(value)}"
+
+    return check
+
+
+def _queue(value: object) -> str | None:
+    if not isinstance(value, str) or not QUEUE_NAME.match(value):
+        return f"must be a queue name of 1-100 letters, digits, '_', '.', ':' or '-'; not {show(value)}"
+    return None
+
+
+def _queue_or_null(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not QUEUE_NAME.match(value)):
+        return f"must be a queue name of 1-100 letters, digits, '_', '.', ':' or '-', or null; not {show(value)}"
+    return None
+
+
+def _finite_at_least(low: float, *, inclusive: bool) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low or (value == low and not inclusive):
+            return f"must be a number of seconds {'>=' if inclusive else '>'} {low:g}, not {show(value)}"
+        return None
+
+    return check
+
+
+# Each default_args key's check: its problem as a message, or None.
+ARG_CHECKS: dict[str, Callable[[object], str | None]] = {
+    "retries": _whole_number,
+    "infrastructure_retry_limit": _whole_number,
+    "poison_threshold": _whole_number,
+    "retry_delay": _seconds,
+    "retry_max_delay": _seconds,
+    "kill_grace": _seconds,
+    "execution_timeout": _timeout,
+    "retry_backoff": _one_of(RETRY_BACKOFFS),
+    "retry_jitter": _one_of(RETRY_JITTERS),
+    "queue": _queue,
+    "queue_on_oom": _queue_or_null,
+    "poke_interval": _finite_at_least(1, inclusive=True),  # a wait_for task's checks: at most one a second
+    "wait_timeout": _finite_at_least(0, inclusive=False),
+    "memory_limit": memory.limit_problem,
+    "memory_limit_on_retry": memory.steps_problem,
+}
+
+
 def check_arg(key: str, value: object) -> str | None:
     """The problem with one default_args value, or None."""
-    if key in ("retries", "infrastructure_retry_limit", "poison_threshold"):
-        if not is_int(value) or value < 0:
-            return f"must be a whole number >= 0, not {show(value)}"
-    elif key in ("retry_delay", "retry_max_delay", "kill_grace"):
-        if not is_number(value) or value < 0:
-            return f"must be a number of seconds >= 0, not {show(value)}"
-    elif key == "execution_timeout":
-        if value is not None and (not is_number(value) or value <= 0):
-            return f"must be a number of seconds > 0, or null for none; not {show(value)}"
-    elif key == "retry_backoff":
-        if value not in RETRY_BACKOFFS:
-            return f"must be one of {', '.join(RETRY_BACKOFFS)}; not {show(value)}"
-    elif key == "retry_jitter":
-        if value not in RETRY_JITTERS:
-            return f"must be one of {', '.join(RETRY_JITTERS)}; not {show(value)}"
-    elif key == "queue":
-        if not isinstance(value, str) or not QUEUE_NAME.match(value):
-            return f"must be a queue name of 1-100 letters, digits, '_', '.', ':' or '-'; not {show(value)}"
-    elif key == "queue_on_oom":
-        if value is not None and (not isinstance(value, str) or not QUEUE_NAME.match(value)):
-            return f"must be a queue name of 1-100 letters, digits, '_', '.', ':' or '-', or null; not {show(value)}"
-    elif key == "poke_interval":  # a wait_for task's checks: at most one a second
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
-            return f"must be a number of seconds >= 1, not {show(value)}"
-    elif key == "wait_timeout":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            return f"must be a number of seconds > 0, not {show(value)}"
-    elif key == "memory_limit":
-        return memory.limit_problem(value)
-    elif key == "memory_limit_on_retry":
-        return memory.steps_problem(value)
-    return None
+    check = ARG_CHECKS.get(key)
+    return check(value) if check else None
 
 
 def check_memory_together(args: Mapping) -> str | None:

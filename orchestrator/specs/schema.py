@@ -216,8 +216,8 @@ def _check_memory(default_args: dict[str, Any], tasks: list[dict[str, Any]], pro
             problems.add(path, problem)
 
 
-def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
-    """Duplicate task ids, unknown upstreams and cycles."""
+def _index_of_task_ids(tasks: list[dict[str, Any]], problems: Problems) -> dict[str, int]:
+    """Each task id's position in the list; a duplicate is a problem (the first one counts)."""
     index_of: dict[str, int] = {}
     for i, task in enumerate(tasks):
         task_id = task.get("task_id")
@@ -227,6 +227,12 @@ def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
             problems.add(f"tasks[{i}].task_id", f"duplicate task id {task_id!r} (also tasks[{index_of[task_id]}])")
         else:
             index_of[task_id] = i
+    return index_of
+
+
+def _check_graph(tasks: list[dict[str, Any]], problems: Problems) -> None:
+    """Duplicate task ids, unknown upstreams and cycles."""
+    index_of = _index_of_task_ids(tasks, problems)
     for i, task in enumerate(tasks):
         for name in task.get("upstream", []):
             if name not in index_of:
@@ -291,6 +297,34 @@ def _refuse_nul(value: object, path: str, problems: Problems) -> None:
                 stack.append((child, join(where, str(key))))
         elif isinstance(item, (list, tuple)):
             stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+
+
+def _check_default_args(raw_args: object, problems: Problems) -> dict[str, Any]:
+    """A DAG's default_args, each key checked."""
+    if raw_args is not None and not isinstance(raw_args, Mapping):
+        problems.add("default_args", f"must be a mapping, not {show(raw_args)}")
+        return {}
+    if not raw_args:
+        return {}
+    unknown_keys(raw_args, DEFAULT_ARG_KEYS, "default_args", problems)
+    default_args = {**check_args(raw_args, ARG_KEYS, "default_args", problems), **_check_limits(raw_args, "default_args", problems)}
+    if "trigger_rule" in raw_args and _check_trigger_rule(raw_args["trigger_rule"], "default_args.trigger_rule", problems):
+        default_args["trigger_rule"] = raw_args["trigger_rule"]
+    return default_args
+
+
+def _check_tasks(raw_tasks: object, default_args: dict[str, Any], tz: ZoneInfo, problems: Problems) -> list[dict[str, Any]]:
+    """A DAG's tasks, each checked, then their graph and their memory limits together."""
+    if raw_tasks is None:
+        return []
+    if not isinstance(raw_tasks, list):
+        problems.add("tasks", f"must be a list, not {show(raw_tasks)}")
+        return []
+    default_rule = default_args.get("trigger_rule", TriggerRule.ALL_SUCCESS.value)
+    tasks = [_validate_task(item, f"tasks[{i}]", tz, problems, default_rule) for i, item in enumerate(raw_tasks)]
+    _check_graph(tasks, problems)
+    _check_memory(default_args, tasks, problems)
+    return tasks
 
 
 def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
@@ -359,31 +393,9 @@ def validate_dag(raw: object) -> tuple[DagSpec, list[Problem]]:
         raw.get("params"), raw.get("strict_params", DAG_DEFAULTS["strict_params"]), schedule, problems
     )
 
-    default_args: dict[str, Any] = {}
-    raw_args = raw.get("default_args")
-    if raw_args is not None and not isinstance(raw_args, Mapping):
-        problems.add("default_args", f"must be a mapping, not {show(raw_args)}")
-    elif raw_args:
-        unknown_keys(raw_args, DEFAULT_ARG_KEYS, "default_args", problems)
-        default_args = {**check_args(raw_args, ARG_KEYS, "default_args", problems), **_check_limits(raw_args, "default_args", problems)}
-        if "trigger_rule" in raw_args:
-            default_args["trigger_rule"] = raw_args["trigger_rule"]
-            if not _check_trigger_rule(raw_args["trigger_rule"], "default_args.trigger_rule", problems):
-                default_args.pop("trigger_rule")
-
+    default_args = _check_default_args(raw.get("default_args"), problems)
     deadlines = validate_deadlines(raw.get("deadlines"), "deadlines", task_level=False, tz=tz, problems=problems)
-
-    tasks: list[dict[str, Any]] = []
-    raw_tasks = raw.get("tasks")
-    if raw_tasks is None:
-        raw_tasks = []
-    if not isinstance(raw_tasks, list):
-        problems.add("tasks", f"must be a list, not {show(raw_tasks)}")
-    else:
-        default_rule = default_args.get("trigger_rule", TriggerRule.ALL_SUCCESS.value)
-        tasks = [_validate_task(item, f"tasks[{i}]", tz, problems, default_rule) for i, item in enumerate(raw_tasks)]
-        _check_graph(tasks, problems)
-        _check_memory(default_args, tasks, problems)
+    tasks = _check_tasks(raw.get("tasks"), default_args, tz, problems)
 
     spec: DagSpec = {
         "dag_id": dag_id,

@@ -55,7 +55,8 @@ def test_it_accepts_a_valid_dag_with_tasks_and_a_deadline(admin_client) -> None:
     assert tasks["load"].args == {"retry_delay": 5}
     assert tasks["extract"].op_kwargs == {"source": "memory://x"}
     deadline = DeadlineDefinition.objects.get(dag=dag)
-    assert deadline.task is None and deadline.days == ["mon", "fri"]
+    assert deadline.task is None
+    assert deadline.days == ["mon", "fri"]
     assert deadline.datetime == datetime(2026, 12, 31, 23, tzinfo=ZoneInfo("Europe/Amsterdam"))
     assert deadline.datetime_text == "2026-12-31T23:00:00"
 
@@ -225,4 +226,5 @@ def test_it_pauses_and_unpauses(admin_client, pipeline) -> None:
 def test_it_requires_login(client) -> None:
     """An anonymous visitor is sent to the login page."""
     response = client.get(LIST_URL)
-    assert response.status_code == 302 and "login" in response["Location"]
+    assert response.status_code == 302
+    assert "login" in response["Location"]

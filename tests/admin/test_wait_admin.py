@@ -90,7 +90,8 @@ def test_it_saves_each_kind_of_wait_and_warns_of_an_awaited_dag_not_defined_yet(
 
 def test_the_change_page_shows_the_wait_and_saving_it_unchanged_keeps_the_tasks(admin_client, waiting) -> None:
     page = admin_client.get(change_url(waiting)).content.decode()
-    assert 'name="tasks-4-wait_for"' in page and "orders_landed" in page
+    assert 'name="tasks-4-wait_for"' in page
+    assert "orders_landed" in page
     before = [row for row in snapshot() if row[0] == "Task"]
     response = admin_client.post(change_url(waiting), dag_post("waiting", tasks=existing_rows(waiting)))
     assert response.status_code == 302, errors_of(response)
@@ -132,8 +133,10 @@ def test_it_refuses_a_bad_wait_on_the_field_and_changes_nothing(admin_client, wa
     (tasks,) = [inline.formset for inline in response.context["inline_admin_formsets"] if inline.formset.prefix == "tasks"]
     errors = tasks.forms[landed].errors
     assert field in errors, errors
-    assert shown in " ".join(errors[field]) and escape(shown) in response.content.decode()
-    assert snapshot() == before and AuditLog.objects.count() == audited
+    assert shown in " ".join(errors[field])
+    assert escape(shown) in response.content.decode()
+    assert snapshot() == before
+    assert AuditLog.objects.count() == audited
 
 
 def test_an_edited_wait_exports_as_written_and_an_import_changes_nothing(admin_client, waiting, tmp_path: Path) -> None:

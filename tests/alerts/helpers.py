@@ -69,7 +69,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.bodies.append(json.loads(body))
                 answer = receiver.answers.pop(0) if receiver.answers else 200

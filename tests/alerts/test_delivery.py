@@ -42,7 +42,10 @@ def test_it_sends_the_payload_of_the_contract(receiver):
     assert sending.send_due() == 1
     (body,) = receiver.bodies
     assert set(body) == {"event", "rule", "group", "count", "first_event_at", "last_event_at", "sample", "url", "text"}
-    assert body["event"] == "opened" and body["rule"] == "hook" and body["group"] == {"dag_id": "etl"} and body["count"] == 1
+    assert body["event"] == "opened"
+    assert body["rule"] == "hook"
+    assert body["group"] == {"dag_id": "etl"}
+    assert body["count"] == 1
     assert body["sample"] == {
         "dag_id": "etl", "run_id": run.run_id, "task_id": "t", "map_index": -1,
         "category": "application", "reason": "task_exception", "message": "KeyError: 'x'",
@@ -51,7 +54,8 @@ def test_it_sends_the_payload_of_the_contract(receiver):
     incident = Incident.objects.get()
     assert body["url"] == f"/alerts/?rule=hook#incident-{incident.pk}"  # no ORCHESTRATOR_BASE_URL: relative
     delivery = Delivery.objects.get()
-    assert delivery.state == "sent" and delivery.tries == 1
+    assert delivery.state == "sent"
+    assert delivery.tries == 1
     assert counted("hook", "sent") == before + 1
 
 
@@ -72,12 +76,16 @@ def test_a_500_is_tried_again_after_a_second_then_sent(receiver):
     fail(run_of("etl"))
     assert sending.send_due() == 1
     delivery = Delivery.objects.get()
-    assert delivery.state == "pending" and delivery.tries == 1 and "HTTP 500" in delivery.last_error
+    assert delivery.state == "pending"
+    assert delivery.tries == 1
+    assert "HTTP 500" in delivery.last_error
     assert delivery.next_try_at - DeliveryTry.objects.get().at == timedelta(seconds=1)
     assert sending.send_due() == 0  # not due yet
     assert sending.send_due(shared_now() + timedelta(seconds=1.5)) == 1
     delivery.refresh_from_db()
-    assert delivery.state == "sent" and delivery.tries == 2 and len(receiver.bodies) == 2
+    assert delivery.state == "sent"
+    assert delivery.tries == 2
+    assert len(receiver.bodies) == 2
     assert list(DeliveryTry.objects.values_list("outcome", flat=True)) == ["failed", "sent"]
     assert (counted("flaky", "failed"), counted("flaky", "sent")) == (failed_before + 1, sent_before + 1)
 
@@ -113,7 +121,8 @@ def test_a_hanging_receiver_is_a_failed_try_and_never_delays_a_task(receiver, mo
         assert time.monotonic() - started < 5.0
         wait_for(lambda: Delivery.objects.filter(state="sent").count() == 5, timeout=20)
         hung = DeliveryTry.objects.filter(outcome="failed").get()
-        assert "within 1s" in hung.error and hung.seconds >= 0.9  # the socket's or the thread's bound
+        assert "within 1s" in hung.error
+        assert hung.seconds >= 0.9
     finally:
         sender.stop()
 

@@ -29,7 +29,9 @@ def test_it_routes_by_category_and_owner():
     assert incidents.absorb() == 2
     assert list(Incident.objects.filter(rule=platform).values_list("count", flat=True)) == [1]
     (incident,) = Incident.objects.filter(rule=data)
-    assert incident.count == 1 and incident.sample["dag_id"] == "etl" and incident.sample["reason"] == "task_exception"
+    assert incident.count == 1
+    assert incident.sample["dag_id"] == "etl"
+    assert incident.sample["reason"] == "task_exception"
     assert incident.sample["message"] == "KeyError: 'x'"
 
 
@@ -41,7 +43,8 @@ def test_it_sends_one_notification_for_three_failures_of_one_group():
     assert not Incident.objects.exists()  # the reports queued their events, nothing more
     assert incidents.absorb() == 3
     (incident,) = Incident.objects.filter(rule=r)
-    assert incident.count == 3 and incident.group == {"category": "application", "reason": "task_exception"}
+    assert incident.count == 3
+    assert incident.group == {"category": "application", "reason": "task_exception"}
     assert list(incident.deliveries.values_list("event", flat=True)) == ["opened"]
     assert incident.feeds.count() == 3
 
@@ -96,7 +99,8 @@ def test_it_resolves_once_every_task_that_fed_it_succeeded_and_a_later_event_ope
     succeed(two)
     assert incidents.resolve_over(shared_now()) == 1
     incident.refresh_from_db()
-    assert incident.state == "resolved" and incident.resolved_at is not None
+    assert incident.state == "resolved"
+    assert incident.resolved_at is not None
     assert list(incident.deliveries.values_list("event", flat=True)) == ["opened", "resolved"]
     assert incidents.resolve_over(shared_now()) == 0  # resolved once
     fail(run_of("three"))
@@ -127,7 +131,8 @@ def test_a_failed_run_is_an_event_through_the_listener_hook():
     assert listeners.drain()
     incidents.absorb()
     (incident,) = Incident.objects.filter(rule=r)
-    assert incident.sample["run_id"] == run.run_id and incident.sample["task_id"] is None
+    assert incident.sample["run_id"] == run.run_id
+    assert incident.sample["task_id"] is None
     assert incident.sample["reason"] == "task_exception"
 
 
@@ -167,7 +172,8 @@ def test_a_matching_rule_adds_one_insert_to_the_report_and_no_incident_write(mon
     assert len(with_rule) == len(without) + 1, extra
     (insert,) = [sql for sql in with_rule if "alerts_" in sql]
     assert insert.startswith('INSERT INTO "alerts_alertevent"')
-    assert AlertEvent.objects.count() == 2 and not Incident.objects.exists()
+    assert AlertEvent.objects.count() == 2
+    assert not Incident.objects.exists()
 
 
 def test_the_sender_counts_a_storm_of_one_group_with_one_update_of_its_incident():
@@ -187,9 +193,11 @@ def test_the_sender_counts_a_storm_of_one_group_with_one_update_of_its_incident(
     updates = [q["sql"] for q in captured.captured_queries if q["sql"].startswith('UPDATE "alerts_incident"')]
     assert len(updates) <= 2  # the count, and the last event's time and sample
     (incident,) = Incident.objects.filter(rule=r)
-    assert incident.count == 23 and incident.feeds.count() == 23
+    assert incident.count == 23
+    assert incident.feeds.count() == 23
     assert incident.sample["dag_id"] == "m19"  # the latest event's
-    assert not AlertEvent.objects.exists() and incidents.absorb() == 0
+    assert not AlertEvent.objects.exists()
+    assert incidents.absorb() == 0
 
 
 def test_an_incident_stays_open_while_an_event_of_its_group_is_queued():
@@ -212,7 +220,8 @@ def test_events_of_a_deleted_rule_are_dropped():
     fail(run_of("x"))
     r.delete()
     assert incidents.absorb() == 1
-    assert not AlertEvent.objects.exists() and not Incident.objects.exists()
+    assert not AlertEvent.objects.exists()
+    assert not Incident.objects.exists()
 
 
 def test_the_sample_of_a_tasks_traceback_is_its_exception():
@@ -233,5 +242,6 @@ def test_a_hostile_error_text_never_fails_the_report(error):
     assert ti_of(run).attempts.filter(state="failed").count() == 1
     incidents.absorb()
     message = Incident.objects.get().sample["message"]
-    assert "\x00" not in message and len(message) <= 500
+    assert "\x00" not in message
+    assert len(message) <= 500
     message.encode()  # valid UTF-8

@@ -58,7 +58,8 @@ def test_it_clears_a_failed_task_and_gives_it_retries_again(alice):
     assert (context["category"], context["reason"], context["source"]) == ("user_action", "manual_clear", "api")
     assert context["metadata"] == {"user": "alice", "note": "fixed the bucket", "prior_state": "failed"}
     assert context["at"]
-    assert run_state(run) == "running" and run.end_date is None
+    assert run_state(run) == "running"
+    assert run.end_date is None
     # Its downstream tasks are no longer upstream_failed: they wait for it again.
     assert instance(run, "transform").state == TaskState.NONE
     assert instance(run, "load").state == TaskState.NONE
@@ -177,7 +178,8 @@ def test_it_marks_a_task_failed_and_fails_its_downstream(alice):
     entry = actions.mark_failed(instance(run, "extract"), alice, note="source is gone")
 
     extract = instance(run, "extract")
-    assert extract.state == TaskState.FAILED and extract.next_retry_at is None
+    assert extract.state == TaskState.FAILED
+    assert extract.next_retry_at is None
     assert extract.last_failure_context["reason"] == "manual_mark_failed"
     assert instance(run, "transform").state == TaskState.UPSTREAM_FAILED
     assert instance(run, "load").state == TaskState.UPSTREAM_FAILED
@@ -219,7 +221,8 @@ def test_it_reclassifies_a_user_failure_as_the_platforms(alice):
     assert (ti.last_failure_context["category"], ti.last_failure_context["reason"]) == ("user_action", "manual_reclassify")
     # Scheduled and dispatched at once, repeating the same try the way a platform retry does:
     # it never reads as more tries than it was allowed.
-    assert ti.state == TaskState.QUEUED and (ti.try_number, ti.max_tries) == (1, 1)
+    assert ti.state == TaskState.QUEUED
+    assert (ti.try_number, ti.max_tries) == (1, 1)
     latest = ti.attempts.order_by("-attempt_token").first()
     assert (latest.try_number, latest.infrastructure_try_number) == (1, 1)
     assert instance(run, "transform").state == TaskState.NONE
@@ -239,7 +242,8 @@ def test_it_reschedules_a_dead_lettered_task(alice):
     fail(run, "extract")
     fail(run, "extract")
     ti = instance(run, "extract")
-    assert ti.state == TaskState.DEAD_LETTER and ti.fingerprint_streak == 2
+    assert ti.state == TaskState.DEAD_LETTER
+    assert ti.fingerprint_streak == 2
     pause(dag)
 
     actions.reclassify(ti, alice)
@@ -339,5 +343,6 @@ def test_actions_take_their_time_from_the_shared_clock(alice):
         clock._offset = None
     extract, transform = instance(run, "extract"), instance(run, "transform")
     ahead = timezone.now() + timedelta(minutes=59)
-    assert extract.end_date > ahead and transform.end_date > ahead
+    assert extract.end_date > ahead
+    assert transform.end_date > ahead
     assert extract.last_failure_context["at"] > ahead.isoformat()

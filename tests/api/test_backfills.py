@@ -71,7 +71,9 @@ def test_pause_unpause_and_cancel_are_audited(alice_client, dag):
     assert post(alice_client, f"/backfills/{backfill_id}/pause").json()["state"] == "paused"  # again: no change
     assert post(alice_client, f"/backfills/{backfill_id}/unpause").json()["state"] == "running"
     doc = post(alice_client, f"/backfills/{backfill_id}/cancel").json()
-    assert doc["state"] == "cancelled" and doc["cancelled"] == 3 and doc["runs"]["pending"] == 0
+    assert doc["state"] == "cancelled"
+    assert doc["cancelled"] == 3
+    assert doc["runs"]["pending"] == 0
     assert post(alice_client, f"/backfills/{backfill_id}/unpause").status_code == 409
     assert list(AuditLog.objects.filter(action__startswith="backfill_").order_by("id").values_list("action", "username", "prior_state", "new_state")) == [
         ("backfill_create", "alice", "", "running"),
@@ -102,13 +104,15 @@ def test_a_bad_argument_is_a_400_naming_it_and_creates_nothing(alice_client, dag
     response = post(alice_client, "/dags/etl/backfills", body)
     assert response.status_code == 400, response.content
     assert named in response.json()["error"]
-    assert not Backfill.objects.exists() and not DagRun.objects.exists()
+    assert not Backfill.objects.exists()
+    assert not DagRun.objects.exists()
 
 
 def test_a_dag_without_a_schedule_is_a_400(alice_client):
     chain_dag("manual_only")
     response = post(alice_client, "/dags/manual_only/backfills", BODY)
-    assert response.status_code == 400 and "no schedule" in response.json()["error"]
+    assert response.status_code == 400
+    assert "no schedule" in response.json()["error"]
 
 
 def test_unknown_dag_or_backfill_is_a_404(alice_client, dag):
@@ -165,7 +169,8 @@ def test_reprocessing_also_needs_the_permission_to_act_on_tasks(trigger_only_cli
     as well as orchestrator.trigger_dagrun; one that only creates runs does not."""
     for dry_run in (False, True):
         response = post(trigger_only_client, "/dags/etl/backfills", {**BODY, "reprocess": reprocess, "dry_run": dry_run})
-        assert response.status_code == 403 and "orchestrator.change_taskinstance" in response.json()["error"]
+        assert response.status_code == 403
+        assert "orchestrator.change_taskinstance" in response.json()["error"]
     assert not Backfill.objects.exists()
     assert post(trigger_only_client, "/dags/etl/backfills", {**BODY, "reprocess": "none"}).status_code == 201
     assert post(alice_client, "/dags/etl/backfills", {**BODY, "reprocess": reprocess}).status_code == 201

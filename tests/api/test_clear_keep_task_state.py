@@ -49,5 +49,6 @@ def test_clear_empties_the_state_by_default(alice_client, run):
 
 def test_a_keep_task_state_that_is_not_a_boolean_is_refused_changing_nothing(alice_client, run):
     response = _clear(alice_client, run, {"keep_task_state": "yes"})
-    assert response.status_code == 400 and "keep_task_state" in response.json()["error"]
+    assert response.status_code == 400
+    assert "keep_task_state" in response.json()["error"]
     assert _extract(alice_client.get(f"/api/v1/dags/etl/runs/{run.run_id}").json())["state"] == "success"

@@ -27,7 +27,8 @@ def test_it_prints_the_new_token_as_its_only_line(process_env):
     result = manage(process_env, "create_api_token", "carol")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert len(lines) == 1 and len(lines[0]) >= 32
+    assert len(lines) == 1
+    assert len(lines[0]) >= 32
     token = ApiToken.objects.get(user=user)
     assert token.key_hash == hash_key(lines[0])
 

@@ -29,7 +29,8 @@ def test_it_shows_one_dag(bob_client):
     """One DAG's document."""
     chain_dag("etl")
     doc = bob_client.get("/api/v1/dags/etl").json()
-    assert doc["dag_id"] == "etl" and doc["timezone"] == "UTC"
+    assert doc["dag_id"] == "etl"
+    assert doc["timezone"] == "UTC"
 
 
 def test_it_answers_404_json_for_an_unknown_dag(bob_client):

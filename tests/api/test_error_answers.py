@@ -31,7 +31,7 @@ def _error(response) -> str:
 
 
 @pytest.mark.parametrize(
-    "body, status, message",
+    ("body", "status", "message"),
     [
         ({"from": 1, "to": "2026-01-02"}, 400, "from must be a string, got int: 1"),
         ({"from": "2026-01-01", "to": "2026-01-02", "max_active_runs": "5"}, 400, "max_active_runs must be a whole number, got str: '5'"),
@@ -53,7 +53,8 @@ def test_a_refused_body_is_a_400_naming_the_field_and_the_value(alice_client, da
 def test_a_null_map_index_is_refused_not_taken_for_every_instance(alice_client):
     chain_dag("etl")
     response = alice_client.post(f"{RUNS}/x/tasks/extract/clear", {"map_index": None}, content_type="application/json")
-    assert response.status_code == 400 and "map_index must be a whole number" in _error(response)
+    assert response.status_code == 400
+    assert "map_index must be a whole number" in _error(response)
 
 
 def test_a_bearer_post_needs_no_csrf_token_and_a_session_post_does(alice):
@@ -63,14 +64,16 @@ def test_a_bearer_post_needs_no_csrf_token_and_a_session_post_does(alice):
     session_client = Client(enforce_csrf_checks=True)
     session_client.force_login(alice)
     refused = session_client.post(RUNS, {}, content_type="application/json")
-    assert refused.status_code == 403 and "CSRF" in _error(refused)
+    assert refused.status_code == 403
+    assert "CSRF" in _error(refused)
     assert DagRun.objects.count() == 1
 
 
 def test_a_method_the_path_does_not_serve_is_a_json_405_after_login(alice_client, anonymous_client):
     chain_dag("etl")
     response = alice_client.delete(RUNS)
-    assert response.status_code == 405 and response["Allow"] == "GET, POST"
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, POST"
     assert "method DELETE not allowed" in _error(response)
     assert anonymous_client.delete(RUNS).status_code == 401
     assert alice_client.put("/api/v1/dags").status_code == 405

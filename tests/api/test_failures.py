@@ -49,7 +49,7 @@ def test_it_lists_failed_attempts_newest_first(bob_client, failures):
 
 
 @pytest.mark.parametrize(
-    "params, expected",
+    ("params", "expected"),
     [
         ({"category": "infrastructure"}, ["worker_lost"]),
         ({"category": "application"}, ["task_exception"]),
@@ -77,7 +77,7 @@ def test_it_reads_an_unescaped_plus_in_since(bob_client, failures):
 
 
 @pytest.mark.parametrize(
-    "params, message",
+    ("params", "message"),
     [
         ({"category": "cosmic_rays"}, "invalid category 'cosmic_rays'"),
         ({"reason": "bad_luck"}, "invalid reason 'bad_luck'"),

@@ -44,7 +44,8 @@ def _deadline(document: dict) -> str:
 
 
 def _nothing_created() -> None:
-    assert not DagRun.objects.exists() and not AuditLog.objects.exists()
+    assert not DagRun.objects.exists()
+    assert not AuditLog.objects.exists()
 
 
 # --- the API ---------------------------------------------------------------------------------
@@ -72,7 +73,8 @@ def test_runs_may_share_a_logical_date_never_an_id(alice_client, dag):
 def test_without_a_logical_date_it_is_the_time_the_run_was_queued(alice_client, dag):
     for body in ({}, {"logical_date": None}):
         document = post(alice_client, body).json()
-        assert document["logical_date"] == document["queued_at"] and document["run_id"] == f"manual__{document['queued_at']}"
+        assert document["logical_date"] == document["queued_at"]
+        assert document["run_id"] == f"manual__{document['queued_at']}"
 
 
 def test_a_date_alone_is_midnight_in_the_dags_timezone(alice_client, dag):
@@ -84,14 +86,16 @@ def test_the_api_refuses_what_is_not_iso_8601_naming_the_field(alice_client, dag
     response = post(alice_client, {"logical_date": value})
     assert response.status_code == 400
     body = response.json()
-    assert body["field"] == "logical_date" and "logical_date" in body["error"]
+    assert body["field"] == "logical_date"
+    assert "logical_date" in body["error"]
     _nothing_created()
 
 
 def test_the_openapi_document_describes_the_field(bob_client):
     operation = bob_client.get("/api/v1/openapi.json").json()["paths"]["/dags/{dag_id}/runs"]["post"]
     field = operation["requestBody"]["content"]["application/json"]["schema"]["properties"]["logical_date"]
-    assert field["type"] == ["string", "null"] and "ISO 8601" in field["description"]
+    assert field["type"] == ["string", "null"]
+    assert "ISO 8601" in field["description"]
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -118,7 +122,9 @@ def test_the_command_exits_1_naming_it(process_env):
         [sys.executable, str(ROOT / "manage.py"), "trigger_dag", "etl", "--logical-date", "next tuesday"],
         env=process_env, cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert done.returncode == 1 and "--logical-date" in done.stderr and "next tuesday" in done.stderr
+    assert done.returncode == 1
+    assert "--logical-date" in done.stderr
+    assert "next tuesday" in done.stderr
     assert done.stdout == ""
     _nothing_created()
 
@@ -132,7 +138,8 @@ def test_the_form_sets_the_logical_date(alice_client, dag):
     assert response.status_code == 303
     run = DagRun.objects.get()
     assert response["Location"] == f"/dags/etl/runs/{run.run_id}/"
-    assert run.logical_date == datetime.fromisoformat(AT) and _deadline(run_document(run)) == NEED_BY
+    assert run.logical_date == datetime.fromisoformat(AT)
+    assert _deadline(run_document(run)) == NEED_BY
 
 
 def test_an_empty_field_is_now(alice_client, dag):
@@ -146,7 +153,8 @@ def test_the_form_shows_a_bad_date_beside_the_field(alice_client, dag):
     assert response.status_code == 400
     html = response.content.decode()
     assert '<p class="error" id="logical-date-error" role="alert">logical_date is not an ISO 8601' in html
-    assert 'value="31/01/2026" placeholder' in html and "{&quot;k&quot;: 1}" in html  # what was typed, kept
+    assert 'value="31/01/2026" placeholder' in html
+    assert "{&quot;k&quot;: 1}" in html
     assert 'id="trigger-error"' not in html
     _nothing_created()
 

@@ -39,7 +39,8 @@ def api_v1_routes() -> list[tuple[str, URLPattern]]:
 @pytest.fixture
 def document(bob_client) -> dict:
     response = bob_client.get(URL)
-    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
     return response.json()
 
 
@@ -69,7 +70,8 @@ def test_it_is_openapi_3_with_bearer_and_session_security(document):
 def test_it_describes_parameters_from_the_code_that_checks_them(document):
     """The state filter's enum is RunState; limit has the bounds the parser enforces."""
     params = {p["name"]: p for p in document["paths"]["/dags/{dag_id}/runs"]["get"]["parameters"]}
-    assert params["dag_id"]["in"] == "path" and params["dag_id"]["required"] is True
+    assert params["dag_id"]["in"] == "path"
+    assert params["dag_id"]["required"] is True
     assert params["state"]["schema"]["enum"] == [s.value for s in RunState]
     assert params["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
 
@@ -85,13 +87,15 @@ def test_it_describes_bodies_permissions_and_errors(document):
 
 def test_every_reference_resolves(document):
     refs = set(re.findall(r'"\$ref": "#/components/schemas/(\w+)"', str(document).replace("'", '"')))
-    assert refs and refs <= set(document["components"]["schemas"])
+    assert refs
+    assert refs <= set(document["components"]["schemas"])
 
 
 def test_it_needs_login_or_a_token(anonymous_client, bob):
     """Like every /api/ URL: 401 JSON when anonymous, the document with a bearer token."""
     refused = anonymous_client.get(URL)
-    assert refused.status_code == 401 and refused.json()["error"]
+    assert refused.status_code == 401
+    assert refused.json()["error"]
     token = create_token(bob)
     assert anonymous_client.get(URL, HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
 
@@ -100,4 +104,5 @@ def test_a_declared_query_parameter_is_enforced(bob_client):
     """The declaration that documents ?format= also refuses a value it does not list."""
     chain_dag("etl")
     response = bob_client.get("/api/v1/dags/etl/deadlines/history?format=xml")
-    assert response.status_code == 400 and "invalid format 'xml'" in response.json()["error"]
+    assert response.status_code == 400
+    assert "invalid format 'xml'" in response.json()["error"]

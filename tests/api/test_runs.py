@@ -33,7 +33,8 @@ def test_it_lists_runs_newest_first(bob_client, etl):
     old, new = make_run(etl, at=T0), make_run(etl, at=T0 + timedelta(hours=1))
     runs = bob_client.get("/api/v1/dags/etl/runs").json()["runs"]
     assert [r["run_id"] for r in runs] == [new.run_id, old.run_id]
-    assert runs[0]["state"] == "queued" and "task_instances" not in runs[0]
+    assert runs[0]["state"] == "queued"
+    assert "task_instances" not in runs[0]
 
 
 def test_it_filters_runs_by_state_and_limits_them(bob_client, etl):
@@ -49,7 +50,7 @@ def test_it_filters_runs_by_state_and_limits_them(bob_client, etl):
 
 
 @pytest.mark.parametrize(
-    "query, message",
+    ("query", "message"),
     [("state=bogus", "invalid state 'bogus'"), ("limit=0", "invalid limit '0'"), ("limit=ten", "invalid limit 'ten'")],
 )
 def test_it_refuses_bad_run_filters(bob_client, etl, query, message):
@@ -81,8 +82,10 @@ def test_it_serves_the_documented_run_document(bob_client, etl):
     assert (attempt["kind"], attempt["state"], attempt["fingerprint"]) == ("user", "failed", "4a7c1d9e02bb")
     assert attempt["context"].keys() >= CONTEXT_FIELDS
     (success,) = extract["attempts"]
-    assert success["context"] is None and "fingerprint" not in success
-    assert load["attempts"] == [] and load["last_failure_context"] is None
+    assert success["context"] is None
+    assert "fingerprint" not in success
+    assert load["attempts"] == []
+    assert load["last_failure_context"] is None
     assert doc["deadlines"] == []
 
 

@@ -96,7 +96,7 @@ def test_it_answers_409_when_there_is_nothing_to_reclassify(alice_client):
 
 
 @pytest.mark.parametrize(
-    "body, message",
+    ("body", "message"),
     [('{"note": 5}', "note must be a string"), ('{"include_downstream": "yes"}', "include_downstream must be true or false")],
 )
 def test_it_refuses_bad_fields(alice_client, failed_run, body, message):

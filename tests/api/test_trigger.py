@@ -15,7 +15,8 @@ def test_it_triggers_a_run_with_conf(alice_client):
     response = alice_client.post("/api/v1/dags/etl/runs", {"conf": {"day": "2026-11-21"}}, content_type="application/json")
     assert response.status_code == 201
     doc = response.json()
-    assert doc["run_id"].startswith("manual__") and doc["conf"] == {"day": "2026-11-21"}
+    assert doc["run_id"].startswith("manual__")
+    assert doc["conf"] == {"day": "2026-11-21"}
     assert [ti["task_id"] for ti in doc["task_instances"]] == ["extract", "transform", "load"]
     assert DagRun.objects.get(run_id=doc["run_id"]).triggered_by == "alice"
     assert AuditLog.objects.get(action="trigger").run_id == doc["run_id"]
@@ -38,7 +39,7 @@ def test_it_refuses_a_paused_dag(alice_client):
 
 
 @pytest.mark.parametrize(
-    "body, message",
+    ("body", "message"),
     [
         ('{"conf": [1, 2]}', "conf must be a JSON object, got list"),
         ('{"conf": "x"}', "conf must be a JSON object, got str"),

@@ -36,13 +36,15 @@ def test_it_lists_every_kind_of_action_newest_first(bob_client, history):
     assert (clear["map_index"], clear["prior_state"], clear["new_state"], clear["note"]) == (-1, "failed", "none", "once more")
     assert clear["details"]["include_downstream"] is False
     assert by_action["mark_success"]["note"] == "checked by hand"
-    assert by_action["reclassify"]["run_id"] == history.other.run_id and by_action["reclassify"]["note"] == "node drain"
+    assert by_action["reclassify"]["run_id"] == history.other.run_id
+    assert by_action["reclassify"]["note"] == "node drain"
     trigger = by_action["trigger"]
     assert (trigger["task_id"], trigger["map_index"], trigger["details"]["conf"]) == ("", None, {"day": 1})
     circuit = by_action["circuit_open"]
     assert (circuit["dag_id"], circuit["prior_state"], circuit["new_state"], circuit["details"]["circuit"]) == ("", "closed", "open", "payments-api")
     assert by_action["backfill_pause"]["details"]["backfill_id"] == by_action["backfill_create"]["details"]["backfill_id"]
-    assert by_action["backfill_rerun"]["user"] == "alice" and by_action["backfill_rerun"]["note"] == "backfill"
+    assert by_action["backfill_rerun"]["user"] == "alice"
+    assert by_action["backfill_rerun"]["note"] == "backfill"
     mapped = body["entries"][0]
     assert (mapped["dag_id"], mapped["task_id"], mapped["map_index"], mapped["note"]) == ("mapped", "load", 1, "bad item")
     assert timezone.datetime.fromisoformat(body["entries"][0]["at"]) >= timezone.datetime.fromisoformat(body["entries"][-1]["at"])
@@ -55,7 +57,8 @@ def test_it_filters_by_dag_run_task_action_and_user(bob_client, history):
     by_task = get(bob_client, dag_id="etl", run_id=history.run.run_id, task_id="load").json()
     assert [e["action"] for e in by_task["entries"]] == ["clear", "mark_failed"]
     marks = get(bob_client, action="mark_failed").json()
-    assert marks["count"] == 2 and {e["dag_id"] for e in marks["entries"]} == {"etl", "mapped"}
+    assert marks["count"] == 2
+    assert {e["dag_id"] for e in marks["entries"]} == {"etl", "mapped"}
     circuits = get(bob_client, action="circuit_probe").json()["entries"]
     assert [(e["prior_state"], e["new_state"]) for e in circuits] == [("open", "half_open")]
     assert get(bob_client, user="alice").json()["count"] == len(ACTIONS_OLDEST_FIRST)
@@ -103,14 +106,16 @@ def test_a_bad_filter_is_a_400_naming_it(bob_client, params, field):
 def test_anonymous_gets_401_json(anonymous_client):
     response = get(anonymous_client, limit="ten")
     assert response.status_code == 401
-    assert response["Content-Type"] == "application/json" and "error" in response.json()
+    assert response["Content-Type"] == "application/json"
+    assert "error" in response.json()
 
 
 def test_a_bearer_token_reads_it(bob, client, history):
     from orchestrator.auth import create_token
 
     response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {create_token(bob)}")
-    assert response.status_code == 200 and response.json()["count"] == len(ACTIONS_OLDEST_FIRST)
+    assert response.status_code == 200
+    assert response.json()["count"] == len(ACTIONS_OLDEST_FIRST)
 
 
 def test_the_openapi_document_describes_it(bob_client):
@@ -118,5 +123,6 @@ def test_the_openapi_document_describes_it(bob_client):
     params = {p["name"]: p for p in operation["parameters"]}
     assert set(params) == {"dag_id", "run_id", "task_id", "action", "user", "since", "limit"}
     assert params["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
-    assert "count" in operation["description"] and "limit" in operation["description"]
+    assert "count" in operation["description"]
+    assert "limit" in operation["description"]
     assert set(operation["responses"]) == {"200", "400", "401"}

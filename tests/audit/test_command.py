@@ -58,6 +58,8 @@ def test_the_console_script_runs_it_and_exits_1_on_a_bad_option(process_env):
     script = ROOT / ".venv" / "bin" / "orchestrator"
     command = [str(script)] if script.exists() else [sys.executable, str(ROOT / "manage.py")]
     done = subprocess.run([*command, "audit", "--since", "not-a-date"], env=process_env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "--since 'not-a-date'" in done.stderr
+    assert done.returncode == 1
+    assert "--since 'not-a-date'" in done.stderr
     done = subprocess.run([*command, "audit", "--json"], env=process_env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and json.loads(done.stdout) == []
+    assert done.returncode == 0
+    assert json.loads(done.stdout) == []

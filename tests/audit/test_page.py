@@ -28,7 +28,8 @@ def test_it_shows_what_the_api_answers(bob_client, history, query):
 
 def test_it_filters_by_run_and_names_a_mapped_instance(bob_client, history):
     html = bob_client.get("/audit/", {"run_id": history.mapped.run_id}).content.decode()
-    assert actions_shown(html) == ["mark_failed"] and "<td>load[1]</td>" in html
+    assert actions_shown(html) == ["mark_failed"]
+    assert "<td>load[1]</td>" in html
     assert actions_shown(bob_client.get("/audit/").content.decode()) == ACTIONS_OLDEST_FIRST[::-1]
 
 
@@ -41,4 +42,5 @@ def test_a_bad_filter_is_shown_not_a_server_error(bob_client, query, named):
 
 def test_anonymous_is_sent_to_log_in(anonymous_client):
     response = anonymous_client.get("/audit/")
-    assert response.status_code == 302 and "/login" in response["Location"]
+    assert response.status_code == 302
+    assert "/login" in response["Location"]

@@ -106,9 +106,11 @@ def test_reprocess_failed_clears_the_failed_the_upstream_failed_and_the_dead_let
     states = dict(TaskInstance.objects.filter(dag_run=run).values_list("task_id", "state"))
     assert states["audit"] == "success"  # a task that succeeded is kept
     assert states["extract"] == "queued"  # cleared, then dispatched at once
-    assert states["load"] == "none" and states["report"] == "none"
+    assert states["load"] == "none"
+    assert states["report"] == "none"
     extract = TaskInstance.objects.get(dag_run=run, task_id="extract")
-    assert extract.last_failure_context["reason"] == "manual_clear" and extract.last_failure_context["metadata"]["user"] == "tester"
+    assert extract.last_failure_context["reason"] == "manual_clear"
+    assert extract.last_failure_context["metadata"]["user"] == "tester"
     assert AuditLog.objects.filter(action="backfill_rerun", run_id=run.run_id).exists()
 
 
@@ -162,7 +164,8 @@ def test_it_starts_at_most_max_active_runs_oldest_first(backwards):
     assert started_dates(backfill) == all_dates
     schedule_once()
     backfill.refresh_from_db()
-    assert backfill.state == "success" and backfill.end_date is not None
+    assert backfill.state == "success"
+    assert backfill.end_date is not None
     doc = backfills.document(backfill)
     assert doc["runs"] == {"total": 5, "pending": 0, "queued": 0, "running": 0, "success": 5, "failed": 0}
     assert set(DagRun.objects.filter(backfill=backfill).values_list("run_type", flat=True)) == {"backfill"}
@@ -249,7 +252,8 @@ def test_cancel_never_starts_the_rest_and_lets_running_runs_finish():
     backfill.refresh_from_db()
     assert backfills.is_over(backfill)
     doc = backfills.document(backfill)
-    assert doc["state"] == "cancelled" and doc["cancelled"] == 3
+    assert doc["state"] == "cancelled"
+    assert doc["cancelled"] == 3
     assert doc["runs"] == {"total": 5, "pending": 0, "queued": 0, "running": 0, "success": 2, "failed": 0}
     with pytest.raises(backfills.Conflict):
         backfills.act(backfill, "unpause", None)
@@ -316,7 +320,8 @@ def test_a_bad_argument_is_an_error_naming_it_and_creates_nothing(args, named):
     with pytest.raises(CommandError) as caught:
         run_command(dag.dag_id, *args)
     assert named in str(caught.value)
-    assert not Backfill.objects.exists() and not DagRun.objects.exists()
+    assert not Backfill.objects.exists()
+    assert not DagRun.objects.exists()
 
 
 def test_a_dag_without_a_schedule_cannot_be_backfilled():

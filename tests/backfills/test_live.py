@@ -58,7 +58,8 @@ def test_a_backfill_runs_each_date_once_within_its_limit_across_dst(stack, make_
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stdout + result.stderr
     backfill = Backfill.objects.get()
-    assert lines[0] == str(backfill.pk) and lines[-1] == "success"
+    assert lines[0] == str(backfill.pk)
+    assert lines[-1] == "success"
     spans = intervals(str(log))
     # Every date once, each seen by its task as its local midnight; never more than 2 at once,
     # and 2 at once at some point (the limit is what held them back, not the worker).
@@ -100,7 +101,8 @@ def test_every_reprocess_behaviour_on_a_paused_dag(stack, make_dag, process_env,
     Path(f"{log}.fail-{second_day}").unlink()
 
     again = backfill("none")  # every date has a run: nothing to do
-    assert again.state == "success" and backfills.document(again)["skipped"] == 3
+    assert again.state == "success"
+    assert backfills.document(again)["skipped"] == 3
     rerun_failed = backfill("failed")  # only the failed date runs again
     assert rerun_failed.state == "success"
     assert calls() == {AMSTERDAM_MIDNIGHTS[0]: 1, second_day: 2, AMSTERDAM_MIDNIGHTS[2]: 1}
@@ -109,7 +111,8 @@ def test_every_reprocess_behaviour_on_a_paused_dag(stack, make_dag, process_env,
     assert calls() == {AMSTERDAM_MIDNIGHTS[0]: 2, second_day: 3, AMSTERDAM_MIDNIGHTS[2]: 2}
     assert DagRun.objects.filter(dag=dag).count() == 3  # re-runs, never duplicates
     dag.refresh_from_db()
-    assert dag.paused and not DagRun.objects.filter(dag=dag, run_type="scheduled").exists()
+    assert dag.paused
+    assert not DagRun.objects.filter(dag=dag, run_type="scheduled").exists()
     nothing_stuck(dag)
 
 
@@ -135,7 +138,8 @@ def test_pause_unpause_and_cancel_mid_way_leave_nothing_stuck(stack, make_dag, t
     assert DagRun.objects.get(pk=second.pk).state == "success"  # the running one finished
     assert DagRun.objects.filter(backfill=backfill).count() == 2  # the rest never started
     doc = backfills.document(Backfill.objects.get(pk=backfill.pk))
-    assert doc["state"] == "cancelled" and doc["cancelled"] == 4
+    assert doc["state"] == "cancelled"
+    assert doc["cancelled"] == 4
     assert doc["runs"] == {"total": 6, "pending": 0, "queued": 0, "running": 0, "success": 2, "failed": 0}
     nothing_stuck(dag)
 

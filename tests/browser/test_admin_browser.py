@@ -64,8 +64,11 @@ def test_the_task_inline_fits_the_viewport_with_its_error_on_screen(live_server,
         error.scroll_into_view_if_needed()
         assert error.is_visible()
         box = error.bounding_box()
-        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= WIDTH, f"the error is at {box}"
-        assert box["y"] >= 0 and box["y"] + box["height"] <= HEIGHT, f"the error is at {box}"
+        assert box is not None, f"the error is at {box}"
+        assert box["x"] >= 0, f"the error is at {box}"
+        assert box["x"] + box["width"] <= WIDTH, f"the error is at {box}"
+        assert box["y"] >= 0, f"the error is at {box}"
+        assert box["y"] + box["height"] <= HEIGHT, f"the error is at {box}"
         assert page.evaluate("document.scrollingElement.scrollWidth") <= WIDTH
         # Nor hidden in the inline's own horizontal scroll.
         assert page.evaluate("(() => { const t = document.querySelector('.inline-group .tabular'); return t.scrollWidth - t.clientWidth; })()") <= 0

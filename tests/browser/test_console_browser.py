@@ -200,7 +200,9 @@ def test_the_audit_logs_details_open_below_the_row_at_a_readable_width(live_serv
             page.click("details.row-toggle summary")
             pre = page.wait_for_selector("tr.row-details pre", state="visible")
             box = pre.bounding_box()
-            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, (width, box)
+            assert box is not None, (width, box)
+            assert box["x"] >= 0, (width, box)
+            assert box["x"] + box["width"] <= width, (width, box)
             assert box["width"] >= min(width - 80, 600), (width, box)
             # its text wraps inside it, and no cell of the page is narrower than a word in it
             assert page.evaluate("(el) => el.scrollWidth <= el.clientWidth", pre)

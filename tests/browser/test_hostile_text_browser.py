@@ -123,14 +123,16 @@ def test_what_tasks_wrote_stays_text_and_every_page_fits(live_server, browser_pa
         login(page, live_server.url, pages["dag"])
         # 1,000 instances: a count the 14 px square holds; the title has the exact counts
         cell = page.locator("a.sq[title^='load_file:']").first
-        assert cell.inner_text() == "1k" and cell.get_attribute("title").startswith("load_file: 1000 instances: ")
+        assert cell.inner_text() == "1k"
+        assert cell.get_attribute("title").startswith("load_file: 1000 instances: ")
         for scheme in ("light", "dark"):
             page.emulate_media(color_scheme=scheme)
             for width in (1280, 390):
                 page.set_viewport_size({"width": width, "height": 900})
                 for name, path in pages.items():
                     response = page.goto(f"{live_server.url}{path}")
-                    assert response is not None and response.status == 200, f"{path}: {response and response.status}"
+                    assert response is not None, f"{path}: {response and response.status}"
+                    assert response.status == 200, f"{path}: {response and response.status}"
                     assert page.evaluate("window.__pwned") is None, f"{path} ran what a task wrote"
                     assert page.locator("main script, main img[src=x]").count() == 0, f"{path} rendered task text as HTML"
                     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")

@@ -166,18 +166,23 @@ def test_the_failures_chart_draws_every_bucket_on_a_labelled_time_axis(live_serv
                 assert len(bars) == buckets, f"{window}: {len(bars)} bars"
                 assert all(bar["title"] for bar in bars)
                 drawn = [bar for bar in bars if bar["total"]]
-                assert len(drawn) == 1 and drawn[0]["total"] == 2, drawn
+                assert len(drawn) == 1, drawn
+                assert drawn[0]["total"] == 2, drawn
                 # stacked: an infrastructure and an application segment, each drawn, in their own colours
                 segs = {cls.split()[-1]: (height, fill) for cls, height, fill in drawn[0]["segs"]}
                 assert set(segs) == {"seg-infrastructure", "seg-application"}
-                assert all(h > 10 for h, _ in segs.values()) and segs["seg-infrastructure"][1] != segs["seg-application"][1]
+                assert all(h > 10 for h, _ in segs.values())
+                assert segs["seg-infrastructure"][1] != segs["seg-application"][1]
                 labels = page.evaluate("() => [...document.querySelectorAll('#failures-chart .ticks text')].map(t => t.textContent)")
-                assert len(labels) >= 3 and all(re.fullmatch(r"\d\d:\d\d|[A-Z][a-z]{2} \d\d", label) for label in labels), labels
+                assert len(labels) >= 3, labels
+                assert all(re.fullmatch(r"\d\d:\d\d|[A-Z][a-z]{2} \d\d", label) for label in labels), labels
                 # the labels are readable: on screen, not on top of each other
                 boxes = page.evaluate("() => [...document.querySelectorAll('#failures-chart .ticks text')].map(t => { const r = t.getBoundingClientRect(); return [r.left, r.right]; })")
                 assert all(a[1] <= b[0] for a, b in zip(boxes, boxes[1:])), boxes
                 legend = page.text_content("#failures-chart .legend")
-                assert "infrastructure" in legend and "application" in legend and "timeout" in legend
+                assert "infrastructure" in legend
+                assert "application" in legend
+                assert "timeout" in legend
 
 
 @pytest.mark.timeout(600)  # many page loads on a shared machine
@@ -235,7 +240,8 @@ def test_the_root_cause_stays_in_view_after_clear_and_mark_failed(live_server, b
         # the run page says the same: the cause, then the action
         page.goto(f"{live_server.url}/dags/settlement/runs/{story.poisoned.run_id}/")
         cell = re.sub(r"\s+", " ", page.text_content("#task-load_ledger td.last-failure"))
-        assert "application task_exception poisoned" in cell and CONFIG_MISSING in cell
+        assert "application task_exception poisoned" in cell
+        assert CONFIG_MISSING in cell
         assert "then marked failed by alice: “ledger closed for today”" in cell
         assert AuditLog.objects.filter(action="mark_failed", task_id="load_ledger").count() == 1
 

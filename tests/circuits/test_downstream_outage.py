@@ -32,7 +32,7 @@ class Downstream:
         downstream = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 now = time.time()
                 if downstream.down:
                     downstream.failed_requests.append(now)

@@ -34,7 +34,8 @@ def test_opening_needs_the_permission_and_is_audited(alice, alice_client):  # no
     alice.user_permissions.add(Permission.objects.get(codename="change_circuit"))
     alice_client.force_login(type(alice).objects.get(pk=alice.pk))
     response = alice_client.post("/api/v1/circuits/payments-api/open", {"note": "vendor incident"}, content_type="application/json")
-    assert response.status_code == 200 and response.json()["state"] == "open"
+    assert response.status_code == 200
+    assert response.json()["state"] == "open"
     entry = AuditLog.objects.get(action="circuit_open")
     assert (entry.username, entry.prior_state, entry.new_state) == ("alice", "closed", "open")
     assert entry.details == {"circuit": "payments-api", "note": "vendor incident"}

@@ -41,7 +41,8 @@ def test_act_on_many_reports_refusals_and_goes_on(alice):
     start(busy, "extract")
     done, errors = actions.act_on_many("clear", [instance(busy, "extract"), instance(run, "extract")], alice, note="n")
     assert done == [f"etl/{run.run_id}/extract"]
-    assert len(errors) == 1 and "while it is running" in errors[0]
+    assert len(errors) == 1
+    assert "while it is running" in errors[0]
 
 
 def test_the_cli_trigger_is_audited(capsys):
@@ -70,20 +71,24 @@ def test_admin_edits_of_dags_and_tasks_are_audited(client, django_user_model):
     errors = response.context["adminform"].form.errors if response.status_code == 200 else None
     assert response.status_code == 302, errors
     entry = AuditLog.objects.get(action="admin_change_task")
-    assert entry.username == "root" and entry.dag_id == "etl" and "retries" in entry.details["fields"]
+    assert entry.username == "root"
+    assert entry.dag_id == "etl"
+    assert "retries" in entry.details["fields"]
 
 
 def test_the_admin_links_to_the_console_and_back(client, django_user_model):
     root = django_user_model.objects.create_superuser("root", "root@example.com", "x")
     client.force_login(root)
     html = client.get("/admin/").content.decode()
-    assert 'id="console-link" href="/"' in html and "table-layout: fixed" in html
+    assert 'id="console-link" href="/"' in html
+    assert "table-layout: fixed" in html
     assert 'href="/admin/"' in client.get("/").content.decode()
 
 
 def test_favicon_does_not_404(anonymous_client):
     response = anonymous_client.get("/favicon.ico")
-    assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
+    assert response.status_code == 301
+    assert response["Location"].endswith("favicon.svg")
 
 
 @pytest.fixture
@@ -124,7 +129,8 @@ def test_a_circuit_operated_by_hand_is_audited_once_on_the_shared_clock(alice, w
     circuit = circuits.get("payments")
     entry = actions.operate_circuit(circuit, "open", alice, note="downstream is down")
     circuit.refresh_from_db()
-    assert circuit.state == "open" and abs((circuit.opened_at - db_now()).total_seconds()) < 60
+    assert circuit.state == "open"
+    assert abs((circuit.opened_at - db_now()).total_seconds()) < 60
     assert AuditLog.objects.get() == entry
     assert (entry.action, entry.username, entry.prior_state, entry.new_state) == ("circuit_open", "alice", "closed", "open")
     assert entry.details == {"circuit": "payments", "note": "downstream is down"}

@@ -103,7 +103,8 @@ def test_each_failure_is_counted_once_in_its_hour(history):
         key = (hour, a.task_instance.dag_run.dag_id, a.task_instance.task_id, a.context["category"], a.context["reason"], a.hostname, a.fingerprint or "")
         expected[key] += 1
     kept = Counter({(c.hour, c.dag_id, c.task_id, c.category, c.reason, c.hostname, c.fingerprint): c.n for c in FailureCount.objects.all()})
-    assert kept == expected and sum(kept.values()) == 7
+    assert kept == expected
+    assert sum(kept.values()) == 7
 
 
 def test_the_page_equals_a_raw_count_every_way(history):
@@ -112,7 +113,8 @@ def test_the_page_equals_a_raw_count_every_way(history):
     counts, bars = shown(failures.Filter(window="24h"))
     assert sum(counts["Category"].values()) == 6  # the one before the window is left out
     # the partial first hour, read from the attempts, stacked by category
-    assert bars[("23 10:00", "application")] == 1 and bars[("23 10:00", "infrastructure")] == 1
+    assert bars[("23 10:00", "application")] == 1
+    assert bars[("23 10:00", "infrastructure")] == 1
     chart = failures.page(failures.Filter(window="24h"), NOW)["chart"]
     assert len(chart.bars) == 25  # every hour of the window, 10:00 yesterday to 10:00 today, empty ones too
     assert chart.bars[0].title == "23 10:00: 2 (1 infrastructure, 1 application)"
@@ -124,7 +126,8 @@ def test_a_reclassify_moves_the_count_to_the_new_reason(history, alice):
     etl, _ = history
     before = FailureCount.objects.filter(reason="operator_reclassified").count()
     actions.reclassify(instance(etl, "extract"), alice, note="node drained")
-    assert before == 0 and FailureCount.objects.get(reason="operator_reclassified").n == 1
+    assert before == 0
+    assert FailureCount.objects.get(reason="operator_reclassified").n == 1
     assert_page_equals_raw_count()
     assert shown(failures.Filter(window="24h"))[0]["Reason"]["operator_reclassified"] == 1
 

@@ -45,7 +45,8 @@ def test_poisoned_belongs_to_the_attempt_that_tipped_the_task():
     tipped = rootcause.tipping_tokens(later, "failed", [T0 + timedelta(minutes=2, seconds=30)])
     assert tipped == {2}
     cause = rootcause.root_cause(later, MARKED, max_tries=5, infrastructure_retry_limit=5, tipped=tipped)
-    assert not cause.poisoned and (cause.budget, cause.charged) == ("user try 3 of 5", "the platform")
+    assert not cause.poisoned
+    assert (cause.budget, cause.charged) == ("user try 3 of 5", "the platform")
 
 
 def test_one_numbering_what_an_attempt_was_and_what_its_failure_used():
@@ -77,9 +78,12 @@ def test_the_chart_has_every_bucket_of_the_window():
     assert len(bucket_starts(now - timedelta(hours=1), now, timedelta(minutes=1))) == 61
     chart = failures_over_time({(T0, "application"): 2, (T0, "infrastructure"): 1}, since=now - timedelta(hours=24), until=now,
                                step=timedelta(hours=1), fmt="%d %H:00", window="24h")
-    assert len(chart.bars) == 25 and chart.top == 3 and chart.total == 3
+    assert len(chart.bars) == 25
+    assert chart.top == 3
+    assert chart.total == 3
     last = chart.bars[-1]
     assert [s.category for s in last.segments] == ["infrastructure", "application"]  # stacked bottom-up
     assert last.title == "24 10:00: 3 (1 infrastructure, 2 application)"
     assert chart.categories == ["infrastructure", "application", "timeout"]
-    assert 3 <= len(chart.ticks) <= 8 and all(t.label.endswith(":00") for t in chart.ticks)
+    assert 3 <= len(chart.ticks) <= 8
+    assert all(t.label.endswith(":00") for t in chart.ticks)

@@ -59,8 +59,11 @@ def test_it_calls_a_dotted_path_callback_with_its_kwargs_and_the_context(tmp_pat
     (call,) = read_calls(out)
     assert call["kwargs"] == {"channel": "#data"}
     context = call["context"]
-    assert context["dag_id"] == "custom" and context["task_id"] is None and context["at_risk"] is False
-    assert context["reference"] == "dagrun_queued_at" and context["need_by"] == deadline.need_by.isoformat()
+    assert context["dag_id"] == "custom"
+    assert context["task_id"] is None
+    assert context["at_risk"] is False
+    assert context["reference"] == "dagrun_queued_at"
+    assert context["need_by"] == deadline.need_by.isoformat()
     assert context["lateness_seconds"] == pytest.approx(60, abs=5)
     assert context["run_id"] == deadline.dag_run.run_id
     assert context["idempotency_key"] == f"deadline-{deadline.pk}-missed"  # the same on any re-delivery
@@ -105,7 +108,8 @@ def test_it_fails_a_hanging_callback_at_its_timeout_and_still_runs_the_others(tm
     hung.refresh_from_db()
     fine.refresh_from_db()
     assert (hung.callback_state, hung.callback_error) == ("failed", "dispatch 1 of 1: CallbackTimeout: callback did not return within 0.5s")
-    assert fine.callback_state == "success" and len(read_calls(out)) == 1
+    assert fine.callback_state == "success"
+    assert len(read_calls(out)) == 1
     assert multiprocessing.active_children() == []  # the hung callback's process was killed
 
 
@@ -133,7 +137,9 @@ def test_it_logs_with_the_log_notifier(caplog):
         work()
     (record,) = [r for r in caplog.records if r.name == "deadlines.notifier"]
     text = record.getMessage()
-    assert "[deadline missed] logged" in text and "call the on-call" in text and '"reference": "dagrun_queued_at"' in text
+    assert "[deadline missed] logged" in text
+    assert "call the on-call" in text
+    assert '"reference": "dagrun_queued_at"' in text
     deadline.refresh_from_db()
     assert deadline.callback_state == "success"
 
@@ -156,7 +162,8 @@ def test_it_fails_the_email_notifier_without_recipients():
     deadline = missed("nobody", "notifier:email")
     work()
     deadline.refresh_from_db()
-    assert deadline.callback_state == "failed" and "callback_kwargs.to" in deadline.callback_error
+    assert deadline.callback_state == "failed"
+    assert "callback_kwargs.to" in deadline.callback_error
 
 
 class Hook:
@@ -167,7 +174,7 @@ class Hook:
         self.received = received
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 length = int(self.headers["Content-Length"])
                 received.append(
                     {
@@ -205,8 +212,10 @@ def test_it_posts_json_to_an_allowed_webhook(hook):
     deadline = missed("hooked", "notifier:webhook", url=hook.url)
     work()
     (request,) = hook.received
-    assert request["path"] == "/hooks/SECRET-TOKEN" and request["type"] == "application/json"
-    assert request["body"]["event"] == "deadline_missed" and request["body"]["dag_id"] == "hooked"
+    assert request["path"] == "/hooks/SECRET-TOKEN"
+    assert request["type"] == "application/json"
+    assert request["body"]["event"] == "deadline_missed"
+    assert request["body"]["dag_id"] == "hooked"
     assert request["key"] == request["body"]["idempotency_key"] == f"deadline-{deadline.pk}-missed"
     deadline.refresh_from_db()
     assert deadline.callback_state == "success"
@@ -219,7 +228,8 @@ def test_it_refuses_a_webhook_host_not_allowed_at_call_time(hook):
     work()
     assert hook.received == []
     deadline.refresh_from_db()
-    assert deadline.callback_state == "failed" and deadline.callback_attempts == 1
+    assert deadline.callback_state == "failed"
+    assert deadline.callback_attempts == 1
     assert "'127.0.0.1' is not in ORCHESTRATOR_WEBHOOK_ALLOWED_HOSTS" in deadline.callback_error
 
 
@@ -243,4 +253,5 @@ def test_it_rejects_unknown_notifier_kwargs():
     deadline = missed("typo", "notifier:log", levle="error")
     work()
     deadline.refresh_from_db()
-    assert deadline.callback_state == "failed" and "unknown callback_kwargs levle" in deadline.callback_error
+    assert deadline.callback_state == "failed"
+    assert "unknown callback_kwargs levle" in deadline.callback_error

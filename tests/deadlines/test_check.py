@@ -114,7 +114,8 @@ def test_it_queues_the_callback_on_the_queue_named_in_callback_kwargs():
     DeadlineDefinitionFactory(dag=dag, interval=1, callback_kwargs={"queue": "other"})
     overdue_run(dag)
     check_due(timezone.now())
-    assert len(job_ids("other")) == 1 and job_ids("default") == []
+    assert len(job_ids("other")) == 1
+    assert job_ids("default") == []
 
 
 def test_it_returns_a_full_batch_so_the_scheduler_calls_again():
@@ -136,7 +137,8 @@ def test_it_finds_due_rows_through_the_partial_index():
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         plan = check.claim_query(timezone.now(), 500).explain()
-    assert "Index Scan using deadline_due" in plan and "Sort" not in plan
+    assert "Index Scan using deadline_due" in plan
+    assert "Sort" not in plan
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'")

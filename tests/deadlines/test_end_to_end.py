@@ -41,7 +41,7 @@ class Webhook:
         calls = self.calls
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 calls[body["deadline_id"]] += 1
                 self.send_response(200)
@@ -146,7 +146,8 @@ def test_it_misses_a_queued_task_with_no_worker_and_calls_back_once_one_arrives(
     run = create_manual_run(dag)
     deadline = wait_until(lambda: Deadline.objects.filter(dag_run=run, state="missed").first(), timeout=30, message="missed")
     assert run.task_instances.get().state == "queued"
-    assert deadline.callback_state == "queued" and read_calls(out) == []
+    assert deadline.callback_state == "queued"
+    assert read_calls(out) == []
     start_workers(spawn, 1, FAST)
     wait_until(lambda: Deadline.objects.get(pk=deadline.pk).callback_state == "success", timeout=30, message="callback ran")
     assert len(read_calls(out)) == 1

@@ -28,7 +28,7 @@ class Server:
         requests = self.requests
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 requests.append({"path": self.path, "host": self.headers["Host"]})
                 self.send_response(status)
@@ -136,7 +136,8 @@ def test_it_does_not_follow_a_redirect_to_an_internal_address(settings):
         with pytest.raises(NotifierError, match="answered HTTP 302: redirects are not followed") as refused:
             send(f"http://127.0.0.1:{redirector.port}/hook")
         assert refused.value.permanent
-        assert len(redirector.requests) == 1 and internal.requests == []
+        assert len(redirector.requests) == 1
+        assert internal.requests == []
     finally:
         internal.close()
         redirector.close()

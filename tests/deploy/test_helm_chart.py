@@ -213,14 +213,17 @@ def test_every_container_has_probes_resources_and_a_non_root_user(rendered, vari
             assert security["capabilities"]["drop"] == ["ALL"], where
             if runs_tasks_as_another_user(container):
                 continue
-            assert security["runAsNonRoot"] is True and security["runAsUser"] != 0, where
+            assert security["runAsNonRoot"] is True, where
+            assert security["runAsUser"] != 0, where
             # Only the proxy adds one back: the one its image's binary needs to be executed at all.
             assert security["capabilities"].get("add", []) == (["NET_BIND_SERVICE"] if container["name"] == "static-proxy" else []), where
-            assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"], where
+            assert container["resources"]["requests"]["cpu"], where
+            assert container["resources"]["requests"]["memory"], where
             assert container["resources"]["limits"]["memory"], where
         if owner["kind"] == "Deployment":
             for container in spec["containers"]:
-                assert container.get("livenessProbe") and container.get("readinessProbe"), (owner["metadata"]["name"], container["name"])
+                assert container.get("livenessProbe"), (owner["metadata"]["name"], container["name"])
+                assert container.get("readinessProbe"), (owner["metadata"]["name"], container["name"])
 
 
 def test_the_probes_check_what_each_process_records(rendered):
@@ -228,13 +231,16 @@ def test_the_probes_check_what_each_process_records(rendered):
     web = {c["name"]: c for c in deployments["web"]["spec"]["template"]["spec"]["containers"]}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         get = web["web"][probe]["httpGet"]
-        assert get["path"] == "/healthz" and {"name": "Host", "value": "localhost"} in get["httpHeaders"]
+        assert get["path"] == "/healthz"
+        assert {"name": "Host", "value": "localhost"} in get["httpHeaders"]
     assert "localhost" in env_of(web["web"])["ALLOWED_HOSTS"]["value"].split(",")
     (scheduler,) = deployments["scheduler"]["spec"]["template"]["spec"]["containers"]
     live = scheduler["livenessProbe"]["exec"]["command"]
     ready = scheduler["readinessProbe"]["exec"]["command"]
-    assert live[:4] == ["python", "manage.py", "check_alive", "scheduler"] and "--ready" not in live
-    assert ready[:4] == ["python", "manage.py", "check_alive", "scheduler"] and "--ready" in ready
+    assert live[:4] == ["python", "manage.py", "check_alive", "scheduler"]
+    assert "--ready" not in live
+    assert ready[:4] == ["python", "manage.py", "check_alive", "scheduler"]
+    assert "--ready" in ready
     assert scheduler["startupProbe"]["exec"]["command"][:4] == live[:4]
 
 
@@ -252,7 +258,8 @@ def test_the_worker_probes_start_no_process_in_the_container(rendered, variant):
             handlers = set(container[probe]) & {"exec", "httpGet", "tcpSocket", "grpc"}
             assert handlers == {"httpGet"}, (deployment["metadata"]["name"], probe)
             get = container[probe]["httpGet"]
-            assert get["port"] == "health" and set(get) == {"path", "port"}
+            assert get["port"] == "health"
+            assert set(get) == {"path", "port"}
             paths[probe] = get["path"]
         assert paths == {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"}
         assert not re.search(r"(postgres|redis)://|SECRET_KEY|DATABASE_URL", json.dumps([container[p] for p in paths]))
@@ -269,16 +276,20 @@ def test_a_worker_runs_its_tasks_as_the_task_user_with_only_the_capabilities_tha
         assert re.search(rf"useradd [^\n]*--uid (\d+) [^\n]*{task_user}$", dockerfile, re.M), task_user  # the image has it
         security = container["securityContext"]
         # Root, for switching users takes root; its group stays the pod's (the image's).
-        assert security["runAsUser"] == 0 and security["runAsNonRoot"] is False, where
-        assert "runAsGroup" not in security and spec["securityContext"]["runAsGroup"] == 1000
+        assert security["runAsUser"] == 0, where
+        assert security["runAsNonRoot"] is False, where
+        assert "runAsGroup" not in security
+        assert spec["securityContext"]["runAsGroup"] == 1000
         assert security["capabilities"] == {"drop": ["ALL"], "add": TASK_USER_CAPABILITIES}, where
-        assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True, where
+        assert security["allowPrivilegeEscalation"] is False, where
+        assert security["readOnlyRootFilesystem"] is True, where
         assert set(security) == {"runAsUser", "runAsNonRoot", "capabilities", "allowPrivilegeEscalation", "readOnlyRootFilesystem"}
         # Its emptyDirs (world-writable, no sticky bit) made safe before any task runs.
         assert container["command"][2].startswith("chmod 1777 /tmp && chmod 0755 /app/var && exec python manage.py run_worker ")
         # The init container still runs as the image's user.
         for init in spec.get("initContainers", []):
-            assert init["securityContext"]["runAsUser"] == 1000 and "add" not in init["securityContext"]["capabilities"]
+            assert init["securityContext"]["runAsUser"] == 1000
+            assert "add" not in init["securityContext"]["capabilities"]
     for deployment in of_kind(rendered[variant], "Deployment"):
         if deployment not in workers(rendered[variant]):
             for container in deployment["spec"]["template"]["spec"]["containers"]:
@@ -292,7 +303,8 @@ def test_without_a_task_user_the_worker_stays_the_images_user(rendered):
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         assert "ORCHESTRATOR_TASK_USER" not in env_of(container)
         security = container["securityContext"]
-        assert security["runAsUser"] == 1000 and security["runAsNonRoot"] is True
+        assert security["runAsUser"] == 1000
+        assert security["runAsNonRoot"] is True
         assert security["capabilities"] == {"drop": ["ALL"]}
         assert container["command"][2].startswith("exec python manage.py run_worker ")
 
@@ -415,7 +427,8 @@ def test_a_worker_pod_outlives_its_shutdown_grace_and_kill_grace(rendered, varia
         # signal, so it starts the grace instead of ending it.
         assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sh", "-c", "kill -USR1 1"]
         shell, option, script = container["command"]
-        assert (shell, option) == ("sh", "-c") and re.match(r"(chmod [^&]+ && )*exec python manage.py run_worker ", script)  # PID 1
+        assert (shell, option) == ("sh", "-c")
+        assert re.match(r"(chmod [^&]+ && )*exec python manage.py run_worker ", script)
 
 
 def test_a_worker_entry_may_have_its_own_shutdown_grace(rendered):
@@ -441,7 +454,8 @@ def test_keda_objects_exist_only_when_enabled(rendered):
             assert spec["cooldownPeriod"] > grace
             assert spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] > grace
             (trigger,) = spec["triggers"]
-            assert trigger["type"] == "postgresql" and trigger["metadata"]["targetQueryValue"] == "1"
+            assert trigger["type"] == "postgresql"
+            assert trigger["metadata"]["targetQueryValue"] == "1"
 
 
 def test_a_cool_down_shorter_than_the_grace_is_refused():
@@ -485,7 +499,8 @@ def test_without_hooks_the_job_is_plain_and_the_pods_wait_for_it(rendered):
     assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
     for deployment in of_kind(objects, "Deployment"):
         (wait, *_) = deployment["spec"]["template"]["spec"]["initContainers"]
-        assert wait["name"] == "wait-for-migrations" and "migrate --check" in wait["command"][-1]
+        assert wait["name"] == "wait-for-migrations"
+        assert "migrate --check" in wait["command"][-1]
     # A new image makes a Job of a new name (a Job's pod template cannot be changed in place).
     other = render(sets={**HOOKS_OFF, "image.tag": "2.0.0"})
     assert of_kind(other, "Job")[0]["metadata"]["name"] != job["metadata"]["name"]

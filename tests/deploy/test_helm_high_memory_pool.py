@@ -42,7 +42,8 @@ def test_its_container_limit_is_above_concurrency_times_the_largest_task_limit(c
     assert limit == concurrency * largest + worker > concurrency * largest
     assert mebibytes(resources["requests"]["memory"]) == limit  # scheduled only where it fits
     command = container["command"][-1]
-    assert f"--concurrency={concurrency} 'highmem'" in command and command.endswith("'highmem'")
+    assert f"--concurrency={concurrency} 'highmem'" in command
+    assert command.endswith("'highmem'")
 
 
 def test_it_is_scaled_by_keda_and_guarded_like_the_other_pools():
@@ -53,7 +54,8 @@ def test_it_is_scaled_by_keda_and_guarded_like_the_other_pools():
     assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (0, 3)
     (trigger,) = scaled["spec"]["triggers"]
     query = trigger["metadata"]["query"]
-    assert "queue IN ('highmem')" in query and "/ 2::numeric" in query
+    assert "queue IN ('highmem')" in query
+    assert "/ 2::numeric" in query
     # The same scaler as the workers entries', only its own queue and concurrency.
     (other,) = default["spec"]["triggers"]
     assert query == other["metadata"]["query"].replace("'default'", "'highmem'").replace("/ 16::numeric", "/ 2::numeric")
@@ -93,4 +95,5 @@ def test_the_production_values_retry_at_8_gib_on_the_big_pool():
 )
 def test_what_it_refuses_stops_the_render_naming_the_field(sets, shown):
     result = helm_template(sets={**ON, **sets}, check=False)
-    assert result.returncode != 0 and shown in result.stderr, result.stderr
+    assert result.returncode != 0, result.stderr
+    assert shown in result.stderr, result.stderr

@@ -105,17 +105,22 @@ def web_pod(tmp_path_factory) -> Iterator[int]:
 
 def test_static_files_come_from_the_proxy(web_pod):
     status, headers, body = get(web_pod, "/static/orchestrator/probe.css", {"X-Forwarded-Proto": "https"})
-    assert status == 200 and body == b"body { color: teal }\n"
-    assert "max-age=3600" in headers["cache-control"] and "server" not in headers
+    assert status == 200
+    assert body == b"body { color: teal }\n"
+    assert "max-age=3600" in headers["cache-control"]
+    assert "server" not in headers
 
 
 def test_behind_tls_the_app_answers_without_redirecting_again(web_pod):
     status, headers, _ = get(web_pod, "/", {"X-Forwarded-Proto": "https"})
-    assert status == 302 and headers["location"].startswith("/accounts/login/")
+    assert status == 302
+    assert headers["location"].startswith("/accounts/login/")
 
 
 def test_plain_http_is_sent_to_https_but_healthz_is_not(web_pod):
     status, headers, _ = get(web_pod, "/")
-    assert status == 301 and headers["location"] == f"https://{HOST}/"
+    assert status == 301
+    assert headers["location"] == f"https://{HOST}/"
     status, _, body = get(web_pod, "/healthz")
-    assert status == 200 and b'"ok"' in body
+    assert status == 200
+    assert b'"ok"' in body

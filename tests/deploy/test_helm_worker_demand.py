@@ -83,7 +83,7 @@ def test_it_counts_queued_and_running_of_its_queues_only(query):
     assert workers_wanted(query) == math.ceil(busy / CONCURRENCY) == 3
 
 
-@pytest.mark.parametrize("busy, wanted", [(1, 1), (4, 1), (5, 2), (8, 2), (9, 3)])
+@pytest.mark.parametrize(("busy", "wanted"), [(1, 1), (4, 1), (5, 2), (8, 2), (9, 3)])
 def test_it_rounds_up_to_whole_workers(query, busy, wanted):
     running = busy // 2
     instances({(QUEUES[0], TaskState.QUEUED): busy - running, (QUEUES[1], TaskState.RUNNING): running})

@@ -42,8 +42,10 @@ def test_debug_off_defaults_to_secure_cookies_and_hsts_but_no_redirect():
     values = read(DEBUG="false")
     assert values["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
     assert values["SECURE_SSL_REDIRECT"] is False
-    assert values["SESSION_COOKIE_SECURE"] and values["CSRF_COOKIE_SECURE"]
-    assert values["SECURE_HSTS_SECONDS"] == 31_536_000 and values["SECURE_HSTS_INCLUDE_SUBDOMAINS"]
+    assert values["SESSION_COOKIE_SECURE"]
+    assert values["CSRF_COOKIE_SECURE"]
+    assert values["SECURE_HSTS_SECONDS"] == 31_536_000
+    assert values["SECURE_HSTS_INCLUDE_SUBDOMAINS"]
     assert values["SECURE_HSTS_PRELOAD"] is False
     assert values["SECURE_REDIRECT_EXEMPT"] == [r"^healthz$", r"^metrics$"]
     assert values["DATA_UPLOAD_MAX_MEMORY_SIZE"] == 2_621_440
@@ -56,8 +58,11 @@ def test_debug_off_redirects_when_told_to():
 def test_debug_on_defaults_to_plain_http_for_development():
     values = read(DEBUG="true")
     assert values["SECURE_PROXY_SSL_HEADER"] is None
-    assert not (values["SECURE_SSL_REDIRECT"] or values["SESSION_COOKIE_SECURE"] or values["CSRF_COOKIE_SECURE"])
-    assert values["SECURE_HSTS_SECONDS"] == 0 and not values["SECURE_HSTS_INCLUDE_SUBDOMAINS"]
+    assert not (values["SECURE_SSL_REDIRECT"])
+    assert not (values["SESSION_COOKIE_SECURE"])
+    assert not (values["CSRF_COOKIE_SECURE"])
+    assert values["SECURE_HSTS_SECONDS"] == 0
+    assert not values["SECURE_HSTS_INCLUDE_SUBDOMAINS"]
 
 
 def test_each_is_read_from_the_environment():
@@ -67,7 +72,8 @@ def test_each_is_read_from_the_environment():
         DATA_UPLOAD_MAX_MEMORY_SIZE="1048576",
     )  # fmt: skip
     assert values["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_SCHEME", "https"]
-    assert values["SECURE_SSL_REDIRECT"] is False and values["SECURE_HSTS_SECONDS"] == 3600
+    assert values["SECURE_SSL_REDIRECT"] is False
+    assert values["SECURE_HSTS_SECONDS"] == 3600
     assert values["SECURE_HSTS_PRELOAD"] is True
     assert values["CSRF_TRUSTED_ORIGINS"] == ["https://a.example.com", "https://*.b.example.com"]
     assert values["DATA_UPLOAD_MAX_MEMORY_SIZE"] == 1_048_576
@@ -75,7 +81,7 @@ def test_each_is_read_from_the_environment():
 
 
 @pytest.mark.parametrize(
-    "name, value",
+    ("name", "value"),
     [
         ("SECURE_SSL_REDIRECT", "maybe"),
         ("SESSION_COOKIE_SECURE", "secure"),
@@ -90,7 +96,8 @@ def test_each_is_read_from_the_environment():
 def test_a_malformed_value_stops_start_up_naming_it(name, value):
     result = settings_process(DEBUG="false", **{name: value})
     assert result.returncode != 0
-    assert name in result.stderr and "ImproperlyConfigured" in result.stderr
+    assert name in result.stderr
+    assert "ImproperlyConfigured" in result.stderr
 
 
 @pytest.fixture
@@ -106,7 +113,8 @@ def test_healthz_and_metrics_answer_plain_http_while_everything_else_is_redirect
     assert client.get("/metrics").status_code == 401  # answered (a scrape needs a token), not redirected
     for path in ("/api/v1/dags", "/"):
         redirected = client.get(path)
-        assert redirected.status_code == 301 and redirected["Location"].startswith("https://")
+        assert redirected.status_code == 301
+        assert redirected["Location"].startswith("https://")
 
 
 def test_plain_http_is_served_by_a_server_with_debug_off_by_default(tmp_path, process_env):

@@ -77,7 +77,8 @@ def test_a_success_is_recorded_when_its_run_cannot_move_on(caplog):
     assert (a.state, a.result) == (TaskState.SUCCESS, 7)
     assert a.attempts.get().state == "success"
     b = _ti(run, "b")
-    assert b.state == TaskState.NONE and not b.attempts.exists()  # nothing of the advance is left
+    assert b.state == TaskState.NONE
+    assert not b.attempts.exists()
     assert offer.taken is None
     assert "could not advance run" in caplog.text
     schedule_once()  # the next pass moves the run on
@@ -88,9 +89,11 @@ def test_a_failure_is_recorded_when_its_run_cannot_move_on(caplog):
     run, a = _chain("advance_fails_failure")
     with attempts_refused_for(_ti(run, "b").pk):
         decision = reporting.report_failure(a.pk, a.attempt_token, ExecutionContext.of(Reason.NON_RETRYABLE, Source.WORKER))
-    assert decision is not None and decision.next_state is TaskState.FAILED
+    assert decision is not None
+    assert decision.next_state is TaskState.FAILED
     a = _ti(run, "a")
-    assert a.state == TaskState.FAILED and a.attempts.get().state == "failed"
+    assert a.state == TaskState.FAILED
+    assert a.attempts.get().state == "failed"
     assert _ti(run, "b").state == TaskState.NONE
     assert "could not advance run" in caplog.text
     schedule_once()

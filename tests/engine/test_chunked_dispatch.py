@@ -115,7 +115,8 @@ def test_a_failure_between_chunks_leaves_the_rest_scheduled_for_the_next_pass(mo
     real = _second_chunk_fails(monkeypatch)
     run = create_manual_run(dag)
     states = sorted(TaskInstance.objects.filter(dag_run=run).values_list("state", flat=True))
-    assert states.count(TaskState.QUEUED) == 10 and states.count(TaskState.SCHEDULED) == 15
+    assert states.count(TaskState.QUEUED) == 10
+    assert states.count(TaskState.SCHEDULED) == 15
     assert len(_jobs()) == 10
     assert TaskAttempt.objects.filter(task_instance__dag_run=run).count() == 10
     assert set(TaskInstance.objects.filter(dag_run=run, state=TaskState.SCHEDULED).values_list("attempt_token", flat=True)) == {0}
@@ -132,7 +133,8 @@ def test_a_pool_admits_exactly_its_slots_across_chunks():
     tis = list(TaskInstance.objects.filter(dag_run=run))
     assert sum(ti.state == TaskState.QUEUED for ti in tis) == 3
     held = [ti for ti in tis if ti.state == TaskState.SCHEDULED]
-    assert len(held) == 22 and all(ti.waiting_for["kind"] == WaitKind.POOL and ti.waiting_for["name"] == "narrow" for ti in held)
+    assert len(held) == 22
+    assert all(ti.waiting_for["kind"] == WaitKind.POOL and ti.waiting_for["name"] == "narrow" for ti in held)
     assert len(_jobs()) == 3
 
 
@@ -200,7 +202,8 @@ def test_a_failure_between_a_reports_chunks_leaves_the_rest_ready_for_the_next_p
     run, root = _root_reported(25)
     real = _second_chunk_fails(monkeypatch)
     assert reporting.report_success(root.pk, root.attempt_token)
-    assert _middle_states(run).count(TaskState.QUEUED) == 10 and _middle_states(run).count(TaskState.NONE) == 15
+    assert _middle_states(run).count(TaskState.QUEUED) == 10
+    assert _middle_states(run).count(TaskState.NONE) == 15
     assert len(_jobs()) == 10
 
     monkeypatch.setattr(run_advance, "dispatch_ready", real)

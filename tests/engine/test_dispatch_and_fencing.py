@@ -36,7 +36,9 @@ def test_it_dispatches_roots_with_a_job_per_attempt():
     """Triggering queues only the root task, with RQ job id ti-<id>-<token>."""
     run = create_manual_run(diamond())
     a = _ti(run, "a")
-    assert a.state == TaskState.QUEUED and a.attempt_token == 1 and a.try_number == 1
+    assert a.state == TaskState.QUEUED
+    assert a.attempt_token == 1
+    assert a.try_number == 1
     assert _ti(run, "b").state == TaskState.NONE
     job_ids = Queue("default", connection=get_redis()).job_ids
     assert job_ids == [job_id_for(a.pk, 1)]
@@ -48,14 +50,16 @@ def test_it_dispatches_downstream_tasks_as_soon_as_upstream_succeeds():
     """A success enqueues ready downstream tasks at once, without a scheduler pass."""
     run = create_manual_run(diamond())
     _run_to_success(_ti(run, "a"))
-    assert _ti(run, "b").state == TaskState.QUEUED and _ti(run, "c").state == TaskState.QUEUED
+    assert _ti(run, "b").state == TaskState.QUEUED
+    assert _ti(run, "c").state == TaskState.QUEUED
     assert _ti(run, "d").state == TaskState.NONE
     _run_to_success(_ti(run, "b"))
     assert _ti(run, "d").state == TaskState.NONE
     _run_to_success(_ti(run, "c"))
     _run_to_success(_ti(run, "d"))
     run.refresh_from_db()
-    assert run.state == "success" and run.end_date is not None
+    assert run.state == "success"
+    assert run.end_date is not None
 
 
 def test_it_ignores_a_report_from_an_older_attempt():
@@ -72,14 +76,17 @@ def test_it_ignores_a_report_from_an_older_attempt():
     assert decision.next_state is TaskState.SCHEDULED
     advance_run(run.pk)
     ti.refresh_from_db()
-    assert ti.state == TaskState.QUEUED and ti.attempt_token == old_token + 1 and ti.try_number == 1
+    assert ti.state == TaskState.QUEUED
+    assert ti.attempt_token == old_token + 1
+    assert ti.try_number == 1
     # The presumed-lost worker comes back and reports.
     assert not reporting.heartbeat(ti.pk, old_token)
     assert not reporting.report_success(ti.pk, old_token)
     assert reporting.report_failure(ti.pk, old_token, ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER)) is None
     assert reporting.claim(ti.pk, old_token, WORKER) is None
     ti.refresh_from_db()
-    assert ti.state == TaskState.QUEUED and ti.infrastructure_try_number == 1
+    assert ti.state == TaskState.QUEUED
+    assert ti.infrastructure_try_number == 1
     kinds = list(ti.attempts.order_by("attempt_token").values_list("kind", "state"))
     assert kinds == [("platform", "failed"), ("user", "queued")]
 
@@ -101,7 +108,8 @@ def test_it_charges_user_retries_and_waits_for_the_backoff():
     assert _ti(run, "only").state == TaskState.UP_FOR_RETRY
     schedule_once(now + timedelta(seconds=31))
     ti = _ti(run, "only")
-    assert ti.state == TaskState.QUEUED and ti.try_number == 2
+    assert ti.state == TaskState.QUEUED
+    assert ti.try_number == 2
     reporting.claim(ti.pk, ti.attempt_token, WORKER)
     reporting.mark_running(ti.pk, ti.attempt_token)
     assert reporting.report_failure(ti.pk, ti.attempt_token, boom, now=now).next_state is TaskState.FAILED
@@ -188,7 +196,8 @@ def test_the_run_ends_when_its_last_two_tasks_end_at_once(monkeypatch):
     monkeypatch.setattr(reporting._Ended, "read", classmethod(lambda cls, pk: read_by_b))
     assert reporting.report_success(b.pk, b.attempt_token)
     run.refresh_from_db()
-    assert run.state == "success" and run.end_date is not None
+    assert run.state == "success"
+    assert run.end_date is not None
 
 
 

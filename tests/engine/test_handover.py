@@ -95,7 +95,9 @@ def test_without_a_free_queue_the_next_task_goes_to_redis_unclaimed():
     with handover.offering(offer):
         assert reporting.report_success(root.pk, root.attempt_token)
     nxt = _ti(run, "next")
-    assert nxt.state == TaskState.QUEUED and nxt.heartbeat_at is None and nxt.worker_name == ""
+    assert nxt.state == TaskState.QUEUED
+    assert nxt.heartbeat_at is None
+    assert nxt.worker_name == ""
     assert _job_ids() == [nxt.job_id]
     assert offer.taken is None
 
@@ -109,7 +111,8 @@ def test_a_task_for_another_queue_is_not_taken():
     with handover.offering(offer):
         assert reporting.report_success(root.pk, root.attempt_token)
     nxt = _ti(run, "next")
-    assert nxt.queue == "elsewhere" and nxt.heartbeat_at is None
+    assert nxt.queue == "elsewhere"
+    assert nxt.heartbeat_at is None
     assert Queue("elsewhere", connection=get_redis()).get_job_ids() == [nxt.job_id]
     Queue("elsewhere", connection=get_redis()).empty()
     assert offer.taken is None
@@ -127,7 +130,8 @@ def test_a_fan_out_hands_one_task_and_enqueues_the_rest():
     middle = [_ti(run, f"m{i}") for i in range(3)]
     assert all(ti.state == TaskState.QUEUED for ti in middle)
     taken = [ti for ti in middle if ti.heartbeat_at is not None]
-    assert len(taken) == 1 and offer.taken.pk == taken[0].pk
+    assert len(taken) == 1
+    assert offer.taken.pk == taken[0].pk
     assert sorted(_job_ids()) == sorted(ti.job_id for ti in middle if ti is not taken[0])
 
 
@@ -138,10 +142,15 @@ def test_a_transaction_rolled_back_gives_nothing():
     root = _ti(run, "root")
     offer = _offer()
     nxt = _ti(run, "next")
-    with pytest.raises(RuntimeError), handover.offering(offer), transaction.atomic():
-        assert reporting.report_success(root.pk, root.attempt_token)
-        assert _ti(run, "next").worker_name == "test-worker"  # claimed, inside the transaction
-        raise RuntimeError("the report's transaction fails")
+
+    def report_then_roll_back() -> None:
+        with handover.offering(offer), transaction.atomic():
+            assert reporting.report_success(root.pk, root.attempt_token)
+            assert _ti(run, "next").worker_name == "test-worker"  # claimed, inside the transaction
+            raise RuntimeError("the report's transaction fails")
+
+    with pytest.raises(RuntimeError, match="the report's transaction fails"):
+        report_then_roll_back()
     assert offer.taken is None
     after = _ti(run, "next")
     assert (after.state, after.attempt_token, after.heartbeat_at) == (nxt.state, nxt.attempt_token, None)
@@ -174,8 +183,10 @@ def test_a_handed_step_costs_the_report_and_the_claims_move():
             assert reporting.report_success(ti.pk, ti.attempt_token)
         assert offer.taken is not None
     statements = [q["sql"] for q in queries.captured_queries]
-    assert statements.count("BEGIN") <= 1 and statements.count("COMMIT") == 1, statements
+    assert statements.count("BEGIN") <= 1, statements
+    assert statements.count("COMMIT") == 1, statements
     assert not any("SAVEPOINT" in s for s in statements), statements
     work = [s for s in statements if s not in ("BEGIN", "COMMIT")]
     assert len(work) == 6, "\n".join(s[:90] for s in work)
-    assert offer.taken.task_id == "t2" and offer.taken.results == {"t1": None}
+    assert offer.taken.task_id == "t2"
+    assert offer.taken.results == {"t1": None}

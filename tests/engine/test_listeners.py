@@ -43,12 +43,16 @@ def test_it_calls_listeners_with_every_context_even_past_a_broken_one():
     assert listeners.drain()
     failed = [c for name, c in recording_listener.calls if name == "failed"]
     assert [c["context"].reason for c in failed] == [Reason.WORKER_TERMINATION, Reason.TASK_EXCEPTION, Reason.TASK_EXCEPTION]
-    assert failed[0]["context"].category is Category.INFRASTRUCTURE and failed[0]["previous_state"] == "running"
+    assert failed[0]["context"].category is Category.INFRASTRUCTURE
+    assert failed[0]["previous_state"] == "running"
     assert [name for name, _ in recording_listener.calls].count("running") == 3
     (dead,) = [c for name, c in recording_listener.calls if name == "dead_lettered"]
-    assert dead["context"].reason is Reason.POISONED and dead["context"].metadata["consecutive_failures"] == 2
+    assert dead["context"].reason is Reason.POISONED
+    assert dead["context"].metadata["consecutive_failures"] == 2
     ti = TaskInstance.objects.get(dag_run=run)
-    assert ti.state == "dead_letter" and ti.try_number == 2 and ti.infrastructure_try_number == 1
+    assert ti.state == "dead_letter"
+    assert ti.try_number == 2
+    assert ti.infrastructure_try_number == 1
     run.refresh_from_db()
     assert run.state == "running"
 

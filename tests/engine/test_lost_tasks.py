@@ -51,7 +51,8 @@ def test_it_requeues_a_running_task_whose_heartbeat_stopped(queue):
     assert (ti.state, ti.try_number, ti.infrastructure_try_number, ti.attempt_token) == ("queued", 1, 1, 2)
     first = ti.attempts.get(attempt_token=1)
     assert first.kind == "platform"
-    assert first.context["reason"] == "worker_lost" and first.context["source"] == "scheduler"
+    assert first.context["reason"] == "worker_lost"
+    assert first.context["source"] == "scheduler"
     assert first.context["metadata"]["worker_name"] == "w"
 
 
@@ -64,10 +65,12 @@ def test_it_treats_a_claimed_task_whose_worker_died_before_running_as_pre_execut
     schedule_once()
     ti.refresh_from_db()
     first = ti.attempts.get(attempt_token=1)
-    assert first.kind == "platform" and first.start_date is None
+    assert first.kind == "platform"
+    assert first.start_date is None
     assert first.context["reason"] == "pre_execution_failure"
     assert first.context["metadata"]["pre_execution_reason"] == "worker_died"
-    assert ti.pre_execution_tries == 1 and ti.try_number == 1
+    assert ti.pre_execution_tries == 1
+    assert ti.try_number == 1
 
 
 @override_settings(ORCHESTRATOR_QUEUED_TIMEOUT=1, ORCHESTRATOR_INFRASTRUCTURE_RETRY_DELAY=0)
@@ -82,7 +85,9 @@ def test_it_finds_tasks_whose_jobs_vanished_from_redis(queue):
     schedule_once()
     schedule_once()
     ti.refresh_from_db()
-    assert ti.state == "queued" and ti.attempt_token == 2 and ti.try_number == 1
+    assert ti.state == "queued"
+    assert ti.attempt_token == 2
+    assert ti.try_number == 1
     assert ti.attempts.get(attempt_token=1).context["reason"] == "queue_lost"
     assert queue.job_ids == [f"ti-{ti.pk}-2"]
 
@@ -113,4 +118,5 @@ def test_it_requeues_a_task_whose_job_failed_before_it_was_claimed_at_once(queue
     assert (first.kind, first.context["reason"], first.context["metadata"]["job_status"]) == (
         "platform", "pre_execution_failure", "failed"
     )
-    assert ti.state == "queued" and ti.attempt_token == 2
+    assert ti.state == "queued"
+    assert ti.attempt_token == 2

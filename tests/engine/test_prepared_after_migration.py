@@ -100,7 +100,8 @@ def test_a_claim_and_a_report_on_a_workers_connection_succeed_after_a_migration(
         assert pool.call(reporting.report_success, first.pk, first.attempt_token)
         migrate()
         claimed = pool.call(reporting.claim, second.pk, second.attempt_token, WORKER)
-        assert claimed is not None and claimed.queue == "default"
+        assert claimed is not None
+        assert claimed.queue == "default"
         assert pool.call(reporting.mark_running, second.pk, second.attempt_token, pid=1)
         assert pool.call(reporting.report_success, second.pk, second.attempt_token, result={"ok": 1})
     finally:
@@ -110,6 +111,6 @@ def test_a_claim_and_a_report_on_a_workers_connection_succeed_after_a_migration(
 
 
 def test_another_refusal_is_not_taken_for_a_stale_plan(migrate):
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(Exception, match="division by zero") as caught:
         sql.fetch("SELECT 1/0", [], [None], prepare=True)
     assert not sql.is_stale_plan(caught.value)

@@ -57,7 +57,8 @@ def test_an_attempts_moves_and_its_reports_reads_are_prepared_and_other_run_read
     # ... and so is its read of the next task (with whatever else of the run is due); no read of
     # a run's tasks that is not a report's is.
     run_reads = [statement for statement in prepared if "dag_run_id = $" in statement and "WITH moved" not in statement]
-    assert len(run_reads) == 1 and "ti.task_id IN ($2)" in run_reads[0], prepared
+    assert len(run_reads) == 1, prepared
+    assert "ti.task_id IN ($2)" in run_reads[0], prepared
     # The query log still shows what a prepared statement ran.
     assert sum("WITH moved AS" in (query["sql"] or "") for query in queries.captured_queries) == 3
     ti.refresh_from_db()
@@ -75,7 +76,8 @@ def test_a_prepared_move_is_still_fenced(postgresql_only):
     assert reporting.mark_running(ti.pk, token, pid=1)
     assert not reporting.report_success(ti.pk, token + 1)
     ti.refresh_from_db()
-    assert ti.state == "running" and ti.result is None
+    assert ti.state == "running"
+    assert ti.result is None
 
 
 @override_settings(ORCHESTRATOR_DB_PREPARED_STATEMENTS=False)
@@ -125,7 +127,8 @@ def test_a_big_run_makes_every_session_plan_its_moves_for_the_table_it_grew(post
         create_manual_run(dag)
 
         plan = _plan(worker_session, f"EXECUTE move({ti.pk}, {ti.attempt_token})")
-        assert "Seq Scan" not in plan and "orchestrator_taskinstance_pkey" in plan, plan
+        assert "Seq Scan" not in plan, plan
+        assert "orchestrator_taskinstance_pkey" in plan, plan
 
 
 def test_only_rows_the_statistics_do_not_know_of_call_for_an_analyze():
@@ -154,7 +157,9 @@ def test_the_ended_tasks_read_planned_once_finds_the_runs_unfinished_tasks_by_th
         for _ in range(8):  # past its first custom plans: the plan kept is the generic one
             session.execute(f"EXECUTE ended({ti.pk})")
         plan = _plan(session, f"EXECUTE ended({ti.pk})")
-    assert "Seq Scan" not in plan and "ti_run_unfinished" in plan and "orchestrator_taskinstance_pkey" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert "ti_run_unfinished" in plan, plan
+    assert "orchestrator_taskinstance_pkey" in plan, plan
 
 
 def test_a_report_that_may_make_many_tasks_ready_reads_them_unprepared(postgresql_only):
@@ -180,7 +185,7 @@ def test_only_constant_names_are_written_into_a_statement():
 
     assert literals(["none", "up_for_retry"]) == "'none', 'up_for_retry'"
     for hostile in ("x'); DROP TABLE orchestrator_taskinstance; --", "a b", "it's"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="not a constant name"):
             literals(["none", hostile])
 
 

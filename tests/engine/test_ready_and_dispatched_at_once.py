@@ -69,5 +69,7 @@ def test_a_ready_task_not_dispatched_after_all_is_written_scheduled(monkeypatch)
     TaskFactory(dag=dag, task_id="call", upstream=["root"], args={"circuit": "api"})
     run = _root_done(dag)
     call = _ti(run, "call")
-    assert call.state == TaskState.SCHEDULED and call.attempt_token == 0
-    assert not call.attempts.exists() and Queue("default", connection=get_redis()).count == 0
+    assert call.state == TaskState.SCHEDULED
+    assert call.attempt_token == 0
+    assert not call.attempts.exists()
+    assert Queue("default", connection=get_redis()).count == 0

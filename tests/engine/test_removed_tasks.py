@@ -38,7 +38,8 @@ def test_a_task_removed_while_it_waits_to_run_is_removed_not_dispatched(tmp_path
     run = create_manual_run(both(tmp_path))
     drop = TaskInstance.objects.get(dag_run=run, task_id="drop")
     if waiting == "up_for_retry":
-        assert reporting.claim(drop.pk, drop.attempt_token, WORKER) and reporting.mark_running(drop.pk, drop.attempt_token)
+        assert reporting.claim(drop.pk, drop.attempt_token, WORKER)
+        assert reporting.mark_running(drop.pk, drop.attempt_token)
         context = ExecutionContext.of(Reason.NONZERO_EXIT, Source.WORKER, exit_code=1)
         reporting.report_failure(drop.pk, drop.attempt_token, context, fingerprint="abc", now=timezone.now())
         TaskInstance.objects.filter(pk=drop.pk).update(next_retry_at=timezone.now() + timedelta(hours=1))
@@ -52,5 +53,6 @@ def test_a_task_removed_while_it_waits_to_run_is_removed_not_dispatched(tmp_path
     schedule_once()
 
     drop.refresh_from_db()
-    assert drop.state == TaskState.REMOVED and drop.end_date is not None
+    assert drop.state == TaskState.REMOVED
+    assert drop.end_date is not None
     assert (drop.try_number, drop.attempt_token, drop.attempts.count()) == before  # nothing dispatched, nothing spent

@@ -156,7 +156,8 @@ def test_a_chains_step_costs_a_fixed_few_statements():
     claimed: list = []
     claim = _statements(lambda: claimed.append(reporting.claim(third.pk, third.attempt_token, WORKER)) or claimed[0])
     assert len(claim) == 2, claim  # the move with what it runs; its upstream's result
-    assert claimed[0].has_start_deadlines is False and claimed[0].has_task_state is False
+    assert claimed[0].has_start_deadlines is False
+    assert claimed[0].has_task_state is False
     assert claimed[0].results == {"t1": None}
     in_autocommit: list[bool] = []
 
@@ -190,7 +191,8 @@ def test_the_claim_says_what_the_handshake_must_create_and_the_handshake_creates
     for task_id, expected in (("watched", True), ("plain", False)):
         ti = _ti(run, task_id)
         claimed = reporting.claim(ti.pk, ti.attempt_token, WORKER)
-        assert claimed is not None and claimed.has_start_deadlines is expected
+        assert claimed is not None
+        assert claimed.has_start_deadlines is expected
         assert reporting.mark_running(ti.pk, ti.attempt_token, pid=1, has_start_deadlines=claimed.has_start_deadlines)
         assert Deadline.objects.filter(task_instance=ti).exists() is expected
         # No task state stored: the start needs no read, and is the start a read would give.
@@ -204,7 +206,8 @@ def test_the_claim_says_what_the_handshake_must_create_and_the_handshake_creates
         try_number=resumed.try_number, infrastructure_try_number=resumed.infrastructure_try_number,
     )
     claimed = reporting.claim(resumed.pk, resumed.attempt_token, WORKER)
-    assert claimed is not None and claimed.has_task_state is True
+    assert claimed is not None
+    assert claimed.has_task_state is True
     assert taskstate.start_claimed(resumed.pk, dag.dag_id, run.run_id, "resumed", claimed.task_state_epoch, True) is None
     assert taskstate.start(resumed.pk, dag.dag_id, run.run_id, "resumed").entries == {"cursor": 7}
     fresh = reporting.claim(_ti(run, "plain").pk, 0, WORKER)  # already claimed: stale, no second move

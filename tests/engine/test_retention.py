@@ -109,8 +109,10 @@ def test_it_works_in_many_small_transactions():
         report = retention.clean(cutoff, failed_cutoff, batch=7, progress=lambda r: seen.append((r.task_instances, r.runs)))
     finally:
         retention.MIN_BATCH, retention.MAX_BATCH = bounds
-    assert seen[:5] == [(7, 0), (14, 0), (21, 0), (28, 0), (30, 0)] and seen[-1] == (30, 1)
-    assert report.transactions == 6 and not DagRun.objects.exists()
+    assert seen[:5] == [(7, 0), (14, 0), (21, 0), (28, 0), (30, 0)]
+    assert seen[-1] == (30, 1)
+    assert report.transactions == 6
+    assert not DagRun.objects.exists()
 
 
 def test_the_scheduler_cleans_when_retention_is_set(settings):
@@ -142,11 +144,13 @@ def test_it_deletes_the_stored_output_of_the_attempts_it_deletes(settings, tmp_p
         writer.write("stdout", b"out of " + run.run_id.encode())
         writer.write("stderr", b"err")
         writer.close()
-    assert store.size(keys[old.pk], "stdout") and store.size(keys[old.pk], "stderr") == 3
+    assert store.size(keys[old.pk], "stdout")
+    assert store.size(keys[old.pk], "stderr") == 3
 
     call_command("db_clean", "--older-than", "30", stdout=StringIO())
 
-    assert store.size(keys[old.pk], "stdout") is None and store.size(keys[old.pk], "stderr") is None
+    assert store.size(keys[old.pk], "stdout") is None
+    assert store.size(keys[old.pk], "stderr") is None
     assert store.read(keys[recent.pk], "stdout", 0, 100) == b"out of " + recent.run_id.encode()
     assert not store.path(keys[old.pk], "stdout").exists()
 
@@ -213,7 +217,8 @@ def test_a_duty_of_one_never_pauses():
     _finished_run(dag, fail=False, ended_days_ago=10)
     out = StringIO()
     call_command("db_clean", "--older-than", "5", "--max-duty", "1", stdout=out)
-    assert "deleted 1 runs" in out.getvalue() and "paused 0.0 s" in out.getvalue()
+    assert "deleted 1 runs" in out.getvalue()
+    assert "paused 0.0 s" in out.getvalue()
 
 
 # --- every row a run can have, and a run that cannot be deleted -------------------------------
@@ -283,7 +288,8 @@ def test_it_deletes_a_run_with_every_kind_of_row_that_can_hang_from_it(settings,
     call_command("db_clean", "--older-than", "30", stdout=out)
 
     assert list(DagRun.objects.values_list("pk", flat=True)) == [recent.pk]
-    assert not TaskStateEntry.objects.exists() and not Deadline.objects.exists()
+    assert not TaskStateEntry.objects.exists()
+    assert not Deadline.objects.exists()
     assert TaskAttempt.objects.filter(task_instance__dag_run=recent).count() == TaskAttempt.objects.count() == 1
     assert BackfillDate.objects.get().dag_run_id is None
     assert _counted_failures() == 0
@@ -334,7 +340,8 @@ def test_a_run_that_cannot_be_deleted_is_skipped_with_one_warning_and_blocks_not
     assert not TaskInstance.objects.filter(dag_run__in=[r.pk for r in others]).exists()
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("orchestrator")]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
-    assert str(stuck.pk) in warnings[0].getMessage() and warnings[0].exc_info is None
+    assert str(stuck.pk) in warnings[0].getMessage()
+    assert warnings[0].exc_info is None
     assert _counted_failures() == 0  # its task instances went in transactions of their own
 
 
@@ -346,4 +353,5 @@ def test_db_clean_skips_a_run_it_cannot_delete_and_says_so(settings, tmp_path, u
     call_command("db_clean", "--older-than", "30", stdout=out)
     assert list(DagRun.objects.values_list("pk", flat=True)) == [stuck.pk]
     assert not DagRun.objects.filter(pk=other.pk).exists()
-    assert "deleted 1 runs" in out.getvalue() and "skipped 1 runs" in out.getvalue()
+    assert "deleted 1 runs" in out.getvalue()
+    assert "skipped 1 runs" in out.getvalue()

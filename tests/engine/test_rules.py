@@ -7,7 +7,7 @@ S, F, UF, SK, N, R, DL = "success", "failed", "upstream_failed", "skipped", "non
 
 
 @pytest.mark.parametrize(
-    "rule,upstream,expected",
+    ("rule", "upstream", "expected"),
     [
         ("all_success", [S, S], Readiness.RUN),
         ("all_success", [S, R], Readiness.WAIT),

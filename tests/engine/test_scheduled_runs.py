@@ -32,7 +32,8 @@ def test_it_creates_each_due_run_once_in_the_dags_timezone():
     schedule_once(datetime(2026, 7, 11, 0, 0, 2, tzinfo=UTC))
     assert _logical_dates(dag) == [datetime(2026, 7, 11, 0, 0, tzinfo=UTC)]
     run = DagRun.objects.get(dag=dag)
-    assert run.run_id == "scheduled__2026-07-11T00:00:00+00:00" and run.state == "running"
+    assert run.run_id == "scheduled__2026-07-11T00:00:00+00:00"
+    assert run.state == "running"
 
 
 def test_it_runs_only_the_latest_missed_tick_without_catchup_and_every_tick_with_it():

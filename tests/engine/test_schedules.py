@@ -21,8 +21,11 @@ def test_it_keeps_local_time_across_daylight_saving():
 
 def test_it_accepts_presets_and_rejects_garbage():
     """@daily and friends are valid; a bad cron is not."""
-    assert is_valid("@daily") and is_valid("@hourly") and is_valid("*/5 * * * *")
-    assert not is_valid("61 * * * *") and not is_valid("every day")
+    assert is_valid("@daily")
+    assert is_valid("@hourly")
+    assert is_valid("*/5 * * * *")
+    assert not is_valid("61 * * * *")
+    assert not is_valid("every day")
 
 
 def test_it_starts_at_start_date_with_catchup_and_at_the_next_tick_without():

@@ -17,7 +17,8 @@ def test_it_rejects_an_unknown_dag(spawn):
     """Exit 1 and a message naming the DAG."""
     proc = spawn("trigger_dag", "nope")
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and "unknown DAG 'nope'" in out
+    assert proc.returncode == 1
+    assert "unknown DAG 'nope'" in out
 
 
 def test_it_rejects_a_paused_dag():
@@ -53,14 +54,22 @@ def test_it_prints_the_run_id_and_status_json(capsys):
     call_command("trigger_dag", "d", "--conf", '{"day": "2026-01-01"}')
     run_id = capsys.readouterr().out.splitlines()[0]
     run = DagRun.objects.get(run_id=run_id)
-    assert run.conf == {"day": "2026-01-01"} and run_id.startswith("manual__")
+    assert run.conf == {"day": "2026-01-01"}
+    assert run_id.startswith("manual__")
     call_command("run_status", "d", run_id, "--json")
     doc = json.loads(capsys.readouterr().out)
-    assert doc["dag_id"] == "d" and doc["run_id"] == run_id and doc["state"] == "running"
+    assert doc["dag_id"] == "d"
+    assert doc["run_id"] == run_id
+    assert doc["state"] == "running"
     (ti,) = doc["task_instances"]
-    assert ti["task_id"] == "t" and ti["state"] == "queued" and ti["try_number"] == 1
-    assert ti["max_tries"] == 1 and ti["infrastructure_try_number"] == 0 and ti["last_failure_context"] is None
-    assert ti["attempts"][0]["kind"] == "user" and ti["attempts"][0]["start_date"] is None
+    assert ti["task_id"] == "t"
+    assert ti["state"] == "queued"
+    assert ti["try_number"] == 1
+    assert ti["max_tries"] == 1
+    assert ti["infrastructure_try_number"] == 0
+    assert ti["last_failure_context"] is None
+    assert ti["attempts"][0]["kind"] == "user"
+    assert ti["attempts"][0]["start_date"] is None
     assert doc["deadlines"] == []
 
 

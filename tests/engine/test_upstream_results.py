@@ -102,7 +102,8 @@ def test_a_cleared_task_run_again_hands_on_its_new_result(admin_user):
     run = _run_with_large_result()
     report = _instance(run, "report")
     claimed = reporting.claim(report.pk, report.attempt_token, WORKER)
-    assert claimed is not None and claimed.results == {"extract": LARGE}
+    assert claimed is not None
+    assert claimed.results == {"extract": LARGE}
     assert reporting.mark_running(report.pk, report.attempt_token, pid=1)
     assert reporting.report_success(report.pk, report.attempt_token)
     actions.clear(_instance(run, "extract"), admin_user, include_downstream=True)
@@ -110,15 +111,21 @@ def test_a_cleared_task_run_again_hands_on_its_new_result(admin_user):
     _succeed(_instance(run, "extract"), result=OTHER)
     report = _instance(run, "report")
     claimed = reporting.claim(report.pk, report.attempt_token, WORKER)
-    assert claimed is not None and claimed.results == {"extract": OTHER}
+    assert claimed is not None
+    assert claimed.results == {"extract": OTHER}
 
 
 def test_a_result_read_in_a_transaction_that_rolled_back_is_not_handed_on():
     run = _run_with_large_result()
-    with pytest.raises(RuntimeError), transaction.atomic():
-        TaskInstance.objects.filter(dag_run=run, task_id="extract").update(result=OTHER)
-        assert upstream_results(run.pk, ["extract"]) == {"extract": OTHER}
-        raise RuntimeError("roll back")
+
+    def read_then_roll_back() -> None:
+        with transaction.atomic():
+            TaskInstance.objects.filter(dag_run=run, task_id="extract").update(result=OTHER)
+            assert upstream_results(run.pk, ["extract"]) == {"extract": OTHER}
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError, match="roll back"):
+        read_then_roll_back()
     assert upstream_results(run.pk, ["extract"]) == {"extract": LARGE}
 
 
@@ -146,7 +153,8 @@ def test_what_a_worker_keeps_is_bounded_and_the_least_recently_read_goes_first()
     assert kept.of("s", 1, ["tiny"]) == {}
     kept.of("s", 1, ["a"])  # read: now the most recent
     kept.keep("s", 1, "c", 13, "v1", text)  # over the budget: "b" goes
-    assert kept.of("s", 1, ["b"]) == {} and set(kept.of("s", 1, ["a", "c"])) == {10, 13}
+    assert kept.of("s", 1, ["b"]) == {}
+    assert set(kept.of("s", 1, ["a", "c"])) == {10, 13}
     kept.keep("s", 1, "a", 10, "v2", text)  # the row's new version replaces the old
     assert kept.of("s", 1, ["a"]) == {10: ("v2", text)}
 

@@ -125,6 +125,74 @@ def _reason(context: dict | None) -> str | None:
     return (context or {}).get("reason")
 
 
+def _success_problems(a: TaskAttempt, where: str) -> list[str]:
+    problems = []
+    if a.context is not None:
+        problems.append(f"{where}: a success with a failure context {a.context}")
+    if a.kind != AttemptKind.USER:
+        problems.append(f"{where}: a success of kind {a.kind}")
+    return problems
+
+
+def _failure_problems(a: TaskAttempt, where: str, limit: int, operator_actions: bool) -> list[str]:
+    """A failed attempt: its reason's category, and the budget it was charged to."""
+    category, reason = _category(a.context), _reason(a.context)
+    if category is None or reason is None:
+        return [f"{where}: failed without a context"]
+    problems = []
+    try:
+        expected_category = CATEGORY_OF_REASON[Reason(reason)].value
+    except ValueError:
+        expected_category = None
+        problems.append(f"{where}: unknown reason {reason!r}")
+    if expected_category is not None and expected_category != category:
+        problems.append(f"{where}: reason {reason} is {expected_category}, recorded as {category}")
+    if category == Category.USER_ACTION and not operator_actions:
+        problems.append(f"{where}: a user_action context with no operator action")
+    if a.kind == AttemptKind.PLATFORM:
+        if category != Category.INFRASTRUCTURE:
+            problems.append(f"{where}: {category}/{reason} charged to the platform")
+        if a.infrastructure_try_number >= limit:
+            problems.append(f"{where}: charged to the platform with its budget ({limit}) spent")
+    elif category == Category.INFRASTRUCTURE and a.infrastructure_try_number < limit and reason != Reason.OPERATOR_RECLASSIFIED:
+        problems.append(f"{where}: infrastructure/{reason} charged to the user while the platform budget lasts ({a.infrastructure_try_number} of {limit})")
+    return problems
+
+
+def _sequence_problems(previous: TaskAttempt | None, a: TaskAttempt, where: str) -> list[str]:
+    """The (try, platform try) an attempt was dispatched at, from the attempt before it."""
+    if previous is None:
+        return [] if (a.try_number, a.infrastructure_try_number) == (1, 0) else [f"{where}: the first dispatch should be (try 1, platform 0)"]
+    if previous.state not in FINISHED_ATTEMPT_STATES:
+        return []
+    if previous.state == TaskAttempt.State.SUCCESS:
+        return [f"{where}: dispatched again after a success"]
+    at = f"(try {previous.try_number}, platform {previous.infrastructure_try_number})"
+    if previous.kind == AttemptKind.PLATFORM:
+        expected = (previous.try_number, previous.infrastructure_try_number + 1)
+        kind = "platform"
+    else:
+        expected = (previous.try_number + 1, previous.infrastructure_try_number)
+        kind = "user"
+    if (a.try_number, a.infrastructure_try_number) != expected:
+        return [f"{where}: after a {kind} failure at {at} expected (try {expected[0]}, platform {expected[1]})"]
+    return []
+
+
+def _settled_problems(ti: TaskInstance, attempts: list[TaskAttempt], label: str) -> list[str]:
+    """A settled task's counters against its attempts."""
+    problems = []
+    last = attempts[-1]
+    if ti.try_number != last.try_number:
+        problems.append(f"{label}: task try_number {ti.try_number} but its last attempt was try {last.try_number}")
+    platform_spent = sum(1 for a in attempts if a.kind == AttemptKind.PLATFORM and a.state == TaskAttempt.State.FAILED)
+    if ti.infrastructure_try_number != platform_spent:
+        problems.append(f"{label}: infrastructure_try_number {ti.infrastructure_try_number} but {platform_spent} platform attempts")
+    if ti.try_number > ti.max_tries:
+        problems.append(f"{label}: try {ti.try_number} beyond max_tries {ti.max_tries}")
+    return problems
+
+
 def attempt_violations(ti: TaskInstance, attempts: list[TaskAttempt], *, operator_actions: bool = False, settled: bool = True) -> list[str]:
     """The budget rules, attempt by attempt, for one task instance."""
     label = f"{ti.dag_run.dag.dag_id}/{ti.dag_run.run_id}/{ti.task_id}"
@@ -143,64 +211,18 @@ def attempt_violations(ti: TaskInstance, attempts: list[TaskAttempt], *, operato
             problems.append(f"{where}: left {a.state}")
             previous = a
             continue
-        context = a.context
         if a.state == TaskAttempt.State.SUCCESS:
             successes += 1
-            if context is not None:
-                problems.append(f"{where}: a success with a failure context {context}")
-            if a.kind != AttemptKind.USER:
-                problems.append(f"{where}: a success of kind {a.kind}")
+            problems += _success_problems(a, where)
         else:
-            category, reason = _category(context), _reason(context)
-            if category is None or reason is None:
-                problems.append(f"{where}: failed without a context")
-            else:
-                try:
-                    expected_category = CATEGORY_OF_REASON[Reason(reason)].value
-                except ValueError:
-                    expected_category = None
-                    problems.append(f"{where}: unknown reason {reason!r}")
-                if expected_category is not None and expected_category != category:
-                    problems.append(f"{where}: reason {reason} is {expected_category}, recorded as {category}")
-                if category == Category.USER_ACTION and not operator_actions:
-                    problems.append(f"{where}: a user_action context with no operator action")
-                if a.kind == AttemptKind.PLATFORM:
-                    if category != Category.INFRASTRUCTURE:
-                        problems.append(f"{where}: {category}/{reason} charged to the platform")
-                    if a.infrastructure_try_number >= limit:
-                        problems.append(f"{where}: charged to the platform with its budget ({limit}) spent")
-                else:
-                    if category == Category.INFRASTRUCTURE and a.infrastructure_try_number < limit and reason != Reason.OPERATOR_RECLASSIFIED:
-                        problems.append(f"{where}: infrastructure/{reason} charged to the user while the platform budget lasts ({a.infrastructure_try_number} of {limit})")
-        if previous is not None and previous.state in FINISHED_ATTEMPT_STATES and not operator_actions:
-            if previous.state == TaskAttempt.State.SUCCESS:
-                problems.append(f"{where}: dispatched again after a success")
-            elif previous.kind == AttemptKind.PLATFORM:
-                if (a.try_number, a.infrastructure_try_number) != (previous.try_number, previous.infrastructure_try_number + 1):
-                    problems.append(
-                        f"{where}: after a platform failure at (try {previous.try_number}, platform {previous.infrastructure_try_number}) "
-                        f"expected (try {previous.try_number}, platform {previous.infrastructure_try_number + 1})"
-                    )
-            else:
-                if (a.try_number, a.infrastructure_try_number) != (previous.try_number + 1, previous.infrastructure_try_number):
-                    problems.append(
-                        f"{where}: after a user failure at (try {previous.try_number}, platform {previous.infrastructure_try_number}) "
-                        f"expected (try {previous.try_number + 1}, platform {previous.infrastructure_try_number})"
-                    )
-        elif previous is None and not operator_actions and (a.try_number, a.infrastructure_try_number) != (1, 0):
-            problems.append(f"{where}: the first dispatch should be (try 1, platform 0)")
+            problems += _failure_problems(a, where, limit, operator_actions)
+        if not operator_actions:
+            problems += _sequence_problems(previous, a, where)
         previous = a
     if successes > 1:
         problems.append(f"{label}: {successes} attempts succeeded")
     if settled and attempts and not operator_actions:
-        last = attempts[-1]
-        if ti.try_number != last.try_number:
-            problems.append(f"{label}: task try_number {ti.try_number} but its last attempt was try {last.try_number}")
-        platform_spent = sum(1 for a in attempts if a.kind == AttemptKind.PLATFORM and a.state == TaskAttempt.State.FAILED)
-        if ti.infrastructure_try_number != platform_spent:
-            problems.append(f"{label}: infrastructure_try_number {ti.infrastructure_try_number} but {platform_spent} platform attempts")
-        if ti.try_number > ti.max_tries:
-            problems.append(f"{label}: try {ti.try_number} beyond max_tries {ti.max_tries}")
+        problems += _settled_problems(ti, attempts, label)
     if successes and ti.state != TaskState.SUCCESS and not operator_actions:
         problems.append(f"{label}: an attempt succeeded but the task is {ti.state}")
     if ti.state == TaskState.SUCCESS and successes != 1:

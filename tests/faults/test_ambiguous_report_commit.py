@@ -94,10 +94,16 @@ def test_a_claim_that_did_not_commit_is_not_run(tmp_path, settings):
     assert reporting.claim(root.pk, root.attempt_token, job.worker_info())
     assert reporting.mark_running(root.pk, root.attempt_token, pid=1)
     offer = job._slot_offer(_runtime(tmp_path, None, []))  # type: ignore[arg-type]
-    with pytest.raises(RuntimeError), handover.offering(offer), transaction.atomic():
-        assert reporting.report_success(root.pk, root.attempt_token, result=None)
-        raise RuntimeError("the connection broke before COMMIT")
-    assert offer.unconfirmed is not None and offer.taken is None
+
+    def report_then_break() -> None:
+        with handover.offering(offer), transaction.atomic():
+            assert reporting.report_success(root.pk, root.attempt_token, result=None)
+            raise RuntimeError("the connection broke before COMMIT")
+
+    with pytest.raises(RuntimeError, match="before COMMIT"):
+        report_then_break()
+    assert offer.unconfirmed is not None
+    assert offer.taken is None
     assert reporting.report_success(root.pk, root.attempt_token, result=None)  # the retry: no offer is made twice
     nxt = TaskInstance.objects.get(dag_run=run, task_id="next")
     assert nxt.worker_name == ""  # queued for any worker, not claimed

@@ -69,7 +69,8 @@ def test_a_spare_holds_nothing_of_the_server_and_dies_with_the_worker(worker, ma
     # server's socket to the worker, nor its wake-up pipe).
     descriptors = {int(fd): os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd")}
     beyond_stdio = {fd: target for fd, target in descriptors.items() if fd > 2}
-    assert len(beyond_stdio) == 1 and next(iter(beyond_stdio.values())).startswith("socket:"), descriptors
+    assert len(beyond_stdio) == 1, descriptors
+    assert next(iter(beyond_stdio.values())).startswith("socket:"), descriptors
     # Its own session, like any task process: a signal to the worker's group does not reach it.
     assert os.getsid(spare) == spare
 
@@ -84,7 +85,8 @@ def test_a_successs_output_is_whole_though_it_is_reported_before_its_process_end
     run = trigger(dag)
     settle_runs([run], timeout=60)
     attempt = instance(run, "t").attempts.get()
-    assert attempt.state == "success" and attempt.result == "done"
+    assert attempt.state == "success"
+    assert attempt.result == "done"
     assert attempt.stdout == "no newline"
     assert attempt.stderr == "no newline"
 

@@ -61,7 +61,8 @@ def test_a_fork_server_killed_with_kill_9_is_the_platforms_failure_and_the_worke
         assert first.context["metadata"]["fork_server"] == "died"
     assert _fork_server(proc.pid) != server
     settle_runs([run], timeout=90)
-    assert instance(run, "py").state == "success" and instance(run, "py").try_number == 1
+    assert instance(run, "py").state == "success"
+    assert instance(run, "py").try_number == 1
     assert proc.poll() is None
     assert_invariants([run], [records])
 
@@ -211,7 +212,8 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
         launcher.close()
     assert lost_answers == [True]
     assert not supervised.superseded, "the task was killed as superseded by its own handshake"
-    assert supervised.outcome.final and supervised.outcome.final["type"] == "success", supervised.outcome
+    assert supervised.outcome.final, supervised.outcome
+    assert supervised.outcome.final["type"] == "success", supervised.outcome
 
 
 @pytest.mark.parametrize("failpoints", ["", "task.after_running@nothing_here=exit:3*1"])

@@ -74,7 +74,8 @@ def test_a_database_outage_of_minutes_loses_no_outcome_and_charges_nothing(tmp_p
         cluster.stop()
         try:
             time.sleep(OUTAGE_SECONDS)
-            assert worker.poll() is None and scheduler.poll() is None, "a process died in the outage"
+            assert worker.poll() is None, "a process died in the outage"
+            assert scheduler.poll() is None, "a process died in the outage"
             spooled = list((tmp_path / "spool").glob("*/ti-*.json"))
             assert len(spooled) == TASKS, f"{len(spooled)} of {TASKS} outcomes spooled"
         finally:
@@ -88,7 +89,8 @@ def test_a_database_outage_of_minutes_loses_no_outcome_and_charges_nothing(tmp_p
         events = [json.loads(line) for line in windows.read_text().splitlines()]
         starts = sorted(e["task_id"] for e in events if e["event"] == "start")
         assert starts == sorted(f"t{i}" for i in range(TASKS)), "a task ran twice (or not at all)"
-        assert worker.poll() is None and scheduler.poll() is None
+        assert worker.poll() is None
+        assert scheduler.poll() is None
         assert not list((tmp_path / "spool").glob("*/ti-*.json")), "an outcome is still waiting in the spool"
         print(f"outage {outage:.0f}s; every outcome delivered after it")
     finally:

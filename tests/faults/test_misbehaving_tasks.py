@@ -55,12 +55,15 @@ def test_misbehaving_tasks_each_end_in_a_truthful_state(worker, make_dag, tmp_pa
         reasons = {task_id: (ti.last_failure_context or {}).get("reason") for task_id, ti in tis.items()}
         # Printing 30 MB then closing both streams is a success; the output is clipped.
         chatty = tis["chatty"].attempts.get()
-        assert states["chatty"] == "success" and chatty.result == "closed" and chatty.output_truncated
+        assert states["chatty"] == "success"
+        assert chatty.result == "closed"
+        assert chatty.output_truncated
         # A grandchild that ignores SIGTERM, or a task that does: timeout, then SIGKILL to the group.
         for name in ("stubborn", "deaf"):
             assert (states[name], reasons[name]) == ("failed", "execution_timeout"), name
             context = tis[name].attempts.get().context
-            assert context["category"] == "timeout" and context["metadata"]["sigkill_sent"] is True, context
+            assert context["category"] == "timeout", context
+            assert context["metadata"]["sigkill_sent"] is True, context
             assert tis[name].attempts.get().kind == "user"
         stubborn_child = int(Path(marker("stubborn")).read_text())
         wait_until(lambda: not alive(stubborn_child), timeout=5, message="the SIGTERM-proof grandchild killed with its group")
@@ -85,7 +88,8 @@ def test_misbehaving_tasks_each_end_in_a_truthful_state(worker, make_dag, tmp_pa
         for name in ("unpicklable", "bigresult"):
             assert (states[name], reasons[name]) == ("failed", "invalid_result"), name
             assert tis[name].last_failure_context["category"] == "application"
-            assert tis[name].attempts.get().kind == "user" and tis[name].result is None
+            assert tis[name].attempts.get().kind == "user"
+            assert tis[name].result is None
         assert run.state == "failed"
         assert_invariants([run])
     finally:
@@ -108,7 +112,8 @@ def test_a_setsid_escapee_outlives_its_worker(worker, make_dag, tmp_path):
         settle_runs([run])
         assert instance(run, "leaver").state == "success"
         escapee = int(Path(marker).read_text())
-        assert alive(escapee) and _ppid(escapee) == proc.pid
+        assert alive(escapee)
+        assert _ppid(escapee) == proc.pid
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         wait_until(lambda: _ppid(escapee) != proc.pid, timeout=5, message="the escapee re-parented")

@@ -198,7 +198,8 @@ def test_a_worker_cut_off_from_both_while_running_stops_its_tasks_and_comes_back
     _succeeds(run)
     assert worker.poll() is None, "the worker exited"
     for ti in run.task_instances.all():
-        assert attempts_of(ti)[-1][:3] == ("user", "success", None) and ti.try_number == 1, attempts_of(ti)
+        assert attempts_of(ti)[-1][:3] == ("user", "success", None), attempts_of(ti)
+        assert ti.try_number == 1, attempts_of(ti)
         assert all(kind == "platform" for kind, *_ in attempts_of(ti)[:-1])
     assert_invariants([run], [records])
 

@@ -25,7 +25,9 @@ def test_it_flags_a_second_submit_while_the_first_ran_or_succeeded():
         _job("c", "k2", "succeeded", 0, 2),
         _job("d", "k2", "succeeded", 3, 5),
     ])
-    assert len(problems) == 2 and "job b" in problems[0] and "job d" in problems[1]
+    assert len(problems) == 2
+    assert "job b" in problems[0]
+    assert "job d" in problems[1]
 
 
 def test_it_flags_a_submit_before_the_first_had_failed():

@@ -46,7 +46,8 @@ def test_kill_9_while_queued_claimed_and_unclaimed(worker, make_dag, records):
         assert attempts_of(ti) == [("platform", "failed", "pre_execution_failure", 1, 0), ("user", "success", None, 1, 1)]
         first = ti.attempts.order_by("attempt_token").first()
         assert first.context["metadata"]["pre_execution_reason"] == "worker_died"
-        assert first.context["source"] == "scheduler" and first.start_date is None
+        assert first.context["source"] == "scheduler"
+        assert first.start_date is None
     assert run.state == "success"
     assert_invariants([run], [records])
 
@@ -140,7 +141,9 @@ def test_sigterm_then_second_sigterm_mid_task(worker, make_dag, records, tmp_pat
     wait_until(lambda: instance(run, "t").state == "running" and _pids_started(records, "t"), timeout=20, message="running")
     stopping.send_signal(signal.SIGTERM)
     time.sleep(1.0)  # within the grace nothing may happen to the task
-    assert stopping.poll() is None and instance(run, "t").state == "running" and not on_kill.exists()
+    assert stopping.poll() is None
+    assert instance(run, "t").state == "running"
+    assert not on_kill.exists()
     sent = time.monotonic()
     stopping.send_signal(signal.SIGTERM)
     assert stopping.wait(timeout=15) == 0
@@ -148,7 +151,8 @@ def test_sigterm_then_second_sigterm_mid_task(worker, make_dag, records, tmp_pat
     context = json.loads(on_kill.read_text())
     assert (context["category"], context["reason"]) == ("infrastructure", "worker_termination")
     ti = instance(run, "t")
-    assert ti.state in ("scheduled", "queued") and ti.last_failure_context["reason"] == "worker_termination"
+    assert ti.state in ("scheduled", "queued")
+    assert ti.last_failure_context["reason"] == "worker_termination"
     worker()
     settle_runs([run])
     ti = instance(run, "t")

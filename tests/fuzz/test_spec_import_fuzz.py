@@ -141,7 +141,8 @@ def test_unicode_and_html_in_ids_and_text(tmp_path_factory, dag_id, task_id, des
 
     valid = re.compile(r"[A-Za-z0-9_.\-]{1,250}")
     if outcome == "ok":
-        assert valid.fullmatch(dag_id) and valid.fullmatch(task_id)
+        assert valid.fullmatch(dag_id)
+        assert valid.fullmatch(task_id)
         assert "\x00" not in description
         assert Dag.objects.get(dag_id=dag_id).description == description
     elif not valid.fullmatch(dag_id):

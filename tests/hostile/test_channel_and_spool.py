@@ -149,7 +149,8 @@ def test_the_depth_scan_counts_brackets_outside_strings_only():
     assert not deeper_than('{"a": "[[[[[[[[[[", "b": [1]}', 2)
     assert deeper_than('{"a": "[[[[[[[[[[", "b": [[1]]}', 2)
     assert not deeper_than('{"a": "[[[[[[[[[[\\"]]]]"}', 1)
-    assert deeper_than("[" * 65 + "]" * 65, 64) and not deeper_than("[" * 64 + "]" * 64, 64)
+    assert deeper_than("[" * 65 + "]" * 65, 64)
+    assert not deeper_than("[" * 64 + "]" * 64, 64)
     assert not deeper_than('"' + '\\"' * 200_000, 64)  # an unterminated string: one linear pass
 
 
@@ -158,7 +159,8 @@ def test_a_message_carries_values_nested_64_levels_and_no_more():
     assert decode_message(line, 1 << 20)["result"] == nested(64)
     with pytest.raises(MalformedMessage) as refused:
         decode_message(json.dumps({"type": "success", "result": nested(65)}).encode(), 1 << 20)
-    assert refused.value.problem["problem"] == "too_deep" and MESSAGE_MAX_DEPTH == 65
+    assert refused.value.problem["problem"] == "too_deep"
+    assert MESSAGE_MAX_DEPTH == 65
     with pytest.raises(MalformedMessage) as refused:
         decode_message(LINES["deep"].rstrip(b"\n"), 1 << 20)  # the scan, not the decoder's recursion
     assert refused.value.problem["problem"] == "too_deep"
@@ -168,7 +170,8 @@ def test_the_size_is_bounded_before_anything_is_decoded():
     bound = message_max_bytes(65536)
     assert bound == 65536 + MESSAGE_MARGIN_BYTES
     fits = b'{"type": "success", "result": "' + b"x" * (bound - 33) + b'"}'
-    assert len(fits) == bound and decode_message(fits, bound)  # at the bound: taken
+    assert len(fits) == bound
+    assert decode_message(fits, bound)
     with pytest.raises(MalformedMessage) as refused:
         decode_message(b"\xff" * (bound + 1), bound)
     assert (refused.value.problem["problem"], refused.value.problem["size_bytes"]) == ("too_large", bound + 1)
@@ -189,7 +192,8 @@ def test_the_size_is_bounded_before_anything_is_decoded():
 def test_a_line_that_is_no_message_says_what_it_is(line, problem):
     with pytest.raises(MalformedMessage) as refused:
         decode_message(line, 1 << 20)
-    assert refused.value.problem["problem"] == problem and refused.value.problem["channel"] is True
+    assert refused.value.problem["problem"] == problem
+    assert refused.value.problem["channel"] is True
     assert line.decode("utf-8", "replace") not in json.dumps(refused.value.problem) or not line  # never the text itself
 
 
@@ -216,7 +220,8 @@ def test_a_line_with_no_end_is_refused_once_past_the_bound():
         assert reader.feed() == []
     writer.join()
     os.close(read_fd)
-    assert reader.problem["problem"] == "too_large" and reader.unfinished == 0  # nothing of it kept
+    assert reader.problem["problem"] == "too_large"
+    assert reader.unfinished == 0
 
 
 def test_the_trusted_direction_still_carries_large_results_text():
@@ -237,7 +242,8 @@ def test_what_the_channel_refused_is_the_tasks_invalid_result_whatever_it_said()
     problem = MalformedMessage("not_json", "a line that is not JSON").problem
     verdict = classify(Outcome(handshake=True, returncode=-9, final={"type": "success", "result": 1}, channel_problem=problem))
     assert (verdict.success, verdict.context.category.value, verdict.context.reason.value) == (False, "application", "invalid_result")
-    assert verdict.context.metadata["problem"] == "not_json" and verdict.context.metadata["channel"] is True
+    assert verdict.context.metadata["problem"] == "not_json"
+    assert verdict.context.metadata["channel"] is True
 
 
 def test_a_success_the_task_claims_is_checked_again_by_the_worker():
@@ -311,13 +317,17 @@ def test_what_a_task_writes_on_its_channel_fails_it_as_invalid_result(worker, ma
         assert (ti.state, attempt.kind, context.get("category"), context.get("reason")) == (
             "failed", "user", "application", "invalid_result"), (task_id, ti.state, context)  # fmt: skip
         assert context["metadata"]["problem"] == problem, (task_id, context)
-        assert ti.infrastructure_try_number == 0 and ti.result is None and attempt.result is None
+        assert ti.infrastructure_try_number == 0
+        assert ti.result is None
+        assert attempt.result is None
         assert "ATTACKER" not in json.dumps(context)  # what it wrote is not copied into the record
     deep = settle(run, "nested_64", ("failed", "success"), timeout=60)
-    assert deep.state == "success" and deep.result == return_nested(64)
+    assert deep.state == "success"
+    assert deep.result == return_nested(64)
     assert proc.poll() is None
     log = "".join(proc.log_lines)
-    assert "Traceback" not in log and "RecursionError" not in log, log
+    assert "Traceback" not in log, log
+    assert "RecursionError" not in log, log
 
 
 @pytest.mark.django_db(transaction=True)
@@ -336,7 +346,8 @@ def test_a_report_a_task_forges_in_the_spool_is_never_delivered(worker, make_dag
     victims = {}
     for task_id in ("root", "own", "ended"):
         ti = settle(victims_run, task_id, ("queued",))
-        assert reporting.claim(ti.pk, ti.attempt_token, holder) and reporting.mark_running(ti.pk, ti.attempt_token)
+        assert reporting.claim(ti.pk, ti.attempt_token, holder)
+        assert reporting.mark_running(ti.pk, ti.attempt_token)
         victims[task_id] = [ti.pk, ti.attempt_token]
     before = {ti.pk: (ti.state, ti.result, ti.attempt_token) for ti in TaskInstance.objects.filter(dag_run=victims_run)}
     refused_before = _refused_total()
@@ -355,7 +366,8 @@ def test_a_report_a_task_forges_in_the_spool_is_never_delivered(worker, make_dag
     assert _refused_total() - refused_before == 3
     wait_until(lambda: "".join(proc.log_lines).count("not made by this platform") >= 3, timeout=10, message="the refusals logged")
     after = {ti.pk: (ti.state, ti.result, ti.attempt_token) for ti in TaskInstance.objects.filter(dag_run=victims_run)}
-    assert after == before and all(state == "running" for state, _, _ in after.values())
+    assert after == before
+    assert all(state == "running" for state, _, _ in after.values())
     assert not TaskInstance.objects.filter(result__iban="ATTACKER").exists()
     waiting = [p for p in spool.rglob("ti-*.json") if p.parent != aside]
     assert not waiting  # nothing left to deliver later

@@ -129,7 +129,8 @@ def test_a_command_that_cannot_be_given_its_values_fails_as_the_tasks_startup_er
         ti = TaskInstance.objects.get(dag_run=run, task_id=task_id)
         assert (ti.state, ti.try_number, ti.infrastructure_try_number) == ("failed", 2, 0), task_id
         for attempt in ti.attempts.order_by("id"):
-            assert attempt.kind == "user" and attempt.start_date is None
+            assert attempt.kind == "user"
+            assert attempt.start_date is None
             assert (attempt.context["category"], attempt.context["reason"]) == ("application", "startup_error")
             assert says in attempt.context["metadata"]["error"], attempt.context
     after = TaskInstance.objects.get(dag_run=run, task_id="after")
@@ -151,7 +152,8 @@ def test_a_template_inside_single_quotes_is_an_import_error_naming_file_dag_task
     with pytest.raises(CommandError) as raised:
         call_command("import_dags", str(path), stdout=StringIO())
     message = str(raised.value)
-    assert str(path) in message and "quoted_templates" in message, message
+    assert str(path) in message, message
+    assert "quoted_templates" in message, message
     assert "tasks[1].bash_command: task 'words': {{ item }} is inside single quotes" in message, message
     assert "tasks[0]" not in message, message
     assert not Dag.objects.filter(dag_id="quoted_templates").exists()

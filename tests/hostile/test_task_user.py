@@ -31,7 +31,8 @@ def test_a_python_task_runs_as_the_task_user_in_a_private_directory_that_goes_wi
     assert (seen["uid"], seen["euid"], seen["gid"]) == (task_user.uid, task_user.uid, task_user.gid)
     assert seen["groups"] in ([], [task_user.gid])
     assert seen["home"] == seen["cwd"] == seen["tmpdir"]
-    assert seen["home_mode"] == "0o700" and seen["home_owner"] == task_user.uid
+    assert seen["home_mode"] == "0o700"
+    assert seen["home_owner"] == task_user.uid
     # The attempt's directory is removed once the attempt is over.
     wait_until(lambda: not Path(seen["home"]).exists(), timeout=10, message="the attempt's directory to be removed")
     names = set(seen["environment"])
@@ -47,7 +48,8 @@ def test_a_bash_task_runs_as_the_task_user_in_its_private_directory(guarded_work
     stdout = ti.attempts.get().stdout.split()
     uid, gid, groups, cwd, home, mode = stdout[:6]
     assert (int(uid), int(gid), groups) == (task_user.uid, task_user.gid, f"[{task_user.gid}]")
-    assert cwd == home and mode == "700"
+    assert cwd == home
+    assert mode == "700"
 
 
 def test_a_task_user_cannot_reach_the_workers_files_processes_or_secrets(guarded_worker, make_dag, worker_files):
@@ -84,7 +86,8 @@ def test_a_worker_that_cannot_run_tasks_as_the_task_user_refuses_to_start(spawn,
     proc = spawn("run_worker", "nothing", env={"ORCHESTRATOR_TASK_USER": setting})
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1, out
-    assert why in out and "ORCHESTRATOR_TASK_USER" in out
+    assert why in out
+    assert "ORCHESTRATOR_TASK_USER" in out
 
 
 def test_a_worker_that_is_not_root_refuses_a_task_user(process_env, task_user):

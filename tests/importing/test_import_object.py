@@ -9,7 +9,7 @@ from tests.worker import tasks
 
 
 @pytest.mark.parametrize(
-    "path, expected",
+    ("path", "expected"),
     [
         ("tests.worker.tasks.succeed", tasks.succeed),  # module.function
         ("tests.worker.tasks.GracefulSleeper", tasks.GracefulSleeper),  # module.Class
@@ -23,7 +23,7 @@ def test_it_resolves_each_kind_of_path(path, expected):
 
 
 @pytest.mark.parametrize(
-    "path, message",
+    ("path", "message"),
     [
         ("tests.worker.nowhere.f", r"'tests\.worker' has no attribute 'nowhere'"),
         ("tests.worker.tasks.Greeter.wave", r"'tests\.worker\.tasks\.Greeter' has no attribute 'wave'"),

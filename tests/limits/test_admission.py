@@ -43,7 +43,8 @@ usages = st.builds(
 def test_admitted_tasks_never_exceed_a_limit(cands, usage):
     admitted, held = admit(cands, usage)
     by_key = {c.key: c for c in cands}
-    assert set(admitted) | set(held) == set(by_key) and not set(admitted) & set(held)
+    assert set(admitted) | set(held) == set(by_key)
+    assert not set(admitted) & set(held)
     chosen = [by_key[k] for k in admitted]
     for pool in ("p", "q"):
         taken = sum(c.pool_slots for c in chosen if c.pool == pool)
@@ -75,7 +76,8 @@ def test_priority_weight_then_the_older_run_gets_the_slot():
     same_weight_newer = Candidate(3, "a", "y", new_run, priority_weight=1, pool="p")
     admitted, held = admit([same_weight_newer, backfill, today], Usage(pool_slots={"p": 2}))
     assert admitted == [2, 1]
-    assert held[3].kind is WaitKind.POOL and held[3].name == "p"
+    assert held[3].kind is WaitKind.POOL
+    assert held[3].name == "p"
 
 
 def test_a_limit_names_what_holds_the_task():

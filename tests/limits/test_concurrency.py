@@ -61,7 +61,8 @@ def test_pool_and_limits_hold_with_two_schedulers_and_many_worker_slots(spawn, w
     spawn("run_scheduler", env=SCHEDULER)
     wait_until(lambda: _all_done(runs), timeout=90, interval=0.2, message="every run to succeed")
     pooled_runs, limited_runs = read_intervals(str(pooled)), read_intervals(str(limited)) + read_intervals(str(per_task))
-    assert len(pooled_runs) == 12 and len(limited_runs) == 12
+    assert len(pooled_runs) == 12
+    assert len(limited_runs) == 12
     assert max_overlap(pooled_runs) == 3  # full, never over
     assert max_overlap(limited_runs) <= 2
     assert max_overlap(read_intervals(str(per_task))) == 1

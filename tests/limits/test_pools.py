@@ -53,7 +53,10 @@ def test_an_unknown_pool_is_an_import_error_naming_file_dag_task_and_value(tmp_p
     with pytest.raises(SpecError) as error:
         import_paths([spec])
     message = str(error.value)
-    assert str(spec) in message and "'etl'" in message and "'load'" in message and "'nowhere'" in message
+    assert str(spec) in message
+    assert "'etl'" in message
+    assert "'load'" in message
+    assert "'nowhere'" in message
     assert not Dag.objects.exists()
 
 
@@ -67,7 +70,8 @@ def test_limit_keys_round_trip_through_export(tmp_path: Path):
     )
     assert import_paths([spec]).created == ["etl"]
     exported = export_yaml(["etl"])
-    assert "max_active_tasks: 3" in exported and "circuit: payments-api" in exported
+    assert "max_active_tasks: 3" in exported
+    assert "circuit: payments-api" in exported
     again = tmp_path / "again.yaml"
     again.write_text(exported)
     assert import_paths([again]).unchanged == ["etl"]
@@ -82,7 +86,9 @@ def test_bad_limit_values_are_refused(tmp_path: Path):
     with pytest.raises(SpecError) as error:
         import_paths([spec])
     message = str(error.value)
-    assert "max_active_tasks" in message and "pool_slots" in message and "max_active_tis_per_dag" in message
+    assert "max_active_tasks" in message
+    assert "pool_slots" in message
+    assert "max_active_tis_per_dag" in message
 
 
 def test_a_full_pool_holds_the_task_and_the_run_document_says_why(alice_client):  # noqa: F811
@@ -93,8 +99,10 @@ def test_a_full_pool_holds_the_task_and_the_run_document_says_why(alice_client):
     advance_run(second.pk)
     assert TaskInstance.objects.get(dag_run=first).state == "queued"
     held = TaskInstance.objects.get(dag_run=second)
-    assert held.state == "scheduled" and held.try_number == 0
-    assert held.waiting_for["kind"] == "pool" and held.waiting_for["name"] == "warehouse"
+    assert held.state == "scheduled"
+    assert held.try_number == 0
+    assert held.waiting_for["kind"] == "pool"
+    assert held.waiting_for["name"] == "warehouse"
     doc = alice_client.get(f"/api/v1/dags/etl/runs/{second.run_id}").json()
     assert doc["task_instances"][0]["waiting_for"] == held.waiting_for
     pools = alice_client.get("/api/v1/pools").json()["pools"]
@@ -137,7 +145,8 @@ def test_max_active_tasks_and_max_active_tis_per_dag_hold_tasks():
     states = dict(TaskInstance.objects.filter(dag_run=run).values_list("task_id", "state"))
     assert sorted(states.values()) == ["queued", "queued", "scheduled"]
     waiting = TaskInstance.objects.get(dag_run=run, state="scheduled")
-    assert waiting.waiting_for["kind"] == "max_active_tasks" and waiting.waiting_for["name"] == "etl"
+    assert waiting.waiting_for["kind"] == "max_active_tasks"
+    assert waiting.waiting_for["name"] == "etl"
     dag.max_active_tasks = None
     dag.save()
     other = _run(dag)
@@ -145,4 +154,5 @@ def test_max_active_tasks_and_max_active_tis_per_dag_hold_tasks():
     advance_run(other.pk)
     held = TaskInstance.objects.get(dag_run=other, task_id="c")
     assert held.state == "scheduled"
-    assert held.waiting_for["kind"] == "max_active_tis_per_dag" and held.waiting_for["name"] == "c"
+    assert held.waiting_for["kind"] == "max_active_tis_per_dag"
+    assert held.waiting_for["name"] == "c"

@@ -54,7 +54,8 @@ def test_a_storm_of_lost_workers_pauses_only_its_queue_and_holds_its_tasks(setti
     advance_run(run.pk)
     held = TaskInstance.objects.get(dag_run=run, task_id="g")
     assert (held.state, held.try_number) == ("scheduled", 0)
-    assert held.waiting_for["kind"] == "queue" and held.waiting_for["name"] == "gpu"
+    assert held.waiting_for["kind"] == "queue"
+    assert held.waiting_for["name"] == "gpu"
     assert TaskInstance.objects.get(dag_run=run, task_id="d").state == "queued"
 
     settings.ORCHESTRATOR_QUEUE_STORM_THRESHOLD = 0  # off: nothing is paused

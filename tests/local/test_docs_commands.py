@@ -117,7 +117,8 @@ def test_the_rules_of_the_blocks(tmp_path):
     )
     document = docblocks.read(page)
     assert [type(step).__name__ for step in document.steps] == ["Saved", "Command", "Command", "Command"]
-    assert document.steps[0].name == "demo.yaml" and document.steps[0].text == "dag_id: demo\n"
+    assert document.steps[0].name == "demo.yaml"
+    assert document.steps[0].text == "dag_id: demo\n"
     assert [c.expected_exit for c in document.commands] == [0, 1, 0]
     assert document.commands[2].text == "curl -s \\\n  http://x/ # a '#' inside"
     assert document.not_run == [(22, "a deployment")]

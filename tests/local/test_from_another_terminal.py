@@ -39,7 +39,8 @@ def _not_running(result: subprocess.CompletedProcess[str]) -> None:
 
 def test_the_readme_commands_reach_the_running_stack_and_the_flaky_example_ends_in_seconds(checkout, stack):
     trigger, status, status_json = readme_try_it(checkout)
-    assert trigger.endswith("trigger_dag example_flaky --wait") and status_json.endswith("--json")
+    assert trigger.endswith("trigger_dag example_flaky --wait")
+    assert status_json.endswith("--json")
 
     started = time.monotonic()
     result = shell(checkout, trigger, timeout=30)
@@ -47,9 +48,11 @@ def test_the_readme_commands_reach_the_running_stack_and_the_flaky_example_ends_
     assert time.monotonic() - started < 20  # seconds, not the 600 s of a lost job
     lines = result.stdout.splitlines()
     run_id = lines[0]
-    assert run_id.startswith("manual__") and lines[-1] == "success"
+    assert run_id.startswith("manual__")
+    assert lines[-1] == "success"
     progress = lines[1:-1]
-    assert progress and all(line.startswith("tasks: ") for line in progress), lines  # one plain line per change
+    assert progress, lines
+    assert all(line.startswith("tasks: ") for line in progress), lines  # one plain line per change
     assert progress[-1] == "tasks: 2/2 done, 0 running, 0 failed; run: success"
 
     summary = shell(checkout, status)
@@ -60,11 +63,13 @@ def test_the_readme_commands_reach_the_running_stack_and_the_flaky_example_ends_
     document = shell(checkout, status_json)
     assert document.returncode == 0, document
     run = json.loads(document.stdout)
-    assert run["run_id"] == run_id and run["state"] == "success"
+    assert run["run_id"] == run_id
+    assert run["state"] == "success"
     flaky = next(ti for ti in run["task_instances"] if ti["task_id"] == "flaky")
     assert (flaky["try_number"], flaky["max_tries"], flaky["state"]) == (2, 3, "success")
     reasons = [(a["context"] or {}).get("reason") for ti in run["task_instances"] for a in ti["attempts"]]
-    assert "queue_lost" not in reasons and reasons.count("task_exception") == 1, reasons
+    assert "queue_lost" not in reasons, reasons
+    assert reasons.count("task_exception") == 1, reasons
 
 
 def test_the_readme_dead_letter_example_is_dead_lettered(checkout, stack):
@@ -85,14 +90,16 @@ def test_the_readme_dead_letter_example_is_dead_lettered(checkout, stack):
 def test_the_banner_comes_last_and_debug_is_on_for_a_loopback_host(checkout, stack):
     banner = next(i for i, line in enumerate(stack.lines) if "Orchestrator is running at" in line)
     before = "\n".join(stack.lines[:banner])
-    assert "Quit the server with CONTROL-C." in before and '"GET /healthz' in before, stack.output
+    assert "Quit the server with CONTROL-C." in before, stack.output
+    assert '"GET /healthz' in before, stack.output
     assert "DEBUG on" in before
     time.sleep(1)
     after = [line for line in stack.lines[banner:] if "| " in line]
     assert after == [], after  # no server line comes after the banner while nothing happens
     base = re.search(r"running at (\S+)", stack.lines[banner]).group(1)
     status, page = get(base + "no-such-page/")
-    assert status == 404 and "Using the URLconf defined in" in page  # Django's debug page
+    assert status == 404
+    assert "Using the URLconf defined in" in page
 
 
 def test_with_the_stack_down_a_command_says_so_in_one_line_and_uses_no_other_redis(checkout):
@@ -144,6 +151,7 @@ def test_host_0_0_0_0_turns_debug_off_and_serves_the_allowed_host(checkout):
         assert f"Orchestrator is running at http://myhost:{port}/" in stack.output
         assert "DEBUG off" in stack.output
         status, page = get(f"http://127.0.0.1:{port}/no-such-page/", host="myhost")
-        assert status == 404 and "Using the URLconf defined in" not in page
+        assert status == 404
+        assert "Using the URLconf defined in" not in page
     finally:
         stack.stop()

@@ -34,7 +34,8 @@ def _dead_pid() -> int:
 def test_a_live_stack_gives_its_database_and_redis_to_a_command_with_neither_set(tmp_path):
     _write_ours(tmp_path)
     stack = runtime.stack_for(TRIGGER, {}, tmp_path)
-    assert stack is not None and stack.pid == os.getpid()
+    assert stack is not None
+    assert stack.pid == os.getpid()
     assert runtime.database_url({}, stack, tmp_path) == STACK_DB
     assert runtime.redis_url({}, stack) == STACK_REDIS
 

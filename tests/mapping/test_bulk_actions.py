@@ -74,9 +74,11 @@ def test_clearing_every_instance_has_each_effect_of_a_clear_and_audits_each(alic
     ]
     for ti in TaskInstance.objects.filter(pk__in=ids):
         assert ti.max_tries == 2 + 1 + 1  # the try_number it was cleared at + retries + 1
-        assert ti.last_failure_context["reason"] == "manual_clear" and ti.task_state_epoch == 1
+        assert ti.last_failure_context["reason"] == "manual_clear"
+        assert ti.task_state_epoch == 1
         assert ti.state in (TaskState.QUEUED, TaskState.SCHEDULED)
-    assert not TaskStateEntry.objects.exists() and taskstate.of_instances(ids) == {}
+    assert not TaskStateEntry.objects.exists()
+    assert taskstate.of_instances(ids) == {}
     assert TaskInstance.objects.get(dag_run=run, task_id="report").state == TaskState.NONE
     assert DagRun.objects.get(pk=run.pk).state == "running"
 
@@ -90,9 +92,11 @@ def test_marking_every_queued_instance_failed_stops_each(alice):
     assert {ti.state for ti in instances} == {TaskState.QUEUED}
     actions.act_on_task("mark_failed", instances, alice, note="stop")
     for ti in TaskInstance.objects.filter(dag_run=run):
-        assert ti.state == TaskState.FAILED and ti.last_failure_context["metadata"]["stop"] is True
+        assert ti.state == TaskState.FAILED
+        assert ti.last_failure_context["metadata"]["stop"] is True
         (attempt,) = TaskAttempt.objects.filter(task_instance=ti)
-        assert attempt.state == "failed" and attempt.context["reason"] == "manual_mark_failed"
+        assert attempt.state == "failed"
+        assert attempt.context["reason"] == "manual_mark_failed"
     assert [e.details["stopped"] for e in AuditLog.objects.filter(action="mark_failed")] == [True] * 3
     assert DagRun.objects.get(pk=run.pk).state == "failed"
 

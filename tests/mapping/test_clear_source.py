@@ -84,7 +84,8 @@ def test_clearing_the_source_with_its_downstream_unexpands_the_task_keeping_its_
     _clear_source(run, alice)
     # One entry, map_index -1, state none, with every attempt of the former instances.
     ((map_index, state, items),) = _entries(run, "each")
-    assert (map_index, state) == (-1, "none") and sorted(items) == ["a", "b", "c"]
+    assert (map_index, state) == (-1, "none")
+    assert sorted(items) == ["a", "b", "c"]
     assert TaskAttempt.objects.filter(task_instance__dag_run=run, task_instance__task_id="each").count() == 3
     assert TaskInstance.objects.get(dag_run=run, task_id="collect").state == TaskState.NONE
     assert _state(run) == "running"
@@ -150,7 +151,8 @@ def test_unexpanded_twice_then_expanded_keeps_every_attempt(alice):
     _run_queued(run, "source", [])  # skipped: b and c removed
     _clear_source(run, alice)
     ((_, state, items),) = _entries(run, "each")
-    assert state == "none" and sorted(items) == ["a", "b", "c"]
+    assert state == "none"
+    assert sorted(items) == ["a", "b", "c"]
     _run_queued(run, "source", ["x", "y", "z", "w"])
     assert _entries(run, "each") == [
         (0, "queued", ["a", "x"]), (1, "queued", ["b", "y"]), (2, "queued", ["c", "z"]), (3, "queued", ["w"])
@@ -207,6 +209,7 @@ def test_the_task_pages_show_the_history_of_an_unexpanded_task_and_of_a_removed_
     assert sorted(shown) == ["&quot;a&quot;", "&quot;bee&quot;", "&quot;cee&quot;"]
     _run_queued(run, "source", ["x"])
     removed = alice_client.get(url + "?map_index=2").content.decode()
-    assert "each[2]" in removed and "&quot;cee&quot;" in removed
+    assert "each[2]" in removed
+    assert "&quot;cee&quot;" in removed
     overview = alice_client.get(url).content.decode()
     assert "3 instances: 1 queued, 2 removed" in overview

@@ -41,7 +41,8 @@ def _mapped_dag(source, *, downstream_rule: str = "all_success", **load_args):
 def test_it_expands_over_an_upstream_list_once_and_hands_the_results_downstream_in_order():
     run = create_manual_run(_mapped_dag("results.extract"))
     (placeholder,) = _instances(run, "load")
-    assert placeholder.map_index == -1 and placeholder.state == TaskState.NONE
+    assert placeholder.map_index == -1
+    assert placeholder.state == TaskState.NONE
     _succeed(_instances(run, "extract")[0], result=["a", "b", "c"])
 
     load = _instances(run, "load")
@@ -62,7 +63,8 @@ def test_it_expands_over_an_upstream_list_once_and_hands_the_results_downstream_
         "load": ["loaded a", "loaded b", "loaded c"], "extract": ["a", "b", "c"]
     }
     claimed = reporting.claim(_instances(run, "report")[0].pk, 1, WORKER)
-    assert claimed.results == {"load": ["loaded a", "loaded b", "loaded c"]} and claimed.map_index == -1
+    assert claimed.results == {"load": ["loaded a", "loaded b", "loaded c"]}
+    assert claimed.map_index == -1
 
 
 def test_a_claimed_instance_gets_its_item_by_its_name():
@@ -72,7 +74,8 @@ def test_a_claimed_instance_gets_its_item_by_its_name():
     _succeed(_instances(run, "extract")[0])
     second = _instances(run, "load")[1]
     claimed = reporting.claim(second.pk, second.attempt_token, WORKER)
-    assert claimed.map_index == 1 and claimed.mapped == {"path": {"k": 1}}
+    assert claimed.map_index == 1
+    assert claimed.mapped == {"path": {"k": 1}}
 
 
 def test_an_expansion_that_lost_the_race_changes_nothing():
@@ -88,7 +91,7 @@ def test_an_expansion_that_lost_the_race_changes_nothing():
 
 
 @pytest.mark.parametrize(
-    "rule, expected", [("all_success", TaskState.SKIPPED), ("none_failed", TaskState.QUEUED), ("all_done", TaskState.QUEUED)]
+    ("rule", "expected"), [("all_success", TaskState.SKIPPED), ("none_failed", TaskState.QUEUED), ("all_done", TaskState.QUEUED)]
 )
 def test_an_empty_list_skips_the_task_and_trigger_rules_read_it_as_airflow_does(rule, expected):
     run = create_manual_run(_mapped_dag("results.extract", downstream_rule=rule))
@@ -100,19 +103,22 @@ def test_an_empty_list_skips_the_task_and_trigger_rules_read_it_as_airflow_does(
 
 
 @pytest.mark.parametrize(
-    "result, got", [({"a": 1}, "dict"), ("abc", "str"), (None, "null"), (list(range(6)), "list")]
+    ("result", "got"), [({"a": 1}, "dict"), ("abc", "str"), (None, "null"), (list(range(6)), "list")]
 )
 def test_a_source_that_is_not_a_list_or_too_long_fails_the_task_at_once(settings, result, got):
     settings.ORCHESTRATOR_MAX_MAP_LENGTH = 5
     run = create_manual_run(_mapped_dag("results.extract"))
     _succeed(_instances(run, "extract")[0], result=result)
     (load,) = _instances(run, "load")
-    assert load.state == TaskState.FAILED and load.try_number == 0
+    assert load.state == TaskState.FAILED
+    assert load.try_number == 0
     context = load.last_failure_context
     assert (context["category"], context["reason"]) == ("application", "invalid_expand")
-    assert context["metadata"]["got_type"] == got and "results.extract" in context["metadata"]["detail"]
+    assert context["metadata"]["got_type"] == got
+    assert "results.extract" in context["metadata"]["detail"]
     if got == "list":
-        assert context["metadata"]["length"] == 6 and context["metadata"]["max_length"] == 5
+        assert context["metadata"]["length"] == 6
+        assert context["metadata"]["max_length"] == 5
     assert _instances(run, "report")[0].state == TaskState.UPSTREAM_FAILED
     assert DagRun.objects.get(pk=run.pk).state == "failed"
 
@@ -126,19 +132,22 @@ def test_max_active_tis_per_dagrun_caps_the_instances_queued_at_once():
     run = create_manual_run(_mapped_dag(list(range(5)), max_active_tis_per_dagrun=2))
     _succeed(_instances(run, "extract")[0])
     states = [ti.state for ti in _instances(run, "load")]
-    assert states.count(TaskState.QUEUED) == 2 and states.count(TaskState.SCHEDULED) == 3
+    assert states.count(TaskState.QUEUED) == 2
+    assert states.count(TaskState.SCHEDULED) == 3
     held = [ti for ti in _instances(run, "load") if ti.state == TaskState.SCHEDULED]
     assert all(ti.waiting_for["kind"] == "max_active_tis_per_dagrun" for ti in held)
     _succeed(next(ti for ti in _instances(run, "load") if ti.state == TaskState.QUEUED))
     states = [ti.state for ti in _instances(run, "load")]
-    assert states.count(TaskState.QUEUED) == 2 and states.count(TaskState.SUCCESS) == 1
+    assert states.count(TaskState.QUEUED) == 2
+    assert states.count(TaskState.SUCCESS) == 1
 
 
 def test_advance_run_does_not_read_results():
     """Results can be large: the run's every move reads its instances without them."""
     run = create_manual_run(_mapped_dag([1]))
     ti = instances_of(run)[0]
-    assert "result" in ti.get_deferred_fields() and "map_item" in ti.get_deferred_fields()
+    assert "result" in ti.get_deferred_fields()
+    assert "map_item" in ti.get_deferred_fields()
 
 
 def test_a_big_expansion_leaves_statistics_that_know_its_rows(settings):

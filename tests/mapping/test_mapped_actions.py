@@ -52,7 +52,9 @@ def test_an_action_with_a_map_index_acts_on_that_instance_alone(alice_client, ru
     assert response.status_code == 200, response.json()
     assert _states(run) == ["success", "queued", "success"]
     (entry,) = AuditLog.objects.filter(action="clear")
-    assert entry.task_id == "load" and entry.details["map_index"] == 1 and entry.prior_state == "failed"
+    assert entry.task_id == "load"
+    assert entry.details["map_index"] == 1
+    assert entry.prior_state == "failed"
     document = response.json()
     assert [(t["map_index"], t["result"]) for t in document["task_instances"]] == [(0, {"n": 0}), (1, None), (2, {"n": 2})]
 
@@ -68,27 +70,33 @@ def test_an_action_without_a_map_index_acts_on_every_instance_each_audited(alice
 def test_an_unknown_map_index_or_a_bad_one_is_refused(alice_client, bob_client, run):
     assert alice_client.post(_url(run, "clear"), {"map_index": 7}, content_type="application/json").status_code == 404
     bad = alice_client.post(_url(run, "clear"), {"map_index": -2}, content_type="application/json")
-    assert bad.status_code == 400 and "map_index" in bad.json()["error"]
+    assert bad.status_code == 400
+    assert "map_index" in bad.json()["error"]
     assert alice_client.post(_url(run, "clear"), {"map_index": "1"}, content_type="application/json").status_code == 400
     assert bob_client.post(_url(run, "clear"), {"map_index": 1}, content_type="application/json").status_code == 403
-    assert _states(run) == ["success", "failed", "success"] and not AuditLog.objects.exists()
+    assert _states(run) == ["success", "failed", "success"]
+    assert not AuditLog.objects.exists()
 
 
 def test_reclassify_gives_one_instance_its_retry_back(alice_client, run):
     response = alice_client.post(_url(run, "reclassify"), {"map_index": 1}, content_type="application/json")
     assert response.status_code == 200
     ti = TaskInstance.objects.get(dag_run=run, map_index=1)
-    assert ti.state in (TaskState.SCHEDULED, TaskState.QUEUED) and ti.infrastructure_try_number == 1
+    assert ti.state in (TaskState.SCHEDULED, TaskState.QUEUED)
+    assert ti.infrastructure_try_number == 1
 
 
 def test_the_task_page_lists_the_instances_filters_them_and_clears_the_failed_ones(alice_client, run):
     page_url = f"/dags/mapped/runs/{quote(run.run_id, safe='')}/tasks/load"
     page = alice_client.get(page_url).content.decode()
-    assert "3 instances: 1 failed, 2 success" in page and 'data-map-index="2"' in page
+    assert "3 instances: 1 failed, 2 success" in page
+    assert 'data-map-index="2"' in page
     filtered = alice_client.get(page_url + "?state=failed").content.decode()
-    assert 'data-map-index="1"' in filtered and 'data-map-index="0"' not in filtered
+    assert 'data-map-index="1"' in filtered
+    assert 'data-map-index="0"' not in filtered
     one = alice_client.get(page_url + "?map_index=0").content.decode()
-    assert "load[0]" in one and "&quot;n&quot;: 0" in one  # the result, escaped
+    assert "load[0]" in one
+    assert "&quot;n&quot;: 0" in one
     response = alice_client.post(page_url + "/clear", {"scope": "failed", "back": "task", "confirmed": "1"})
     assert response.status_code == 303
     assert _states(run) == ["success", "queued", "success"]
@@ -97,4 +105,5 @@ def test_the_task_page_lists_the_instances_filters_them_and_clears_the_failed_on
 
 def test_the_grid_shows_one_cell_with_counts_in_the_worst_state(alice_client, run):
     page = alice_client.get("/dags/mapped/").content.decode()
-    assert 'class="sq state-failed' in page and "load: 3 instances: 1 failed, 2 success" in page
+    assert 'class="sq state-failed' in page
+    assert "load: 3 instances: 1 failed, 2 success" in page

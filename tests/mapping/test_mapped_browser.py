@@ -26,7 +26,8 @@ SHOTS = os.environ.get("SCREENSHOT_DIR")
 
 
 def _finish(ti: TaskInstance, *, fail: bool) -> None:
-    assert reporting.claim(ti.pk, ti.attempt_token, WORKER) and reporting.mark_running(ti.pk, ti.attempt_token, pid=1)
+    assert reporting.claim(ti.pk, ti.attempt_token, WORKER)
+    assert reporting.mark_running(ti.pk, ti.attempt_token, pid=1)
     if fail:
         context = ExecutionContext.of(Reason.TASK_EXCEPTION, Source.WORKER, exception_type="ValueError", message="bad row")
         assert reporting.report_failure(ti.pk, ti.attempt_token, context, fingerprint="0123456789ab")
@@ -58,7 +59,8 @@ def test_an_operator_reads_a_mapped_task_and_clears_its_failed_instance(live_ser
         page.click("button[type=submit]")
         page.wait_for_url("**/dags/files/")
         cell = page.locator("a.sq[title^='load_file:']")
-        assert "failed" in cell.get_attribute("class") and cell.inner_text() == "6"
+        assert "failed" in cell.get_attribute("class")
+        assert cell.inner_text() == "6"
         assert cell.get_attribute("title") == "load_file: 6 instances: 1 failed, 1 queued, 4 success"
         _shot(page, "mapped-grid.png")
 
@@ -135,4 +137,5 @@ def test_a_wide_dag_and_a_big_mapped_task_page_fit_the_viewport(live_server, bro
         cell = page.locator("a.sq[title^='load_file:']")
         assert cell.get_attribute("title") == "load_file: 450 instances: 3 failed, 150 queued, 297 success"
         page.goto(f"{mapped_url}?state=failed")
-        assert page.locator("#instance-table tbody tr").count() == 3 and not page.locator("#instance-pager").count()
+        assert page.locator("#instance-table tbody tr").count() == 3
+        assert not page.locator("#instance-pager").count()

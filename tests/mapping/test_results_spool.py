@@ -42,12 +42,14 @@ def test_a_spooled_success_delivers_its_result(tmp_path):
     dag = DagFactory()
     TaskFactory(dag=dag, task_id="extract", python_callable="x.y", bash_command="")
     ti = TaskInstance.objects.get(dag_run=create_manual_run(dag))
-    assert reporting.claim(ti.pk, 1, WORKER) and reporting.mark_running(ti.pk, 1, pid=1)
+    assert reporting.claim(ti.pk, 1, WORKER)
+    assert reporting.mark_running(ti.pk, 1, pid=1)
     spool = _spool_success(tmp_path, ti, 1, {"files": ["a", "b"]})
     # The database was away: the report waited on disk; now the spool's thread delivers it.
     assert spool.drain(lambda record: deliver_spooled(_runtime(), record)) == 1
     ti.refresh_from_db()
-    assert ti.state == "success" and ti.result == {"files": ["a", "b"]}
+    assert ti.state == "success"
+    assert ti.result == {"files": ["a", "b"]}
 
 
 def test_a_superseded_attempts_late_report_never_overwrites_the_newer_result(tmp_path, settings):
@@ -55,7 +57,8 @@ def test_a_superseded_attempts_late_report_never_overwrites_the_newer_result(tmp
     dag = DagFactory(default_args={"retries": 0})
     TaskFactory(dag=dag, task_id="extract")
     ti = TaskInstance.objects.get(dag_run=create_manual_run(dag))
-    assert reporting.claim(ti.pk, 1, WORKER) and reporting.mark_running(ti.pk, 1, pid=1)
+    assert reporting.claim(ti.pk, 1, WORKER)
+    assert reporting.mark_running(ti.pk, 1, pid=1)
     old = _spool_success(tmp_path, ti, 1, "old result")  # its worker lost the database, then its lease
     lost = ExecutionContext.of(Reason.WORKER_LOST, Source.SCHEDULER)
     assert reporting.report_failure(ti.pk, 1, lost)  # presumed lost: a platform retry
@@ -64,7 +67,8 @@ def test_a_superseded_attempts_late_report_never_overwrites_the_newer_result(tmp
     advance_run(ti.dag_run_id)
     ti.refresh_from_db()
     assert ti.attempt_token == 2
-    assert reporting.claim(ti.pk, 2, WORKER) and reporting.mark_running(ti.pk, 2, pid=2)
+    assert reporting.claim(ti.pk, 2, WORKER)
+    assert reporting.mark_running(ti.pk, 2, pid=2)
     assert reporting.report_success(ti.pk, 2, result="new result")
     assert old.drain(lambda record: deliver_spooled(_runtime(), record)) == 1  # delivered: refused as stale
     ti.refresh_from_db()

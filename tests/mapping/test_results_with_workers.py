@@ -88,7 +88,9 @@ def test_an_invalid_result_fails_the_attempt_charged_to_the_user_and_stores_noth
     assert run.state == "failed"
     for task_id, problem in (("a_set", "not_json"), ("too_much", "too_large"), ("long_line", "too_large")):
         (ti,) = _by_task(run)[task_id]
-        assert ti.state == "failed" and ti.result is None and ti.try_number == 2, task_id
+        assert ti.state == "failed", task_id
+        assert ti.result is None, task_id
+        assert ti.try_number == 2, task_id
         context = ti.last_failure_context
         assert (context["category"], context["reason"]) == ("application", "invalid_result")
         assert context["metadata"]["problem"] == problem, context

@@ -46,7 +46,8 @@ def _import(path: Path) -> str:
 def test_it_imports_expand_and_exports_it_so_that_a_reimport_is_a_no_op(tmp_path):
     _import(_write(tmp_path, SPEC))
     load = Task.objects.get(task_id="load")
-    assert load.expand == {"path": "results.list_files"} and load.args == {"max_active_tis_per_dagrun": 4}
+    assert load.expand == {"path": "results.list_files"}
+    assert load.args == {"max_active_tis_per_dagrun": 4}
     out = StringIO()
     call_command("export_dags", "daily_files", stdout=out)
     exported = tmp_path / "exported.yaml"
@@ -63,7 +64,7 @@ def _with(task_index: int, **changes) -> dict:
 
 
 @pytest.mark.parametrize(
-    "spec, field, says",
+    ("spec", "field", "says"),
     [
         (_with(1, expand={"path": "results.shout"}), "tasks[1].expand.path", "'shout', which is not a direct upstream"),
         (_with(1, expand={"path": "results.nowhere"}), "tasks[1].expand.path", "not a direct upstream"),
@@ -83,7 +84,10 @@ def test_it_refuses_a_bad_expand_or_template_naming_file_dag_task_and_field(tmp_
     with pytest.raises(CommandError) as info:
         _import(path)
     message = str(info.value)
-    assert str(path) in message and "daily_files" in message and field in message and says in message, message
+    assert str(path) in message, message
+    assert "daily_files" in message, message
+    assert field in message, message
+    assert says in message, message
     assert snapshot() == before
 
 

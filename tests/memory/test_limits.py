@@ -35,10 +35,13 @@ def _exceeded(attempt: TaskAttempt, limit: int, mode: str) -> None:
     context = attempt.context
     assert (context["category"], context["reason"]) == ("application", "memory_limit_exceeded"), context
     metadata = context["metadata"]
-    assert metadata["memory_limit_mib"] == limit and metadata["enforced_by"] == mode, metadata
+    assert metadata["memory_limit_mib"] == limit, metadata
+    assert metadata["enforced_by"] == mode, metadata
     assert metadata["peak_mib"] >= (limit if mode == "cgroup" else limit + 1) - 1, metadata
-    assert attempt.kind == "user" and attempt.fingerprint is None
-    assert attempt.memory_limit_mib == limit and attempt.peak_memory_mib == metadata["peak_mib"]
+    assert attempt.kind == "user"
+    assert attempt.fingerprint is None
+    assert attempt.memory_limit_mib == limit
+    assert attempt.peak_memory_mib == metadata["peak_mib"]
     assert (attempt.end_date - attempt.start_date).total_seconds() < STOPPED_WITHIN
 
 
@@ -73,7 +76,9 @@ def test_a_task_under_its_limit_killed_from_outside_is_resource_exhaustion_witho
     context = attempt.context
     assert (context["category"], context["reason"]) == ("infrastructure", "resource_exhaustion"), context
     assert "oom" not in context["metadata"]
-    assert attempt.memory_limit_mib == 256 and attempt.peak_memory_mib is not None and attempt.peak_memory_mib < 256
+    assert attempt.memory_limit_mib == 256
+    assert attempt.peak_memory_mib is not None
+    assert attempt.peak_memory_mib < 256
 
 
 def test_each_memory_limit_exceeded_steps_the_limit_up_and_never_poisons(worker, make_dag, mode):
@@ -87,7 +92,8 @@ def test_each_memory_limit_exceeded_steps_the_limit_up_and_never_poisons(worker,
     attempts = _attempts(ti)
     assert [a.memory_limit_mib for a in attempts] == [32, 64, 128]
     assert [a.context and a.context["reason"] for a in attempts] == ["memory_limit_exceeded", "memory_limit_exceeded", None]
-    assert ti.memory_limit_mib == 128 and ti.try_number == 3
+    assert ti.memory_limit_mib == 128
+    assert ti.try_number == 3
 
 
 def test_queue_on_oom_sends_every_later_attempt_to_the_big_workers(worker, worker_on, make_dag, queue_name, mode):
@@ -97,10 +103,13 @@ def test_queue_on_oom_sends_every_later_attempt_to_the_big_workers(worker, worke
     worker(ORCHESTRATOR_MEMORY_LIMITS=mode)
     worker_on(big, ORCHESTRATOR_MEMORY_LIMITS=mode)
     ti = settle(trigger(dag), "grows", ("success", "failed"), timeout=90)
-    assert ti.state == "success" and ti.queue == big
+    assert ti.state == "success"
+    assert ti.queue == big
     first, second = _attempts(ti)
-    assert first.context["reason"] == "memory_limit_exceeded" and first.memory_limit_mib == 32
-    assert second.memory_limit_mib == 256 and second.worker_name != first.worker_name
+    assert first.context["reason"] == "memory_limit_exceeded"
+    assert first.memory_limit_mib == 32
+    assert second.memory_limit_mib == 256
+    assert second.worker_name != first.worker_name
 
 
 def test_the_cgroups_of_a_killed_worker_are_removed_by_the_next_one(worker, make_dag, cgroup_root):
@@ -110,7 +119,8 @@ def test_the_cgroups_of_a_killed_worker_are_removed_by_the_next_one(worker, make
     pid = running_pid(run, "calm", timeout=60)
     (directory,) = [path for path in cgroup_root.iterdir() if path.name.startswith(f"orchestrator-{first.pid}-")]
     attempt_cgroups = [path for path in directory.iterdir() if path.name.startswith("ti-")]
-    assert len(attempt_cgroups) == 1 and str(pid) in (attempt_cgroups[0] / "cgroup.procs").read_text().split()
+    assert len(attempt_cgroups) == 1
+    assert str(pid) in (attempt_cgroups[0] / "cgroup.procs").read_text().split()
     first.kill()
     first.wait()
     worker(ORCHESTRATOR_MEMORY_LIMITS="cgroup")
@@ -124,7 +134,8 @@ def test_an_ended_attempts_cgroup_is_removed_at_once(worker, make_dag, cgroup_ro
     proc = worker(ORCHESTRATOR_MEMORY_LIMITS="cgroup")
     ti = settle(trigger(dag), "quick", ("success",), timeout=60)
     (attempt,) = _attempts(ti)
-    assert attempt.memory_limit_mib == 64 and attempt.peak_memory_mib is not None
+    assert attempt.memory_limit_mib == 64
+    assert attempt.peak_memory_mib is not None
     (directory,) = [path for path in cgroup_root.iterdir() if path.name.startswith(f"orchestrator-{proc.pid}-")]
     wait_until(lambda: not any(path.name.startswith("ti-") for path in directory.iterdir()), timeout=10, message="the attempt's cgroup to go")
 

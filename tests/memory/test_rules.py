@@ -53,7 +53,8 @@ def _decide(reason: Reason, budget: Budget, fingerprint: str | None):
 def test_memory_limit_exceeded_never_counts_towards_poison_threshold():
     budget = Budget(try_number=1, max_tries=5, infrastructure_try_number=0, pre_execution_tries=0, last_fingerprint="abc", fingerprint_streak=1)
     decision = _decide(Reason.MEMORY_LIMIT_EXCEEDED, budget, "abc")
-    assert decision.next_state is TaskState.UP_FOR_RETRY and decision.attempt_fingerprint is None
+    assert decision.next_state is TaskState.UP_FOR_RETRY
+    assert decision.attempt_fingerprint is None
     assert decision.kind == "user"
 
 
@@ -65,18 +66,25 @@ def test_past_its_limit_is_memory_limit_exceeded_whatever_the_exit():
     for returncode, final in ((-signal.SIGKILL, None), (0, {"type": "bash_exit", "exit_code": 0}), (1, None)):
         verdict = classify(_outcome(returncode=returncode, final=final, memory_limit_mib=64, memory_enforced_by="cgroup", peak_memory_mib=64, memory_exceeded=True))
         context = verdict.context
-        assert context is not None and context.reason is Reason.MEMORY_LIMIT_EXCEEDED
+        assert context is not None
+        assert context.reason is Reason.MEMORY_LIMIT_EXCEEDED
         assert {k: context.metadata[k] for k in ("memory_limit_mib", "peak_mib", "enforced_by")} == {"memory_limit_mib": 64, "peak_mib": 64, "enforced_by": "cgroup"}
         assert verdict.fingerprint is None
 
 
 def test_a_kernel_oom_under_its_own_limit_is_the_hosts():
     cgroup = classify(_outcome(returncode=-signal.SIGKILL, memory_limit_mib=512, memory_enforced_by="cgroup", killed_by_host_oom=True))
-    assert cgroup.context is not None and cgroup.context.reason is Reason.RESOURCE_EXHAUSTION and cgroup.context.metadata["oom"] == "host"
+    assert cgroup.context is not None
+    assert cgroup.context.reason is Reason.RESOURCE_EXHAUSTION
+    assert cgroup.context.metadata["oom"] == "host"
     # With a cgroup its own counters decide: the machine's OOM kills elsewhere do not.
     outside = classify(_outcome(returncode=-signal.SIGKILL, memory_limit_mib=512, memory_enforced_by="cgroup", machine_oom_kills_before=3, machine_oom_kills_after=4))
-    assert outside.context is not None and "oom" not in outside.context.metadata
+    assert outside.context is not None
+    assert "oom" not in outside.context.metadata
     unlimited = classify(_outcome(returncode=-signal.SIGKILL, machine_oom_kills_before=3, machine_oom_kills_after=4))
-    assert unlimited.context is not None and unlimited.context.metadata["oom"] == "host"
+    assert unlimited.context is not None
+    assert unlimited.context.metadata["oom"] == "host"
     killed = classify(_outcome(returncode=-signal.SIGKILL, machine_oom_kills_before=3, machine_oom_kills_after=3))
-    assert killed.context is not None and killed.context.reason is Reason.RESOURCE_EXHAUSTION and "oom" not in killed.context.metadata
+    assert killed.context is not None
+    assert killed.context.reason is Reason.RESOURCE_EXHAUSTION
+    assert "oom" not in killed.context.metadata

@@ -13,7 +13,7 @@ from orchestrator.models import Dag
 from tests.admin.conftest import DEADLINE_ROW, TASK_ROW, dag_post, errors_of, formset
 from tests.specs.conftest import (
     snapshot,
-    spec_file,  # noqa: F401,F811  a fixture
+    spec_file,  # noqa: F401  a fixture
 )
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +50,10 @@ def test_it_refuses_bad_memory_keys_naming_the_file_dag_task_and_field(spec_file
     with pytest.raises(CommandError) as info:
         _import(path)
     message = str(info.value)
-    assert str(path) in message and "dag 'mem'" in message and field in message and fragment in message, message
+    assert str(path) in message, message
+    assert "dag 'mem'" in message, message
+    assert field in message, message
+    assert fragment in message, message
     if field.startswith("tasks[0]") or field.endswith("on_retry"):
         assert "task 'load'" in message, message
     assert not Dag.objects.exists()
@@ -78,7 +81,8 @@ def test_the_admin_holds_the_memory_keys_to_the_same_rules(admin_client):
     assert not Dag.objects.exists()
     tasks[0]["args"] = '{"memory_limit": 8}'
     response = admin_client.post("/admin/orchestrator/dag/add/", dag_post(tasks=tasks))
-    assert "&gt;= 16" in response.content.decode() and not Dag.objects.exists()
+    assert "&gt;= 16" in response.content.decode()
+    assert not Dag.objects.exists()
 
 
 def _change_rows(dag: Dag) -> list[dict]:

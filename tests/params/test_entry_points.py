@@ -39,7 +39,7 @@ def test_trigger_dag_fills_the_defaults_into_the_stored_conf(dag):
 
 
 @pytest.mark.parametrize(
-    "conf, message",
+    ("conf", "message"),
     [
         (None, "conf.mode: is required"),
         ('{"mode": "partial"}', "conf.mode: must be one of ['full', 'incremental'], not 'partial'"),
@@ -90,7 +90,7 @@ def test_the_api_fills_the_defaults(alice_client, dag):
 
 
 @pytest.mark.parametrize(
-    "conf, field, words",
+    ("conf", "field", "words"),
     [
         ({}, "conf.mode", "is required"),
         (None, "conf.mode", "is required"),
@@ -104,7 +104,9 @@ def test_the_api_refuses_a_bad_conf_with_400_naming_the_field(alice_client, dag,
     response = post(alice_client, "/dags/report/runs", {"conf": conf})
     assert response.status_code == 400
     body = response.json()
-    assert body["field"] == field and body["error"].startswith(f"{field}: ") and words in body["error"]
+    assert body["field"] == field
+    assert body["error"].startswith(f"{field}: ")
+    assert words in body["error"]
     assert len(body["error"]) < 400
     assert nothing_created()
 
@@ -112,19 +114,22 @@ def test_the_api_refuses_a_bad_conf_with_400_naming_the_field(alice_client, dag,
 def test_the_api_refuses_an_unknown_key_with_strict_params(alice_client, dag):
     Dag.objects.filter(pk=dag.pk).update(strict_params=True)
     response = post(alice_client, "/dags/report/runs", {"conf": {"mode": "full", "extra": 1}})
-    assert response.status_code == 400 and response.json()["field"] == "conf.extra"
+    assert response.status_code == 400
+    assert response.json()["field"] == "conf.extra"
     assert nothing_created()
 
 
 def test_other_errors_have_no_field(alice_client, dag):
     response = post(alice_client, "/dags/report/runs", {"conf": [1]})
-    assert response.status_code == 400 and "field" not in response.json()
+    assert response.status_code == 400
+    assert "field" not in response.json()
 
 
 def test_the_dag_document_has_the_declared_params(alice_client, bob_client, dag):
     for client in (alice_client, bob_client):  # reading needs no permission
         doc = client.get("/api/v1/dags/report").json()
-        assert doc["params"] == PARAMS and doc["strict_params"] is False
+        assert doc["params"] == PARAMS
+        assert doc["strict_params"] is False
     [listed] = bob_client.get("/api/v1/dags").json()["dags"]
     assert listed["params"] == PARAMS
 
@@ -146,7 +151,8 @@ def test_the_backfill_api_refuses_a_bad_conf_naming_the_field(alice_client, sche
         response = post(alice_client, "/dags/nightly/backfills", body)
         assert response.status_code == 400
         assert response.json() == {"error": "conf.day_offset: must be at least 0; got -3", "field": "conf.day_offset"}
-    assert nothing_created() and not BackfillDate.objects.exists()
+    assert nothing_created()
+    assert not BackfillDate.objects.exists()
 
 
 def test_the_backfill_command_refuses_a_bad_conf_naming_the_key(scheduled_dag):
@@ -178,7 +184,8 @@ def test_a_scheduled_run_has_the_defaults(scheduled_dag):
     Dag.objects.filter(pk=scheduled_dag.pk).update(next_run_logical_date=datetime(2026, 5, 2, tzinfo=timezone.utc))
     scheduled_dag.refresh_from_db()
     run = create_due_run(scheduled_dag, now)
-    assert run is not None and run.run_type == "scheduled"
+    assert run is not None
+    assert run.run_type == "scheduled"
     assert DagRun.objects.get().conf == {"team": "data", "day_offset": 1}
 
 
@@ -191,4 +198,5 @@ def test_a_scheduled_run_of_a_dag_lacking_a_default_still_starts(scheduled_dag, 
     scheduled_dag.refresh_from_db()
     assert create_due_run(scheduled_dag, datetime(2026, 5, 2, 12, tzinfo=timezone.utc)) is not None
     assert DagRun.objects.get().conf == {"team": "data", "day_offset": 1}
-    assert "nightly" in caplog.text and "conf.mode: is required" in caplog.text
+    assert "nightly" in caplog.text
+    assert "conf.mode: is required" in caplog.text

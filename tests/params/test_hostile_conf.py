@@ -40,30 +40,33 @@ def plain(response) -> str:
     return html.unescape(response.content.decode())
 
 
-@pytest.mark.parametrize("conf, words", HOSTILE)
+@pytest.mark.parametrize(('conf', 'words'), HOSTILE)
 def test_the_trigger_form_shows_the_refusal_and_creates_nothing(alice_client, dag, conf, words):
     response = alice_client.post("/dags/report/trigger", {"conf": conf})
     assert response.status_code == 400, plain(response)[:500]
     page = plain(response)
-    assert 'id="trigger-error"' in page and words in page
+    assert 'id="trigger-error"' in page
+    assert words in page
     assert nothing_created()
 
 
 def test_a_typed_param_field_is_held_to_the_same_rule(alice_client, dag):
     response = alice_client.post("/dags/report/trigger", {"param.mode": '"full"', "param.day_offset": "NaN"})
     assert response.status_code == 400
-    assert "NaN" in plain(response) and 'aria-invalid="true"' in plain(response)
+    assert "NaN" in plain(response)
+    assert 'aria-invalid="true"' in plain(response)
     assert nothing_created()
 
 
 @pytest.mark.parametrize("step", ["preview", "create"])
-@pytest.mark.parametrize("conf, words", HOSTILE)
+@pytest.mark.parametrize(('conf', 'words'), HOSTILE)
 def test_the_backfill_form_shows_the_refusal_and_creates_nothing(alice_client, scheduled_dag, conf, words, step):
     conf = conf.replace('"mode": "full", ', "")  # the scheduled DAG has no `mode`
     response = alice_client.post("/dags/nightly/backfill", {"from": "2026-03-01", "to": "2026-03-02", "conf": conf, "step": step})
     assert response.status_code == 400, plain(response)[:500]
     page = plain(response)
-    assert words in page and 'aria-invalid="true"' in page
+    assert words in page
+    assert 'aria-invalid="true"' in page
     assert nothing_created()
 
 
@@ -74,7 +77,7 @@ def test_a_form_over_the_upload_limit_is_a_400_not_a_500(alice_client, dag, sett
     assert nothing_created()
 
 
-@pytest.mark.parametrize("conf, words", HOSTILE)
+@pytest.mark.parametrize(('conf', 'words'), HOSTILE)
 def test_the_api_refuses_with_400(alice_client, dag, scheduled_dag, conf, words):
     response = alice_client.post("/api/v1/dags/report/runs", '{"conf": ' + conf + "}", content_type="application/json")
     assert response.status_code == 400, response.content[:500]
@@ -86,7 +89,7 @@ def test_the_api_refuses_with_400(alice_client, dag, scheduled_dag, conf, words)
     assert nothing_created()
 
 
-@pytest.mark.parametrize("conf, words", HOSTILE)
+@pytest.mark.parametrize(('conf', 'words'), HOSTILE)
 def test_the_commands_refuse_with_an_error(dag, scheduled_dag, conf, words):
     with pytest.raises(CommandError) as caught:
         call_command("trigger_dag", "report", "--conf", conf, stdout=StringIO())

@@ -24,19 +24,25 @@ def field_block(page: str, name: str) -> str:
 
 def test_the_page_lists_the_params_and_the_form_has_a_field_per_param(alice_client, dag):
     page = alice_client.get("/dags/report/").content.decode()
-    assert 'id="params"' in page and 'data-param="day_offset"' in page
+    assert 'id="params"' in page
+    assert 'data-param="day_offset"' in page
     team = field_block(page, "team")
-    assert 'name="param.team"' in team and "who owns the output" in team and "default <code>data</code>" in team
+    assert 'name="param.team"' in team
+    assert "who owns the output" in team
+    assert "default <code>data</code>" in team
     mode = field_block(page, "mode")
-    assert "<select" in mode and "choose one (required)" in mode
-    assert '<option value="&quot;full&quot;">full</option>' in mode and "one of <code>full</code>, <code>incremental</code>" in mode
+    assert "<select" in mode
+    assert "choose one (required)" in mode
+    assert '<option value="&quot;full&quot;">full</option>' in mode
+    assert "one of <code>full</code>, <code>incremental</code>" in mode
     offset = field_block(page, "day_offset")
     assert "JSON; default <code>1</code>" in offset
 
 
 def test_a_reader_sees_the_params_but_no_form(bob_client, dag):
     page = bob_client.get("/dags/report/").content.decode()
-    assert 'id="params"' in page and 'name="param.team"' not in page
+    assert 'id="params"' in page
+    assert 'name="param.team"' not in page
 
 
 def test_the_form_triggers_with_typed_values_and_defaults(alice_client, dag):
@@ -51,7 +57,7 @@ def test_a_field_is_set_over_the_conf_text(alice_client, dag):
 
 
 @pytest.mark.parametrize(
-    "data, param, words",
+    ('data', 'param', 'words'),
     [
         ({"param.day_offset": "99", "param.mode": '"full"'}, "day_offset", "must be at most 30; got 99"),
         ({"param.day_offset": "seven", "param.mode": '"full"'}, "day_offset", "is not valid JSON"),
@@ -64,7 +70,8 @@ def test_a_refusal_is_shown_beside_its_field(alice_client, dag, data, param, wor
     assert response.status_code == 400
     page = response.content.decode()
     block = field_block(page, param)
-    assert 'aria-invalid="true"' in block and words in html.unescape(block)
+    assert 'aria-invalid="true"' in block
+    assert words in html.unescape(block)
     assert 'id="trigger-error"' not in page  # not above the form: beside the field
     assert not DagRun.objects.exists()
 
@@ -72,7 +79,8 @@ def test_a_refusal_is_shown_beside_its_field(alice_client, dag, data, param, wor
 def test_typed_values_are_kept_after_a_refusal(alice_client, dag):
     response = alice_client.post("/dags/report/trigger", {"param.day_offset": "99", "param.team": "ops", "param.mode": '"full"'})
     page = response.content.decode()
-    assert 'value="ops"' in field_block(page, "team") and 'value="99"' in field_block(page, "day_offset")
+    assert 'value="ops"' in field_block(page, "team")
+    assert 'value="99"' in field_block(page, "day_offset")
     assert 'value="&quot;full&quot;" selected' in field_block(page, "mode")
 
 
@@ -97,7 +105,8 @@ def test_the_page_escapes_what_a_dag_author_wrote(alice_client, db):
         }
     )
     page = alice_client.get("/dags/evil/").content.decode()
-    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<script>" not in page
+    assert "&lt;script&gt;" in page
 
 
 def test_the_page_escapes_what_a_triggerer_typed(alice_client, dag):
@@ -122,11 +131,12 @@ def test_the_admin_saves_params(admin_client):
     response = admin_client.post("/admin/orchestrator/dag/add/", dag_post(params=json.dumps(PARAMS), strict_params="on", tasks=[{"task_id": "a", "bash_command": "true"}]))
     assert response.status_code == 302, errors_of(response)
     dag = Dag.objects.get(dag_id="payments")
-    assert dag.params == PARAMS and dag.strict_params is True
+    assert dag.params == PARAMS
+    assert dag.strict_params is True
 
 
 @pytest.mark.parametrize(
-    "fields, words",
+    ('fields', 'words'),
     [
         ({"params": '{"n": {"type": "integer", "default": "x"}}'}, "n.default: does not match the param&#x27;s own schema"),
         ({"params": '{"n": {"type": "nope"}}'}, "is not a valid JSON Schema"),

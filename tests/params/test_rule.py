@@ -42,13 +42,15 @@ def test_it_does_not_share_a_default_between_runs():
 
 def test_it_refuses_a_missing_param_without_a_default():
     error = refused({})
-    assert error.key == "mode" and error.field == "conf.mode"
+    assert error.key == "mode"
+    assert error.field == "conf.mode"
     assert str(error) == "conf.mode: is required: the DAG declares this param without a default"
-    assert isinstance(error, BadRequest) and error.status == 400
+    assert isinstance(error, BadRequest)
+    assert error.status == 400
 
 
 @pytest.mark.parametrize(
-    "conf, key, words",
+    ("conf", "key", "words"),
     [
         ({"mode": "partial"}, "mode", "must be one of ['full', 'incremental'], not 'partial'"),
         ({"mode": "full", "day_offset": 31}, "day_offset", "must be at most 30; got 31"),
@@ -62,7 +64,8 @@ def test_it_refuses_a_missing_param_without_a_default():
 )
 def test_it_refuses_a_value_that_does_not_match_naming_the_key_and_why(conf, key, words):
     error = refused(conf)
-    assert error.key == key and str(error) == f"conf.{key}: {words}"
+    assert error.key == key
+    assert str(error) == f"conf.{key}: {words}"
 
 
 def test_it_names_where_inside_a_value_it_is_wrong():
@@ -73,7 +76,8 @@ def test_it_names_where_inside_a_value_it_is_wrong():
 def test_strict_refuses_a_key_it_does_not_declare():
     error = refused({"mode": "full", "tema": "ops"}, strict=True)
     assert error.key == "tema"
-    assert "is not a declared param" in str(error) and "declared: day_offset, mode, team" in str(error)
+    assert "is not a declared param" in str(error)
+    assert "declared: day_offset, mode, team" in str(error)
     assert resolve_conf(PARAMS, True, {"mode": "full"})["team"] == "data"  # declared keys only: fine
 
 
@@ -86,11 +90,12 @@ def test_it_refuses_a_conf_that_is_not_an_object():
 # --- hostile values: a clear refusal, never a crash ----------------------------------------------
 
 
-@pytest.mark.parametrize("conf, key", [({"mode": "fu\x00ll"}, "mode"), ({"x": ["ok", "\udcff"]}, "x"), ({"k\x00": 1}, "k\x00")])
+@pytest.mark.parametrize(("conf", "key"), [({"mode": "fu\x00ll"}, "mode"), ({"x": ["ok", "\udcff"]}, "x"), ({"k\x00": 1}, "k\x00")])
 def test_it_refuses_what_no_database_stores(conf, key):
     """NUL and lone surrogates, in a param or any other key, at any depth."""
     error = refused(conf)
-    assert error.key == key and "NUL character or a lone surrogate" in str(error)
+    assert error.key == key
+    assert "NUL character or a lone surrogate" in str(error)
 
 
 def test_it_refuses_a_value_nested_too_deeply_for_any_dag():
@@ -104,14 +109,18 @@ def test_a_huge_value_gets_a_short_message():
     """A 10 MB string that is too long, or not of the type: the message shows a bounded repr."""
     huge = "y" * 10_000_000
     error = refused({"mode": "full", "team": huge}, params={**PARAMS, "team": {"type": "string", "maxLength": 10}})
-    assert error.key == "team" and len(str(error)) < 200 and "must have at most this many characters: 10" in str(error)
+    assert error.key == "team"
+    assert len(str(error)) < 200
+    assert "must have at most this many characters: 10" in str(error)
     error = refused({"mode": huge})
-    assert error.key == "mode" and len(str(error)) < 300
+    assert error.key == "mode"
+    assert len(str(error)) < 300
 
 
 def test_a_value_of_many_keys_gets_a_short_message():
     error = refused({"mode": {f"k{i}": i for i in range(100_000)}})
-    assert len(str(error)) < 300 and str(error).startswith("conf.mode: must be of type string, not {")
+    assert len(str(error)) < 300
+    assert str(error).startswith("conf.mode: must be of type string, not {")
 
 
 def test_a_schema_that_cannot_check_a_value_is_a_refusal_not_a_crash():
@@ -134,7 +143,8 @@ def test_task_params_are_the_declared_params_of_the_conf():
     assert task_params(PARAMS, conf) == {"mode": "full", "team": "ops", "day_offset": 2}
     # A param declared after the run was created: its default.
     assert task_params(PARAMS, {"mode": "full"}) == {"mode": "full", "team": "data", "day_offset": 1}
-    assert task_params({}, conf) == {} and task_params(None, None) == {}
+    assert task_params({}, conf) == {}
+    assert task_params(None, None) == {}
 
 
 def test_fill_defaults_checks_nothing():

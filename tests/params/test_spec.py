@@ -47,7 +47,8 @@ def import_error(write, spec: dict[str, Any]) -> str:
 def test_it_imports_params_and_strict_params(write, spec):
     run("import_dags", str(write({**spec, "strict_params": True})))
     dag = Dag.objects.get(dag_id="report")
-    assert dag.params == PARAMS and dag.strict_params is True
+    assert dag.params == PARAMS
+    assert dag.strict_params is True
 
 
 def test_a_bad_schema_is_an_import_error_naming_file_dag_and_field(write, spec):
@@ -69,7 +70,7 @@ def test_a_required_param_on_a_scheduled_dag_is_an_import_error(write, spec):
 
 
 @pytest.mark.parametrize(
-    "params, strict, expected",
+    ("params", "strict", "expected"),
     [
         ([1], False, "params: must be a mapping of param names to JSON Schemas, not [1]"),
         ({"a b": {}}, False, "params: param name 'a b' must be 1-100 letters"),
@@ -94,7 +95,8 @@ def test_a_deeply_nested_or_huge_declaration_is_a_problem_not_a_crash(spec):
     assert any("nested deeper than 64 levels" in p for p in problems_of({**spec, "params": {"a": deep}}))
     huge = {"type": "string", "enum": ["x" * 1000] * 10_000}
     [problem] = problems_of({**spec, "params": {"a": {**huge, "default": "y"}}})
-    assert problem.startswith("params.a.default: does not match the param's own schema: must be one of") and len(problem) < 400
+    assert problem.startswith("params.a.default: does not match the param's own schema: must be one of")
+    assert len(problem) < 400
 
 
 def test_a_nul_in_a_declaration_is_an_import_error(spec):
@@ -113,7 +115,8 @@ def test_export_then_import_is_a_no_op(write, spec):
     before = snapshot()
     exported = run("export_dags")
     [dag] = yaml.safe_load(exported)
-    assert dag["params"] == PARAMS and dag["strict_params"] is True
+    assert dag["params"] == PARAMS
+    assert dag["strict_params"] is True
     assert "0 created, 0 updated" in run("import_dags", str(write(exported, "exported.yaml")))
     assert snapshot() == before
     assert run("export_dags") == exported
@@ -124,7 +127,8 @@ def test_removing_params_from_the_file_removes_them(write, spec):
     del spec["params"]
     run("import_dags", str(write(spec)))
     dag = Dag.objects.get()
-    assert dag.params == {} and dag.strict_params is False
+    assert dag.params == {}
+    assert dag.strict_params is False
     assert "params" not in yaml.safe_load(run("export_dags"))[0]
 
 
@@ -132,4 +136,5 @@ def test_the_mapping_example_declares_its_team():
     """A plain trigger of example_mapping reports for a team, not for a blank one."""
     spec, problems = validate_dag(yaml.safe_load(Path("dags/example_mapping.yaml").read_text()))
     assert problems == []
-    assert spec["params"]["team"]["default"] == "data" and spec["params"]["team"]["type"] == "string"
+    assert spec["params"]["team"]["default"] == "data"
+    assert spec["params"]["team"]["type"] == "string"

@@ -32,7 +32,8 @@ def test_the_context_of_either_kind_of_task_has_the_params(settings, kind):
     templates read) holds the params beside the conf."""
     settings.ORCHESTRATOR_FAILPOINTS = ""
     context = plan_for(_claimed(**kind)).payload["context"]
-    assert context["params"] == {"team": "ops"} and context["conf"] == {"team": "ops", "x": 1}
+    assert context["params"] == {"team": "ops"}
+    assert context["conf"] == {"team": "ops", "x": 1}
 
 
 def test_a_claim_reads_the_params_of_the_run(dag):
@@ -51,7 +52,9 @@ def test_a_claim_of_a_dag_without_params_has_none(db):
     ti = run.task_instances.get()
     type(ti).objects.filter(pk=ti.pk).update(state="queued", attempt_token=1)
     claimed = claim(ti.pk, 1, worker_info())
-    assert claimed is not None and claimed.params == {} and claimed.conf == {"x": 1}
+    assert claimed is not None
+    assert claimed.params == {}
+    assert claimed.conf == {"x": 1}
 
 
 @pytest.mark.integration

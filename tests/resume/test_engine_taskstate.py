@@ -20,10 +20,12 @@ def test_an_attempt_starts_with_its_entries_and_key_in_one_read(django_assert_nu
     changes = [{"op": "set", "key": "a", "value": {"x": [1]}}, {"op": "set", "key": "b", "value": None}]
     assert taskstate.apply(ti.pk, ti.attempt_token, changes)
     again = taskstate.start(ti.pk, "etl", run.run_id, "extract")
-    assert again.entries == {"a": {"x": [1]}, "b": None} and again.idempotency_key == first.idempotency_key
+    assert again.entries == {"a": {"x": [1]}, "b": None}
+    assert again.idempotency_key == first.idempotency_key
     taskstate.empty([ti.pk])
     cleared = taskstate.start(ti.pk, "etl", run.run_id, "extract")
-    assert cleared.entries == {} and cleared.idempotency_key != first.idempotency_key
+    assert cleared.entries == {}
+    assert cleared.idempotency_key != first.idempotency_key
 
 
 def test_only_the_current_running_attempt_writes():

@@ -51,7 +51,8 @@ def test_kill_9_of_the_worker_mid_job_reattaches(worker, make_dag, job_service):
     assert attempts_of(ti) == [("platform", "failed", "worker_lost", 1, 0), ("user", "success", None, 1, 1)]
     assert _resumes(ti) == ["submitted", "reattached"]
     assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
-    assert len(job_service.new_submits()) == 1 and job_service.events("cancel") == []
+    assert len(job_service.new_submits()) == 1
+    assert job_service.events("cancel") == []
     doc = next(t for t in run_document(run)["task_instances"] if t["task_id"] == "export")
     assert doc["attempts"][-1]["result"] == {"job_id": job["id"], "rows": 1000}
     assert [a["resume"] for a in doc["attempts"]] == ["submitted", "reattached"]
@@ -80,8 +81,10 @@ def test_sigterm_of_the_worker_leaves_the_job_running(worker, make_dag, job_serv
     wait_until(lambda: settle(run, "export", ("running",), timeout=60).attempts.filter(resume="reattached").exists(), timeout=30, message="re-attached")
     job_service.finish(job["id"])
     ti = settle(run, "export", ("success", "failed"), timeout=60)
-    assert ti.state == "success" and _resumes(ti) == ["submitted", "reattached"]
-    assert job_service.events("cancel") == [] and len(job_service.new_submits()) == 1
+    assert ti.state == "success"
+    assert _resumes(ti) == ["submitted", "reattached"]
+    assert job_service.events("cancel") == []
+    assert len(job_service.new_submits()) == 1
     assert_invariants([run], remote_jobs=job_service.ledger(), operator_actions=True)
 
 
@@ -118,7 +121,8 @@ def test_a_failed_job_is_resubmitted_on_the_next_user_try(worker, make_dag, job_
     assert ti.state == "success"
     assert attempts_of(ti) == [("user", "failed", "task_exception", 1, 0), ("user", "success", None, 2, 0)]
     assert _resumes(ti) == ["submitted", "resubmitted"]
-    assert len(job_service.new_submits()) == 2 and job_service.events("cancel") == []
+    assert len(job_service.new_submits()) == 2
+    assert job_service.events("cancel") == []
     assert_invariants([run], remote_jobs=job_service.ledger(), operator_actions=True)
 
 

@@ -44,7 +44,7 @@ def _run(job, entries=None):
 
 
 @pytest.mark.parametrize(
-    "entries, states, found, decision, submits",
+    ("entries", "states", "found", "decision", "submits"),
     [
         ({}, {}, None, "submitted", 1),
         ({JOB_ID_KEY: "old"}, {"old": ["running", "succeeded"]}, None, "reattached", 0),
@@ -78,7 +78,7 @@ def test_a_status_it_does_not_know_is_an_error_naming_it():
 
 
 @pytest.mark.parametrize(
-    "reason, cancels",
+    ("reason", "cancels"),
     [(Reason.WORKER_LOST, False), (Reason.WORKER_TERMINATION, False), (Reason.EXECUTION_TIMEOUT, True), (Reason.MANUAL_MARK_FAILED, True)],
 )
 def test_on_kill_cancels_only_for_timeouts_and_operators(reason, cancels, capsys):
@@ -90,12 +90,12 @@ def test_on_kill_cancels_only_for_timeouts_and_operators(reason, cancels, capsys
 
 
 @pytest.mark.parametrize(
-    "key, value",
+    ("key", "value"),
     [("k", "x" * 70000), ("k", {1}), ("k", float("inf")), ("k", "\x00"), ("k", {"a": ["\x00"]}), ("k", "\udc80"), ("", 1), (1, 1), ("k" * 251, 1)],
 )
 def test_it_refuses_what_cannot_be_stored(key, value):
     state = MemoryTaskState({"kept": 1})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^task state: "):
         state.set(key, value)
     assert list(state.items()) == [("kept", 1)]
 

@@ -31,7 +31,8 @@ def test_it_keeps_the_state_across_a_user_retry(worker, make_dag):
     doc = _task_doc(run, "t")
     assert doc["task_state"] == {"offset": 42}
     last = doc["attempts"][-1]
-    assert last["result"]["offset"] == 42 and last["result"]["items"] == [["offset", 42]]
+    assert last["result"]["offset"] == 42
+    assert last["result"]["items"] == [["offset", 42]]
     assert len(last["result"]["key"]) == 32
     entry = TaskStateEntry.objects.get(task_instance=ti, key="offset")
     assert (entry.attempt_token, entry.try_number) == (ti.attempt_token, 2)
@@ -82,7 +83,8 @@ def test_a_new_key_past_the_key_limit_raises_a_value_error_changing_nothing(work
     ti = settle(run, "t", ("success", "failed"), timeout=40)
     assert ti.state == "success", ti.attempts.last().stderr
     result = ti.attempts.last().result
-    assert "ORCHESTRATOR_TASK_STATE_MAX_KEYS" in result["refused"] and "5" in result["refused"]
+    assert "ORCHESTRATOR_TASK_STATE_MAX_KEYS" in result["refused"]
+    assert "5" in result["refused"]
     stored = _task_doc(run, "t")["task_state"]
     assert stored == {"k0": "again", "k1": 1, "k2": 2, "k3": 3, "in-its-place": True}
     assert sorted(result["keys"]) == sorted(stored)
@@ -106,5 +108,6 @@ def test_the_database_refuses_a_new_key_past_the_limit_and_the_worker_answers_in
     ti = settle(run, "t", ("success", "failed"), timeout=40)
     assert ti.state == "success", ti.attempts.last().stderr
     refused = ti.attempts.last().result
-    assert "ORCHESTRATOR_TASK_STATE_MAX_KEYS" in refused and "3" in refused
+    assert "ORCHESTRATOR_TASK_STATE_MAX_KEYS" in refused
+    assert "3" in refused
     assert set(_task_doc(run, "t")["task_state"]) == {"a", "b", "c"}

@@ -87,7 +87,7 @@ def test_it_treats_try_zero_like_the_first_try() -> None:
 def test_it_refuses_an_unknown_backoff_or_jitter(bad: dict[str, str]) -> None:
     """A typo in a spec is an error, not a silent default."""
     kwargs = {"retry_delay": 1.0, "jitter": "full", "rng": random.Random(0)} | bad
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a valid (Jitter|Backoff)"):
         retry_delay_seconds(1, **kwargs)
 
 

@@ -53,9 +53,9 @@ def test_it_serialises_as_the_api_shows_it() -> None:
 
 def test_it_refuses_an_unknown_reason() -> None:
     """A misspelt reason is an error, not a silently wrong budget."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'worker_gone' is not a valid Reason"):
         ExecutionContext.of("worker_gone", Source.SCHEDULER)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'worker_gone' is not a valid Reason"):
         ExecutionContext.from_dict({"category": "infrastructure", "reason": "worker_gone", "source": "scheduler"})
 
 

@@ -786,7 +786,8 @@ def test_reclassifying_the_last_try_of_a_failed_task_repeats_it_on_the_platform_
     budget = Budget(try_number=3, max_tries=3, infrastructure_try_number=1, last_fingerprint="aa", fingerprint_streak=1)
     given = reclassified(TaskState.FAILED, budget, attempt_try_number=3, attempt_fingerprint="bb")
     assert given.next_state is TaskState.SCHEDULED
-    assert given.repeat_try and given.infrastructure_try_number == 2
+    assert given.repeat_try
+    assert given.infrastructure_try_number == 2
     assert given.fingerprint_streak == 1  # another fingerprint: the streak is not this failure's
 
 

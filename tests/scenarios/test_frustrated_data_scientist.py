@@ -78,9 +78,13 @@ def test_it_spends_the_platform_budget_on_the_platforms_failures(worker, make_da
         ("user", "success", 2, 2, None),
     ]
     lost, oom, error, _ = attempts
-    assert lost.context["source"] == "scheduler" and lost.context["metadata"]["worker_name"]
-    assert oom.context["source"] in ("worker", "executor") and oom.context["metadata"].get("signal") in (9, "SIGKILL")
-    assert error.context["category"] == "application" and error.fingerprint and len(error.fingerprint) == 12
+    assert lost.context["source"] == "scheduler"
+    assert lost.context["metadata"]["worker_name"]
+    assert oom.context["source"] in ("worker", "executor")
+    assert oom.context["metadata"].get("signal") in (9, "SIGKILL")
+    assert error.context["category"] == "application"
+    assert error.fingerprint
+    assert len(error.fingerprint) == 12
     assert error.context["metadata"]["exception_type"].endswith("DataProcessingError")
     assert ti.last_failure_context["reason"] == "task_exception"  # kept after the success
 

@@ -34,10 +34,12 @@ def test_it_exits_0_when_the_diamond_succeeds_in_order(system, spawn, make_dag):
         ]
     )
     code, lines = _wait(spawn, dag.dag_id)
-    assert code == 0 and lines[-1] == "success", lines
+    assert code == 0, lines
+    assert lines[-1] == "success", lines
     run = DagRun.objects.get(run_id=lines[0])
     attempts = {ti.task_id: ti.attempts.get() for ti in TaskInstance.objects.filter(dag_run=run)}
-    assert attempts["a"].end_date <= attempts["b"].start_date and attempts["a"].end_date <= attempts["c"].start_date
+    assert attempts["a"].end_date <= attempts["b"].start_date
+    assert attempts["a"].end_date <= attempts["c"].start_date
     assert max(attempts["b"].end_date, attempts["c"].end_date) <= attempts["d"].start_date
     assert attempts["d"].stdout.strip() == f"d of {dag.dag_id}"
 
@@ -46,7 +48,8 @@ def test_it_exits_1_when_the_run_fails(system, spawn, make_dag):
     """A bash task exiting non-zero fails the run: nonzero_exit, exit code 1."""
     dag = make_dag([{"task_id": "broken", "bash_command": "echo oops >&2; exit 4"}])
     code, lines = _wait(spawn, dag.dag_id)
-    assert code == 1 and lines[-1] == "failed", lines
+    assert code == 1, lines
+    assert lines[-1] == "failed", lines
     ti = TaskInstance.objects.get(dag_run__run_id=lines[0])
     assert ti.last_failure_context["reason"] == "nonzero_exit"
     assert ti.last_failure_context["metadata"]["exit_code"] == 4
@@ -63,11 +66,15 @@ def test_it_exits_3_when_a_poisoned_task_is_dead_lettered(system, spawn, make_da
         poison_threshold=2,
     )
     code, lines = _wait(spawn, dag.dag_id)
-    assert code == 3 and lines[-1] == "dead_letter", lines
+    assert code == 3, lines
+    assert lines[-1] == "dead_letter", lines
     run = DagRun.objects.get(run_id=lines[0])
     states = dict(TaskInstance.objects.filter(dag_run=run).values_list("task_id", "state"))
-    assert states == {"poisoned": "dead_letter", "after": "none"} and run.state == "running"
+    assert states == {"poisoned": "dead_letter", "after": "none"}
+    assert run.state == "running"
     poisoned = TaskInstance.objects.get(dag_run=run, task_id="poisoned")
-    assert poisoned.try_number == 2 and poisoned.last_failure_context["reason"] == "poisoned"
+    assert poisoned.try_number == 2
+    assert poisoned.last_failure_context["reason"] == "poisoned"
     fingerprints = set(poisoned.attempts.values_list("fingerprint", flat=True))
-    assert len(fingerprints) == 1 and None not in fingerprints
+    assert len(fingerprints) == 1
+    assert None not in fingerprints

@@ -66,14 +66,18 @@ def test_a_bad_default_is_refused_as_on_a_task(tmp_path, key, value, fragment):
     with pytest.raises(CommandError) as info:
         run("import_dags", str(write(tmp_path, spec({**LIMITS, key: value}))))
     message = str(info.value)
-    assert "dag.yaml" in message and "defaults" in message and f"default_args.{key}" in message and fragment in message
+    assert "dag.yaml" in message
+    assert "defaults" in message
+    assert f"default_args.{key}" in message
+    assert fragment in message
     assert snapshot() == before
 
 
 def test_an_unknown_pool_in_default_args_is_refused_naming_it(tmp_path):
     with pytest.raises(CommandError) as info:
         run("import_dags", str(write(tmp_path, spec({"pool": "nowhere"}))))
-    assert "default_args.pool" in str(info.value) and "unknown pool 'nowhere'" in str(info.value)
+    assert "default_args.pool" in str(info.value)
+    assert "unknown pool 'nowhere'" in str(info.value)
     assert not Dag.objects.exists()
 
 

@@ -82,7 +82,9 @@ def test_the_waits_example_holds_each_kind_and_warns_only_of_its_upstream_dag_wh
     out, err = StringIO(), StringIO()
     call_command("import_dags", "dags/example_waits.yaml", stdout=out, stderr=err)
     warnings = [line for line in (out.getvalue() + err.getvalue()).splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "'etl_done'" in warnings[0] and "'example_etl' is not defined (yet)" in warnings[0]
+    assert len(warnings) == 1
+    assert "'etl_done'" in warnings[0]
+    assert "'example_etl' is not defined (yet)" in warnings[0]
     kinds = {task.task_id: next(iter(task.wait_for)) for task in Dag.objects.get(dag_id="example_waits").tasks.exclude(wait_for=None)}
     assert kinds == {"settle": "time_after_logical_date", "etl_done": "dag_run", "orders_landed": "event", "publish_ok": "approval"}
 
@@ -106,7 +108,8 @@ def test_the_waits_example_completes_as_its_walk_through_says(client) -> None:
         return dict(TaskInstance.objects.filter(dag_run=run).values_list("task_id", "state"))
 
     wait_until(lambda: states()["etl_done"] == states()["settle"] == "success", timeout=20, message="the time and dag_run waits")
-    assert states()["orders_landed"] == "up_for_reschedule" and states()["publish"] == "none"
+    assert states()["orders_landed"] == "up_for_reschedule"
+    assert states()["publish"] == "none"
 
     events = StringIO()
     call_command("send_event", "orders_landed", "--payload", '{"rows": 3}', stdout=events)

@@ -35,7 +35,8 @@ def test_the_export_submits_once_and_a_second_attempt_finds_the_same_job(service
     url, book = service
     state = MemoryTaskState()
     first = ExportJob(seconds=0.3, poll_interval=0.05, service_url=url).execute({"task_state": state, "idempotency_key": "k1"})
-    assert first["rows"] == 1000 and state.decisions == ["submitted"]
+    assert first["rows"] == 1000
+    assert state.decisions == ["submitted"]
     again = MemoryTaskState(dict(state.items()))
     assert ExportJob(service_url=url).execute({"task_state": again, "idempotency_key": "k1"}) == first
     assert again.decisions == ["already_succeeded"]
@@ -47,7 +48,8 @@ def test_a_job_lost_between_submit_and_checkpoint_is_found_by_its_key(service) -
     job = book.submit("k2", 0.3, 0)  # submitted, but the id never reached the task state
     state = MemoryTaskState()
     ExportJob(poll_interval=0.05, service_url=url).execute({"task_state": state, "idempotency_key": "k2"})
-    assert state.get(JOB_ID_KEY) == job.id and state.decisions == ["reattached"]
+    assert state.get(JOB_ID_KEY) == job.id
+    assert state.decisions == ["reattached"]
     assert [e["new"] for e in book.events if e["event"] == "submit"] == [True]
 
 
@@ -55,7 +57,9 @@ def test_the_load_resumes_after_its_last_checkpoint(capsys) -> None:
     state = MemoryTaskState({"batches_done": 3})
     assert load_in_batches({"task_state": state, "idempotency_key": "k"}, batches=5) == 5
     out = capsys.readouterr().out
-    assert "batch 2" not in out and "batch 3" in out and "batch 4" in out
+    assert "batch 2" not in out
+    assert "batch 3" in out
+    assert "batch 4" in out
     assert state.get("batches_done") == 5
 
 

@@ -57,14 +57,16 @@ def test_it_imports_every_field_of_the_spec_format(baseline, spec_file) -> None:
     assert extract.op_kwargs == {"source": "s3://bucket/x"}
     assert (transform.bash_command, transform.upstream, transform.trigger_rule) == ("echo {{ logical_date }}", ["extract"], "all_done")
     assert transform.args == {"retries": 5}
-    assert extract.args == {} and load.upstream == ["transform"]
+    assert extract.args == {}
+    assert load.upstream == ["transform"]
 
     dag_deadlines = list(DeadlineDefinition.objects.filter(dag=dag, task=None).order_by("position"))
     assert [d.reference for d in dag_deadlines] == ["dagrun_queued_at", "fixed_datetime"]
     first, fixed = dag_deadlines
     assert (first.interval, first.callback, first.warn) == (3600.0, "tests.specs.callables.page", True)
     assert first.callback_kwargs == {"channel": "#data"}
-    assert first.days == ["mon", "tue", "wed", "thu", "fri"] and first.skip_dates == ["2026-12-25"]
+    assert first.days == ["mon", "tue", "wed", "thu", "fri"]
+    assert first.skip_dates == ["2026-12-25"]
     assert fixed.datetime_text == "2026-12-31T23:00:00"
     assert fixed.datetime == datetime(2026, 12, 31, 23, 0, tzinfo=amsterdam)
     task_deadline = DeadlineDefinition.objects.get(task=extract)
@@ -187,9 +189,11 @@ def test_it_updates_in_place_and_keeps_history_of_dropped_tasks(baseline, spec_f
     assert Dag.objects.get(pk=dag.pk).description == "Settlement v2"
     tasks = list(Task.objects.filter(dag=dag).order_by("position"))
     assert [t.task_id for t in tasks] == ["report", "extract"]
-    assert tasks[1].pk == extract_pk and tasks[1].op_kwargs == {"source": "s3://bucket/y"}
+    assert tasks[1].pk == extract_pk
+    assert tasks[1].op_kwargs == {"source": "s3://bucket/y"}
     instance = TaskInstance.objects.get(dag_run=run, task_id="load")
-    assert instance.definition is None and instance.state == "success"
+    assert instance.definition is None
+    assert instance.state == "success"
     assert DeadlineDefinition.objects.filter(dag=dag, task=None).count() == 1
 
 

@@ -52,17 +52,23 @@ def test_a_targeted_event_completes_the_task_with_its_payload_and_is_audited(ali
     status, body = _post(alice_client, _task_url(run, "events"), {"name": "orders_landed", "payload": {"rows": 12}})
     assert status == 200
     (doc,) = body["task_instances"]
-    assert doc["state"] == "success" and doc["result"] == {"rows": 12} and doc["waiting_for"] is None
+    assert doc["state"] == "success"
+    assert doc["result"] == {"rows": 12}
+    assert doc["waiting_for"] is None
     entry = AuditLog.objects.get(action="event")
-    assert entry.username == "alice" and entry.details["event"] == "orders_landed" and entry.new_state == "success"
+    assert entry.username == "alice"
+    assert entry.details["event"] == "orders_landed"
+    assert entry.new_state == "success"
 
 
 def test_an_event_the_task_does_not_wait_for_is_409_and_changes_nothing(alice_client):
     run = _waiting(_dag({"event": {"name": "orders_landed"}}))
     status, body = _post(alice_client, _task_url(run, "events"), {"name": "something_else", "payload": 1})
-    assert status == 409 and "not waiting for the event" in body["error"]
+    assert status == 409
+    assert "not waiting for the event" in body["error"]
     ti = _ti(run)
-    assert ti.state == "up_for_reschedule" and ti.result is None
+    assert ti.state == "up_for_reschedule"
+    assert ti.result is None
     assert not AuditLog.objects.filter(action="event").exists()
     status, _ = _post(alice_client, _task_url(run, "events"), {"name": "orders_landed"})
     assert status == 200
@@ -74,7 +80,8 @@ def test_an_event_payload_over_the_result_size_is_400(alice_client, settings):
     settings.ORCHESTRATOR_RESULT_MAX_BYTES = 100
     run = _waiting(_dag({"event": {"name": "big"}}))
     status, body = _post(alice_client, _task_url(run, "events"), {"name": "big", "payload": "x" * 500})
-    assert status == 400 and "ORCHESTRATOR_RESULT_MAX_BYTES" in body["error"]
+    assert status == 400
+    assert "ORCHESTRATOR_RESULT_MAX_BYTES" in body["error"]
     assert _ti(run).state == "up_for_reschedule"
 
 
@@ -90,11 +97,14 @@ def test_a_broadcast_completes_every_waiting_task_of_that_name_or_of_one_dag(ali
     other = _dag({"event": {"name": "other"}})
     runs = [_waiting(first), _waiting(second), _waiting(other)]
     status, body = _post(alice_client, "/api/v1/events", {"name": "landed", "payload": "x", "dag_id": first.dag_id})
-    assert status == 200 and body["delivered"] == [{"dag_id": first.dag_id, "run_id": runs[0].run_id, "task_id": "wait", "map_index": -1}]
+    assert status == 200
+    assert body["delivered"] == [{"dag_id": first.dag_id, "run_id": runs[0].run_id, "task_id": "wait", "map_index": -1}]
     status, body = _post(alice_client, "/api/v1/events", {"name": "landed"})
-    assert status == 200 and [d["dag_id"] for d in body["delivered"]] == [second.dag_id]
+    assert status == 200
+    assert [d["dag_id"] for d in body["delivered"]] == [second.dag_id]
     status, body = _post(alice_client, "/api/v1/events", {"name": "landed"})
-    assert status == 200 and body["delivered"] == []
+    assert status == 200
+    assert body["delivered"] == []
     assert _ti(runs[2]).state == "up_for_reschedule"
 
 
@@ -140,9 +150,11 @@ def test_approve_succeeds_with_who_and_the_note_and_is_audited(approver):
     status, body = _post(approver, _task_url(run, "approve"), {"note": "looks right"})
     assert status == 200
     (doc,) = body["task_instances"]
-    assert doc["state"] == "success" and doc["result"] == {"approved_by": "carol", "note": "looks right"}
+    assert doc["state"] == "success"
+    assert doc["result"] == {"approved_by": "carol", "note": "looks right"}
     entry = AuditLog.objects.get(action="approve")
-    assert entry.username == "carol" and entry.details["note"] == "looks right"
+    assert entry.username == "carol"
+    assert entry.details["note"] == "looks right"
 
 
 def test_reject_fails_the_task_not_retried(approver):
@@ -150,7 +162,8 @@ def test_reject_fails_the_task_not_retried(approver):
     status, body = _post(approver, _task_url(run, "reject"), {"note": "numbers are off"})
     assert status == 200
     ti = _ti(run)
-    assert ti.state == "failed" and ti.try_number == 1
+    assert ti.state == "failed"
+    assert ti.try_number == 1
     assert (ti.last_failure_context["category"], ti.last_failure_context["reason"]) == ("user_action", "rejected")
     assert AuditLog.objects.get(action="reject").details["note"] == "numbers are off"
 
@@ -158,13 +171,16 @@ def test_reject_fails_the_task_not_retried(approver):
 def test_approval_needs_the_permission_then_the_group(alice_client, approver):
     run = _waiting(_dag({"approval": {"message": "Publish?", "approvers": ["finance"]}}))
     status, body = _post(alice_client, _task_url(run, "approve"), {})
-    assert status == 403 and "approve_taskinstance" in body["error"]
+    assert status == 403
+    assert "approve_taskinstance" in body["error"]
     status, body = _post(approver, _task_url(run, "approve"), {})
-    assert status == 403 and "finance" in body["error"]
+    assert status == 403
+    assert "finance" in body["error"]
     assert _ti(run).state == "up_for_reschedule"
     approver.user.groups.add(Group.objects.create(name="finance"))
     status, _ = _post(approver, _task_url(run, "approve"), {})
-    assert status == 200 and _ti(run).state == "success"
+    assert status == 200
+    assert _ti(run).state == "success"
 
 
 def test_a_decision_on_a_task_not_waiting_for_an_approval_is_409(approver):
@@ -186,9 +202,11 @@ def test_the_task_page_shows_the_message_and_the_decision_to_those_allowed(appro
     run = _waiting(_dag({"approval": {"message": "Publish the numbers?", "approvers": []}}))
     url = f"/dags/{run.dag.dag_id}/runs/{run.run_id}/tasks/wait"
     page = approver.get(url).content.decode()
-    assert "Publish the numbers?" in page and 'id="approval-approve"' in page
+    assert "Publish the numbers?" in page
+    assert 'id="approval-approve"' in page
     page = alice_client.get(url).content.decode()
-    assert "Publish the numbers?" in page and 'id="approval-approve"' not in page
+    assert "Publish the numbers?" in page
+    assert 'id="approval-approve"' not in page
 
 
 # --- operators and the gauge -------------------------------------------------------------------------
@@ -197,13 +215,15 @@ def test_the_task_page_shows_the_message_and_the_decision_to_those_allowed(appro
 def test_clear_and_marks_work_on_a_waiting_task(alice_client):
     run = _waiting(_dag({"event": {"name": "never"}}, retries=1))
     status, body = _post(alice_client, _task_url(run, "mark_success"), {})
-    assert status == 200 and body["task_instances"][0]["state"] == "success"
+    assert status == 200
+    assert body["task_instances"][0]["state"] == "success"
     assert body["task_instances"][0]["attempts"][-1]["state"] == "success"
     assert not TaskWait.objects.filter(task_instance__dag_run=run).exists()
 
     run = _waiting(_dag({"event": {"name": "never"}}))
     status, body = _post(alice_client, _task_url(run, "mark_failed"), {})
-    assert status == 200 and body["task_instances"][0]["state"] == "failed"
+    assert status == 200
+    assert body["task_instances"][0]["state"] == "failed"
     assert body["task_instances"][0]["attempts"][-1]["context"]["reason"] == "manual_mark_failed"
 
     run = _waiting(_dag({"event": {"name": "again"}}))
@@ -211,7 +231,8 @@ def test_clear_and_marks_work_on_a_waiting_task(alice_client):
     assert status == 200
     schedule_once()  # the cleared task waits again, its wait begun afresh
     ti = _ti(run)
-    assert ti.state == "up_for_reschedule" and ti.attempts.count() == 2
+    assert ti.state == "up_for_reschedule"
+    assert ti.attempts.count() == 2
     assert TaskWait.objects.get(task_instance=ti).attempt_token == ti.attempt_token
 
 

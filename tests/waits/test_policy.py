@@ -19,13 +19,15 @@ PLATFORM = PlatformSettings(infrastructure_retry_delay=0, pre_execution_retries=
 
 def test_a_reschedule_waits_exactly_its_delay():
     step = rescheduled(since=NOW, now=NOW, delay=30, wait_timeout=3600)
-    assert not step.timed_out and step.next_check_at == NOW + timedelta(seconds=30)
+    assert not step.timed_out
+    assert step.next_check_at == NOW + timedelta(seconds=30)
 
 
 def test_a_reschedule_past_the_timeout_times_out_and_one_ending_past_it_is_cut_to_it():
     assert rescheduled(since=NOW - timedelta(hours=2), now=NOW, delay=1, wait_timeout=3600).timed_out
     step = rescheduled(since=NOW - timedelta(seconds=3590), now=NOW, delay=60, wait_timeout=3600)
-    assert not step.timed_out and step.next_check_at == NOW + timedelta(seconds=10)
+    assert not step.timed_out
+    assert step.next_check_at == NOW + timedelta(seconds=10)
 
 
 def test_the_next_check_is_a_poke_interval_on_or_when_a_time_is_met():
@@ -46,7 +48,10 @@ def test_wait_failures_and_rejections_are_not_retried_whatever_tries_are_left():
 
 def test_a_waiting_task_is_in_flight_and_operators_may_clear_or_mark_it():
     state = TaskState.UP_FOR_RESCHEDULE
-    assert state in IN_FLIGHT_TASK_STATES and state in CLEAR_FROM and state in MARK_SUCCESS_FROM and state in MARK_FAILED_FROM
+    assert state in IN_FLIGHT_TASK_STATES
+    assert state in CLEAR_FROM
+    assert state in MARK_SUCCESS_FROM
+    assert state in MARK_FAILED_FROM
 
 
 @settings(max_examples=300, deadline=None)
@@ -77,7 +82,8 @@ def test_waits_checked_together_are_due_again_spread_over_the_interval():
     for key in range(1, 10_001):
         at = next_check(since=NOW, now=NOW, poke_interval=60, wait_timeout=3600, phase=check_phase(key)).next_check_at
         due[int((at - NOW).total_seconds())] += 1
-    assert max(due.values()) <= 10_000 / 60 * 1.1 and len(due) == 60
+    assert max(due.values()) <= 10_000 / 60 * 1.1
+    assert len(due) == 60
     # A time that is met sooner still comes first; the timeout still bounds it.
     met = NOW + timedelta(seconds=5)
     assert next_check(since=NOW, now=NOW, poke_interval=60, wait_timeout=3600, met_at=met, phase=0.99).next_check_at == met

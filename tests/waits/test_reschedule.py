@@ -41,8 +41,10 @@ def test_a_rescheduling_task_frees_its_pool_slot_and_runs_again_with_the_same_tr
     spawn("run_scheduler", env=SCHEDULER)
     wait_until(lambda: _ti(waiting_run, "sensor").state == "up_for_reschedule", timeout=30, message="the sensor to reschedule")
     ti = _ti(waiting_run, "sensor")
-    assert ti.waiting_for["kind"] == "wait" and ti.waiting_for["name"] == "reschedule"
-    assert ti.waiting_for["next_check_at"] is not None and ti.waiting_for["since"]
+    assert ti.waiting_for["kind"] == "wait"
+    assert ti.waiting_for["name"] == "reschedule"
+    assert ti.waiting_for["next_check_at"] is not None
+    assert ti.waiting_for["since"]
     first = ti.attempts.order_by("attempt_token").first()
     assert (first.state, first.kind, first.context, first.try_number) == ("rescheduled", "user", None, 1)
     # The only slot of the pool is free while it waits: another task runs meanwhile.
@@ -52,14 +54,19 @@ def test_a_rescheduling_task_frees_its_pool_slot_and_runs_again_with_the_same_tr
     wait_until(lambda: _ti(waiting_run, "sensor").state == "success", timeout=30, message="the sensor to succeed")
     ti = _ti(waiting_run, "sensor")
     tries = read(str(log))
-    assert len(tries) >= 2 and {t["try_number"] for t in tries} == {1}
-    assert ti.try_number == 1 and ti.infrastructure_try_number == 0 and ti.result == "landed"
+    assert len(tries) >= 2
+    assert {t["try_number"] for t in tries} == {1}
+    assert ti.try_number == 1
+    assert ti.infrastructure_try_number == 0
+    assert ti.result == "landed"
     states = list(ti.attempts.order_by("attempt_token").values_list("state", flat=True))
-    assert states[-1] == "success" and set(states[:-1]) == {"rescheduled"}
+    assert states[-1] == "success"
+    assert set(states[:-1]) == {"rescheduled"}
     # Each rescheduled wait let the other task (which started after the first one) take the slot.
     sensor_runs = [t["at"] for t in tries]
     other = read(str(other_log))[0]
-    assert any(a < other["start"] for a in sensor_runs) and any(a > other["end"] for a in sensor_runs)
+    assert any(a < other["start"] for a in sensor_runs)
+    assert any(a > other["end"] for a in sensor_runs)
 
 
 def test_wait_timeout_fails_a_rescheduling_task_without_retrying_it(spawn, worker, make_dag, tmp_path: Path):
@@ -74,7 +81,8 @@ def test_wait_timeout_fails_a_rescheduling_task_without_retrying_it(spawn, worke
     spawn("run_scheduler", env=SCHEDULER)
     wait_until(lambda: _ti(run, "sensor").state == "failed", timeout=40, message="the sensor to time out")
     ti = _ti(run, "sensor")
-    assert ti.last_failure_context["category"] == "timeout" and ti.last_failure_context["reason"] == "wait_timeout"
+    assert ti.last_failure_context["category"] == "timeout"
+    assert ti.last_failure_context["reason"] == "wait_timeout"
     assert ti.try_number == 1  # not retried, though it had retries left
     run.refresh_from_db()
     assert run.state == "failed"
@@ -94,6 +102,7 @@ def test_a_due_reschedule_past_its_timeout_fails_at_the_check(make_dag):
     checked = waits.check_due(now)
     assert checked.failed == 1
     ti.refresh_from_db()
-    assert ti.state == "failed" and ti.last_failure_context["reason"] == "wait_timeout"
+    assert ti.state == "failed"
+    assert ti.last_failure_context["reason"] == "wait_timeout"
     schedule_once(now)
     assert _ti(run, "sensor").state == "failed"

@@ -61,13 +61,17 @@ def test_time_after_logical_date_waits_then_succeeds_and_its_downstream_runs():
     schedule_once()
     ti = _ti(run)
     assert ti.state == "up_for_reschedule"
-    assert ti.waiting_for["kind"] == "wait" and ti.waiting_for["name"] == "time_after_logical_date"
+    assert ti.waiting_for["kind"] == "wait"
+    assert ti.waiting_for["name"] == "time_after_logical_date"
     assert ti.waiting_for["next_check_at"] is not None
-    assert ti.try_number == 1 and ti.attempts.count() == 1
+    assert ti.try_number == 1
+    assert ti.attempts.count() == 1
     ti = _settle(run, ("success",), timeout=15)
     assert ti.result is None
     (attempt,) = ti.attempts.all()  # one attempt for the whole wait
-    assert attempt.state == "success" and attempt.kind == "user" and attempt.context is None
+    assert attempt.state == "success"
+    assert attempt.kind == "user"
+    assert attempt.context is None
     assert (attempt.end_date - attempt.start_date).total_seconds() >= 1.5
     _settle(run, ("success",), task_id="after")
     run.refresh_from_db()
@@ -100,7 +104,8 @@ def test_dag_run_success_gives_the_run_id_and_failure_fails_the_wait_not_retried
     failed = create_run(upstream, run_type=DagRun.RunType.MANUAL, logical_date=second.logical_date + timedelta(hours=1), now=logical)
     TaskInstance.objects.filter(dag_run=failed, task_id="publish").update(state="failed")
     ti = _settle(second, ("failed",), timeout=10)
-    assert ti.last_failure_context["category"] == "application" and ti.last_failure_context["reason"] == "wait_failed"
+    assert ti.last_failure_context["category"] == "application"
+    assert ti.last_failure_context["reason"] == "wait_failed"
     assert ti.try_number == 1  # not retried
     assert ti.attempts.get().state == "failed"
 
@@ -108,7 +113,7 @@ def test_dag_run_success_gives_the_run_id_and_failure_fails_the_wait_not_retried
 class _Handler(http.server.BaseHTTPRequestHandler):
     answers: list[tuple[int, str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         status, body = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         self.send_response(status)
         if status in (301, 302):
@@ -145,7 +150,8 @@ def test_http_redirects_are_not_followed(server):
     schedule_once()
     wait_until(lambda: _pass_then(lambda: TaskWait.objects.filter(task_instance__dag_run=run, last_check__isnull=False).exists()), timeout=10)
     wait = TaskWait.objects.get(task_instance__dag_run=run)
-    assert wait.last_check == {"status": 302} and _ti(run).state == "up_for_reschedule"
+    assert wait.last_check == {"status": 302}
+    assert _ti(run).state == "up_for_reschedule"
 
 
 def test_http_to_a_host_not_allowed_is_never_met(settings):
@@ -183,7 +189,8 @@ def test_wait_timeout_fails_a_wait_not_retried():
     run = create_manual_run(dag)
     schedule_once()
     ti = _ti(run)
-    assert ti.state == "up_for_reschedule" and ti.waiting_for["next_check_at"] is None
+    assert ti.state == "up_for_reschedule"
+    assert ti.waiting_for["next_check_at"] is None
     ti = _settle(run, ("failed",), timeout=10)
     assert (ti.last_failure_context["category"], ti.last_failure_context["reason"]) == ("timeout", "wait_timeout")
     assert ti.try_number == 1
@@ -199,7 +206,8 @@ def test_two_schedulers_complete_each_wait_once(spawn):
     for run in runs:
         ti = _ti(run)
         (attempt,) = ti.attempts.all()  # begun once, completed once
-        assert attempt.state == "success" and ti.try_number == 1
+        assert attempt.state == "success"
+        assert ti.try_number == 1
 
 
 def test_time_waits_checked_together_are_due_again_spread_over_their_poke_interval():
@@ -223,7 +231,9 @@ def test_time_waits_checked_together_are_due_again_spread_over_their_poke_interv
     per_second = Counter(int((at - due).total_seconds()) for at in later)
     assert max(per_second.values()) <= 2 * 600 / 60, per_second.most_common(3)
     ti = TaskInstance.objects.filter(dag_run__dag=dag).first()
-    assert ti is not None and ti.state == "up_for_reschedule" and ti.waiting_for["next_check_at"] is not None
+    assert ti is not None
+    assert ti.state == "up_for_reschedule"
+    assert ti.waiting_for["next_check_at"] is not None
 
 
 def test_a_pass_moves_waits_not_met_on_in_statements_that_do_not_grow_with_their_number():

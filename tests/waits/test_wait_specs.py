@@ -42,7 +42,10 @@ def test_a_bad_wait_for_is_an_import_error_naming_file_dag_task_and_field(tmp_pa
     with pytest.raises(CommandError) as raised:
         call_command("import_dags", str(path))
     message = str(raised.value)
-    assert str(path) in message and "waiting" in message and field in message and words in message
+    assert str(path) in message
+    assert "waiting" in message
+    assert field in message
+    assert words in message
     assert not Task.objects.exists()
 
 
@@ -66,7 +69,10 @@ def test_a_dag_run_on_an_unknown_dag_is_a_warning_and_export_import_is_a_no_op(t
     call_command("import_dags", str(path))
     out = capsys.readouterr()
     warnings = [line for line in (out.out + out.err).splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "not_yet" in warnings[0] and "upstream" in warnings[0] and str(path) in warnings[0]
+    assert len(warnings) == 1
+    assert "not_yet" in warnings[0]
+    assert "upstream" in warnings[0]
+    assert str(path) in warnings[0]
     assert Task.objects.get(task_id="landed").wait_for == {"event": {"name": "orders_landed"}}
     call_command("export_dags", "waiting")
     exported = capsys.readouterr().out

@@ -23,7 +23,8 @@ def test_it_lists_dags_with_schedule_pause_and_last_runs(bob_client):
     assert "0 2 * * *" in html
     assert 'class="badge paused">paused' in html
     assert f'class="state state-failed" href="/dags/etl/runs/{failed.run_id}/"' in html
-    assert "&lt;b&gt;bold&lt;/b&gt; claims" in html and "<b>bold</b>" not in html
+    assert "&lt;b&gt;bold&lt;/b&gt; claims" in html
+    assert "<b>bold</b>" not in html
 
 
 def test_it_shows_a_dag_with_its_tasks_and_runs(bob_client):
@@ -31,7 +32,8 @@ def test_it_shows_a_dag_with_its_tasks_and_runs(bob_client):
     etl = chain_dag("etl", retries=4)
     run = make_run(etl)
     html = bob_client.get("/dags/etl/").content.decode()
-    assert "extract" in html and "transform" in html
+    assert "extract" in html
+    assert "transform" in html
     assert "<td>4</td>" in html
     assert run.run_id in html
 
@@ -57,12 +59,13 @@ def test_it_triggers_a_run_from_the_form(alice_client):
     run = DagRun.objects.get()
     assert response.status_code == 303
     assert response["Location"] == f"/dags/etl/runs/{run.run_id}/"
-    assert run.conf == {"day": "2026-11-21"} and run.triggered_by == "alice"
+    assert run.conf == {"day": "2026-11-21"}
+    assert run.triggered_by == "alice"
     assert AuditLog.objects.get().action == "trigger"
 
 
 @pytest.mark.parametrize(
-    "conf, status, message",
+    ("conf", "status", "message"),
     [("[1]", 400, "conf must be a JSON object"), ("{oops", 400, "conf is not valid JSON"), ("{}", 409, "is paused")],
 )
 def test_it_shows_why_a_trigger_was_refused(alice_client, conf, status, message):
@@ -80,7 +83,9 @@ def test_it_renders_the_deadline_history_partial():
     """The deadline_history partial shows rows of met, missed and hit rate when given, and nothing otherwise."""
     rows = [{"label": "DAG", "met": 3, "missed": 1, "hit_rate": 0.75}, {"label": "task <x>", "met": 0, "missed": 0, "hit_rate": None}]
     html = render_to_string("web/dag_detail.html#deadline_history", {"dag_deadline_history": rows})
-    assert "Deadline hit rate" in html and "75%" in html and "task &lt;x&gt;" in html
+    assert "Deadline hit rate" in html
+    assert "75%" in html
+    assert "task &lt;x&gt;" in html
     assert "Deadline hit rate" not in render_to_string("web/dag_detail.html#deadline_history", {})
 
 
@@ -89,7 +94,8 @@ def test_it_pauses_and_unpauses_a_dag_from_its_page(alice_client):
     DagFactory(dag_id="nightly")
     assert 'name="paused" value="1"' in alice_client.get("/dags/nightly/").content.decode()
     response = alice_client.post("/dags/nightly/pause", {"paused": "1"})
-    assert response.status_code == 303 and Dag.objects.get(dag_id="nightly").paused
+    assert response.status_code == 303
+    assert Dag.objects.get(dag_id="nightly").paused
     alice_client.post("/dags/nightly/pause", {"paused": "1"})  # already paused: nothing to record
     alice_client.post("/dags/nightly/pause", {"paused": "0"})
     assert not Dag.objects.get(dag_id="nightly").paused

@@ -38,9 +38,11 @@ def test_it_counts_failures_every_way(bob_client, failures):
     assert count_cell(html, "infrastructure") == 1
     assert count_cell(html, "task_exception") == 2
     assert count_cell(html, "execution_timeout") == 1
-    assert count_cell(html, "etl") == 3 and count_cell(html, "ops") == 1
+    assert count_cell(html, "etl") == 3
+    assert count_cell(html, "ops") == 1
     assert count_cell(html, "4a7c1d9e02bb") == 2
-    assert "By worker host" in html and "By task" in html
+    assert "By worker host" in html
+    assert "By task" in html
     assert "(4 of 4, newest first)" in html
     assert "ValueError: bad row 7" in html  # the error on the row
     # the chart: 25 hourly bars (empty ones too), the latest stacked by category, a labelled axis
@@ -48,7 +50,8 @@ def test_it_counts_failures_every_way(bob_client, failures):
     assert html.count('<g class="bucket"') == 25
     assert re.search(r"<title>\d\d \d\d:00: 4 \(1 infrastructure, 2 application, 1 timeout\)</title>", html)
     assert html.count('<text x=') >= 4
-    assert 'href="/dags/etl/runs/' in html and "/tasks/extract" in html
+    assert 'href="/dags/etl/runs/' in html
+    assert "/tasks/extract" in html
 
 
 def test_it_filters_and_keeps_the_filter_selected(bob_client, failures):
@@ -91,7 +94,8 @@ def test_it_escapes_error_text(bob_client):
     run = make_run(chain_dag("etl", retries=0))
     fail(run, "extract", message="<script>alert(1)</script>")
     html = bob_client.get("/failures/").content.decode()
-    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
 def test_its_query_count_does_not_grow_with_history(bob_client, django_assert_max_num_queries):

@@ -41,7 +41,8 @@ def test_it_shows_every_page_to_a_logged_in_viewer(bob_client, etl_run, path):
 def test_it_logs_in_with_a_password_and_out_with_a_post(anonymous_client, bob):
     """The login form accepts the right password; logout is a POST form in the nav bar."""
     page = anonymous_client.get("/accounts/login/")
-    assert page.status_code == 200 and b'name="password"' in page.content
+    assert page.status_code == 200
+    assert b'name="password"' in page.content
     wrong = anonymous_client.post("/accounts/login/", {"username": "bob", "password": "nope"})
     assert b"didn't match" in wrong.content
     response = anonymous_client.post("/accounts/login/", {"username": "bob", "password": PASSWORD}, follow=True)

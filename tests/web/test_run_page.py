@@ -45,8 +45,10 @@ def test_it_shows_tasks_attempts_and_why_they_failed(bob_client):
     assert '<td class="tries" data-label="Tries">attempt 1 of 3</td>' in html  # user try 1 of 3
     assert '<td data-label="Platform retries">1 of 5</td>' in html  # one platform retry of five
     assert 'class="cat cat-application">application</span> task_exception' in html
-    assert 'class="kind kind-platform">platform' in html and 'class="kind kind-user">user' in html
-    assert "worker_lost" in html and "<td>worker</td>" in html
+    assert 'class="kind kind-platform">platform' in html
+    assert 'class="kind kind-user">user' in html
+    assert "worker_lost" in html
+    assert "<td>worker</td>" in html
     assert "<code>4a7c1d9e02bb</code>" in html
     assert '<th scope="row">worker_name</th><td>w-7</td>' in html  # metadata, as a table
     assert '<pre class="log">boom\n</pre>' in html
@@ -57,7 +59,8 @@ def test_it_escapes_task_output_and_metadata(bob_client, failed_run):
     html = bob_client.get(page(failed_run)).content.decode()
     assert XSS not in html
     assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in html
-    assert "out &lt;script&gt;" in html and "ValueError: &lt;script&gt;" in html
+    assert "out &lt;script&gt;" in html
+    assert "ValueError: &lt;script&gt;" in html
 
 
 def test_it_shows_action_buttons_only_to_operators(alice_client, bob_client, failed_run):
@@ -126,7 +129,8 @@ def test_it_shows_a_refused_action_inside_the_partial(alice_client):
 def test_it_falls_back_to_a_plain_form_post(alice_client, failed_run):
     """Without htmx the action redirects back to the run page; a refusal shows the page with 409."""
     response = alice_client.post(action(failed_run, "extract", "mark_success"))
-    assert response.status_code == 303 and response["Location"] == page(failed_run)
+    assert response.status_code == 303
+    assert response["Location"] == page(failed_run)
     assert instance(failed_run, "extract").state == "success"
     refused = alice_client.post(action(failed_run, "extract", "mark_success"))
     assert refused.status_code == 409

@@ -33,10 +33,12 @@ def test_it_shows_one_page_of_tasks_and_the_counts_of_all(alice_client):
     html = bob_client.get(page(run)).content.decode()
     assert f"Tasks 1–{RUN_PAGE_SIZE} of {RUN_PAGE_SIZE * 2 + 5}" in html
     assert "failed 10, none" in html
-    assert "t00000" in html and f"t{RUN_PAGE_SIZE:05d}" not in html
+    assert "t00000" in html
+    assert f"t{RUN_PAGE_SIZE:05d}" not in html
     assert "Clear all failed" in html
     last = bob_client.get(page(run, 3)).content.decode()
-    assert f"Tasks {RUN_PAGE_SIZE * 2 + 1}–{RUN_PAGE_SIZE * 2 + 5} of" in last and "t00000" not in last
+    assert f"Tasks {RUN_PAGE_SIZE * 2 + 1}–{RUN_PAGE_SIZE * 2 + 5} of" in last
+    assert "t00000" not in last
     for bad in ("0", "-1", "x", "99999999999999", "3\x00"):
         assert bob_client.get(page(run, bad)).status_code == 200
 

@@ -36,19 +36,23 @@ def test_it_shows_each_key_with_its_value_folded_and_who_wrote_it(bob_client, ru
     html = bob_client.get(page(run_with_state)).content.decode()
     section = html.split('id="task-state"')[1].split("</section>")[0]
     assert "2 keys" in section
-    assert "<code>remote_job_id</code>" in section and "<code>&quot;job-42&quot;</code>" in section
+    assert "<code>remote_job_id</code>" in section
+    assert "<code>&quot;job-42&quot;</code>" in section
     assert "<details><summary><code>" in section  # the long value is folded
-    assert 'href="#attempt-1">attempt #1</a>' in section and "user try 1" in section
-    assert XSS not in html and "&lt;script&gt;" in section
+    assert 'href="#attempt-1">attempt #1</a>' in section
+    assert "user try 1" in section
+    assert XSS not in html
+    assert "&lt;script&gt;" in section
     assert 'class="badge resume resume-submitted"' in html
 
 
 def test_the_clear_dialog_offers_to_keep_the_task_state(alice_client, run_with_state):
     html = alice_client.get(page(run_with_state)).content.decode()
-    assert 'name="keep_task_state"' in html and "keep the task state" in html
+    assert 'name="keep_task_state"' in html
+    assert "keep the task state" in html
 
 
-@pytest.mark.parametrize("keep, expected", [("1", {"remote_job_id", XSS}), ("", set())])
+@pytest.mark.parametrize(("keep", "expected"), [("1", {"remote_job_id", XSS}), ("", set())])
 def test_clear_from_the_page_keeps_or_empties_the_state(alice_client, run_with_state, keep, expected):
     before = instance(run_with_state, "extract").task_state_epoch
     response = alice_client.post(f"{page(run_with_state)}/clear", {"back": "task", "keep_task_state": keep})
@@ -77,8 +81,12 @@ def test_it_shows_the_task_state_a_page_of_keys_at_a_time(bob_client):
     section = html.split('id="task-state"')[1].split("</section>")[0]
     assert f"{n} keys" in section
     assert section.count("<tr><th scope=\"row\">") == STATE_KEYS_PER_PAGE
-    assert "<code>k0000</code>" in section and f"<code>k{STATE_KEYS_PER_PAGE:04d}</code>" not in section
-    assert f"Keys 1–{STATE_KEYS_PER_PAGE} of {n}" in section and "state_page=2" in section
+    assert "<code>k0000</code>" in section
+    assert f"<code>k{STATE_KEYS_PER_PAGE:04d}</code>" not in section
+    assert f"Keys 1–{STATE_KEYS_PER_PAGE} of {n}" in section
+    assert "state_page=2" in section
     last = bob_client.get(page(run) + "?state_page=3").content.decode().split('id="task-state"')[1].split("</section>")[0]
-    assert last.count("<tr><th scope=\"row\">") == 5 and f"<code>k{n - 1:04d}</code>" in last
-    assert "state_page=2" in last and "state_page=4" not in last
+    assert last.count("<tr><th scope=\"row\">") == 5
+    assert f"<code>k{n - 1:04d}</code>" in last
+    assert "state_page=2" in last
+    assert "state_page=4" not in last

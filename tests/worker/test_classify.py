@@ -39,7 +39,8 @@ def failure(exc: BaseException) -> dict:
 def test_it_reports_a_success_with_its_result():
     """A success message after the handshake is a success, whatever the exit code."""
     verdict = classify(outcome(returncode=0, final={"type": "success", "result": {"rows": 3}}))
-    assert verdict.success and verdict.result == {"rows": 3}
+    assert verdict.success
+    assert verdict.result == {"rows": 3}
 
 
 def test_it_names_a_raised_exception_with_its_fingerprint():
@@ -53,7 +54,8 @@ def test_it_names_a_raised_exception_with_its_fingerprint():
     assert context.metadata["message"] == "row 17 is bad"
     assert "Traceback" in context.metadata["traceback"]
     assert context.metadata["exit_code"] == 1
-    assert context.metadata["worker_name"] == "host.1" and context.metadata["pid"] == 4242
+    assert context.metadata["worker_name"] == "host.1"
+    assert context.metadata["pid"] == 4242
     assert verdict.expected == (TaskState.RUNNING,)
 
 
@@ -69,7 +71,8 @@ def test_it_passes_on_the_delay_a_task_asks_for():
     verdict = classify(outcome(returncode=1, final=failure(RetryAfter(12.5))))
     assert verdict.context.reason is Reason.TASK_EXCEPTION
     assert verdict.retry_after == 12.5
-    assert verdict.fingerprint is None and "fingerprint" not in verdict.context.metadata
+    assert verdict.fingerprint is None
+    assert "fingerprint" not in verdict.context.metadata
 
 
 def test_it_recognises_a_database_connection_failure_as_infrastructure():
@@ -120,7 +123,8 @@ def test_it_counts_a_sigkill_it_did_not_send_as_resource_exhaustion():
     verdict = classify(outcome(returncode=-9, oom_kills_before=0, oom_kills_after=1))
     context = verdict.context
     assert (context.category.value, context.reason) == ("infrastructure", Reason.RESOURCE_EXHAUSTION)
-    assert context.metadata["signal"] == "SIGKILL" and context.metadata["exit_code"] == -9
+    assert context.metadata["signal"] == "SIGKILL"
+    assert context.metadata["exit_code"] == -9
     assert context.metadata["oom_kill"] == 1
 
 
@@ -142,17 +146,20 @@ def test_it_names_its_own_timeout():
     verdict = classify(outcome(returncode=-9, stop=stop, final={"type": "terminated"}))
     context = verdict.context
     assert (context.category.value, context.reason) == ("timeout", Reason.EXECUTION_TIMEOUT)
-    assert context.metadata["timeout"] == 30 and context.metadata["sigkill_sent"] is True
+    assert context.metadata["timeout"] == 30
+    assert context.metadata["sigkill_sent"] is True
     assert context.metadata["signal_sent"] == "SIGTERM"
 
 
 def test_it_names_a_shutdown_stop_worker_termination_before_or_after_the_handshake():
     stop = Stop(Reason.WORKER_TERMINATION, shutdown_signal="SIGINT", kill_grace=5)
     running = classify(outcome(returncode=143, stop=stop))
-    assert running.context.reason is Reason.WORKER_TERMINATION and running.context.metadata["signal"] == "SIGINT"
+    assert running.context.reason is Reason.WORKER_TERMINATION
+    assert running.context.metadata["signal"] == "SIGINT"
     assert running.expected == (TaskState.RUNNING,)
     queued = classify(outcome(handshake=False, returncode=0, stop=stop))
-    assert queued.context.reason is Reason.WORKER_TERMINATION and queued.expected == (TaskState.QUEUED,)
+    assert queued.context.reason is Reason.WORKER_TERMINATION
+    assert queued.expected == (TaskState.QUEUED,)
 
 
 def test_it_reports_the_real_outcome_of_a_task_that_finished_before_the_stop():
@@ -162,7 +169,7 @@ def test_it_reports_the_real_outcome_of_a_task_that_finished_before_the_stop():
 
 
 @pytest.mark.parametrize(
-    "returncode, final, kind",
+    ("returncode", "final", "kind"),
     [
         (3, None, "error"),
         (1, {"type": "startup_error", "exception": {"exception_type": "ImportError", "message": "no module x"}}, "error"),

@@ -165,4 +165,5 @@ def test_a_task_never_sees_the_platforms_secrets(worker, make_dag):
     for secret in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ORCHESTRATOR_HEARTBEAT_INTERVAL", "ORCHESTRATOR_TASK_ENV_PASSTHROUGH"):
         assert secret not in env
     assert env["EMAIL_URL"] == "smtp://user:secret@mail.example.com"
-    assert env["ORCHESTRATOR_TASK_ID"] == "env" and env["ORCHESTRATOR_DAG_ID"] == dag.dag_id
+    assert env["ORCHESTRATOR_TASK_ID"] == "env"
+    assert env["ORCHESTRATOR_DAG_ID"] == dag.dag_id

@@ -79,7 +79,8 @@ def test_a_failpoint_in_the_task_process_still_fires_for_a_bash_task(worker, mak
     first = ti.attempts.get(attempt_token=1)
     assert first.start_date is None  # never recorded running: it died before its handshake
     assert (first.context["reason"], first.context["metadata"]["exit_code"]) == ("startup_error", 3)
-    assert ti.try_number == 2 and ti.attempts.get(attempt_token=2).stdout == "ok\n"
+    assert ti.try_number == 2
+    assert ti.attempts.get(attempt_token=2).stdout == "ok\n"
 
 
 def test_without_setpriv_there_is_no_direct_start(monkeypatch):
@@ -110,7 +111,8 @@ def test_a_bash_plan_names_its_command_and_context_unless_a_failpoint_needs_its_
     settings.ORCHESTRATOR_FAILPOINTS = ""
     plan = plan_for(_claimed())
     assert plan.command == ("bash", "-c", 'echo "${ORCHESTRATOR_SUBST_0}" "${ORCHESTRATOR_SUBST_1}"')
-    assert plan.command_env["ORCHESTRATOR_DAG_ID"] == "d" and plan.command_env["ORCHESTRATOR_TRY_NUMBER"] == "1"
+    assert plan.command_env["ORCHESTRATOR_DAG_ID"] == "d"
+    assert plan.command_env["ORCHESTRATOR_TRY_NUMBER"] == "1"
     assert (plan.command_env["ORCHESTRATOR_SUBST_0"], plan.command_env["ORCHESTRATOR_SUBST_1"]) == ("b", "1")
     settings.ORCHESTRATOR_FAILPOINTS = "task.after_running@b=sleep:0"
     assert plan_for(_claimed()).command is None

@@ -23,7 +23,7 @@ def test_it_parses_every_action_with_an_optional_task_and_limit():
 
 
 @pytest.mark.parametrize(
-    "spec, complaint",
+    ("spec", "complaint"),
     [
         ("task.before_running", "cannot parse 'task.before_running'"),
         ("task.before_running=explode", "cannot parse"),
@@ -77,8 +77,10 @@ def test_it_charges_a_startup_exit_to_the_user_by_default(worker, make_dag):
     ti = settle(run, "t", ("success",))
     assert (ti.try_number, ti.infrastructure_try_number) == (2, 0)
     first = ti.attempts.get(attempt_token=1)
-    assert first.kind == "user" and first.start_date is None
-    assert first.context["category"] == "application" and first.context["reason"] == "startup_error"
+    assert first.kind == "user"
+    assert first.start_date is None
+    assert first.context["category"] == "application"
+    assert first.context["reason"] == "startup_error"
     assert first.context["metadata"]["pre_execution_reason"] == "error"
     assert first.context["metadata"]["exit_code"] == 3
 
@@ -94,7 +96,8 @@ def test_it_retries_a_startup_exit_on_the_platform_when_no_kind_is_excluded(work
     assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
     first = ti.attempts.get(attempt_token=1)
     assert first.kind == "platform"
-    assert first.context["category"] == "infrastructure" and first.context["reason"] == "pre_execution_failure"
+    assert first.context["category"] == "infrastructure"
+    assert first.context["reason"] == "pre_execution_failure"
     assert first.context["metadata"]["pre_execution_reason"] == "error"
 
 
@@ -108,7 +111,8 @@ def test_it_retries_a_task_process_killed_before_running_on_the_platform(worker,
     ti = settle(run, "t", ("success",))
     assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
     first = ti.attempts.get(attempt_token=1)
-    assert first.kind == "platform" and first.context["reason"] == "pre_execution_failure"
+    assert first.kind == "platform"
+    assert first.context["reason"] == "pre_execution_failure"
     assert first.context["metadata"]["pre_execution_reason"] == "killed"
     assert first.context["metadata"]["signal"] == "SIGKILL"
 
@@ -126,7 +130,8 @@ def test_it_recovers_from_a_worker_that_dies_before_spawning(worker, make_dag):
     ti = settle(run, "t", ("success",))
     assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
     first = ti.attempts.get(attempt_token=1)
-    assert first.kind == "platform" and first.context["source"] == "scheduler"
+    assert first.kind == "platform"
+    assert first.context["source"] == "scheduler"
     assert first.context["reason"] == "pre_execution_failure"
     assert first.context["metadata"]["pre_execution_reason"] == "worker_died"
 
@@ -141,4 +146,5 @@ def test_it_fails_a_task_whose_failpoint_fires_after_running_as_a_task_failure(w
     ti = settle(run, "t", ("failed",))
     attempt = ti.attempts.get()
     assert attempt.start_date is not None
-    assert attempt.context["reason"] == "task_exception" and attempt.context["metadata"]["exit_code"] == 5
+    assert attempt.context["reason"] == "task_exception"
+    assert attempt.context["metadata"]["exit_code"] == 5

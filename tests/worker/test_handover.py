@@ -33,11 +33,15 @@ def test_a_chain_runs_each_next_task_in_the_slot_that_ended_the_last(worker, mak
     a, b = instance(run, "a"), instance(run, "b")
     assert a.state == b.state == "success"
     assert _had_a_job(a, a.attempt_token)  # the root came from Redis (its result is kept 600 s)
-    assert not _had_a_job(b, b.attempt_token) and not _had_a_job(c, c.attempt_token)
+    assert not _had_a_job(b, b.attempt_token)
+    assert not _had_a_job(c, c.attempt_token)
     holders = {ti.attempts.get().worker_name for ti in (a, b, c)}
-    assert len(holders) == 1 and holders != {""}  # the worker that ended each one ran the next
-    assert b.result["results"] == {"a": a.result} and c.result["results"] == {"b": b.result}
-    assert b.attempts.get().pid and b.attempts.get().start_date is not None
+    assert len(holders) == 1
+    assert holders != {""}
+    assert b.result["results"] == {"a": a.result}
+    assert c.result["results"] == {"b": b.result}
+    assert b.attempts.get().pid
+    assert b.attempts.get().start_date is not None
 
 
 def test_a_backlog_keeps_its_order(worker, make_dag):
@@ -71,13 +75,15 @@ def test_a_worker_killed_holding_a_handed_task_loses_nothing(worker, make_dag):
     run = trigger(dag)
     assert doomed.wait(timeout=20) == -9
     first = instance(run, "b")
-    assert first.state == "queued" and first.heartbeat_at is not None  # claimed, by the dead worker
+    assert first.state == "queued"
+    assert first.heartbeat_at is not None
     assert not _had_a_job(first, first.attempt_token)
     worker()
     b = settle(run, "b", ("success",))
     assert (b.try_number, b.infrastructure_try_number) == (1, 1)
     lost = b.attempts.get(attempt_token=first.attempt_token)
-    assert lost.kind == "platform" and lost.context["source"] == "scheduler"
+    assert lost.kind == "platform"
+    assert lost.context["source"] == "scheduler"
     assert lost.context["reason"] == "pre_execution_failure"
     assert lost.context["metadata"]["pre_execution_reason"] == "worker_died"
 
@@ -95,7 +101,9 @@ def test_a_draining_worker_hands_nothing_to_itself(worker, make_dag):
     draining.send_signal(signal.SIGUSR1)
     assert draining.wait(timeout=20) == 0
     b = instance(run, "b")
-    assert b.state == "queued" and b.heartbeat_at is None and _had_a_job(b, b.attempt_token)
+    assert b.state == "queued"
+    assert b.heartbeat_at is None
+    assert _had_a_job(b, b.attempt_token)
     worker()
     b = settle(run, "b", ("success",))
     assert b.attempts.get().worker_name not in ("", instance(run, "a").attempts.get().worker_name)
@@ -138,11 +146,13 @@ def test_the_slot_that_handed_its_place_on_hears_when_the_task_it_handed_has_sta
     states_when_started: list[str] = []
     supervised = _supervise(instance(run, "ok"), lambda: states_when_started.append(instance(run, "ok").state))
     supervised.finish()
-    assert supervised.outcome.final and supervised.outcome.final["type"] == "success"
+    assert supervised.outcome.final
+    assert supervised.outcome.final["type"] == "success"
     assert states_when_started == ["running"]  # once, and only once the handshake was recorded
 
     started: list[bool] = []
     supervised = _supervise(instance(run, "broken"), lambda: started.append(True))
     supervised.finish()
-    assert supervised.outcome.final and supervised.outcome.final["type"] == "startup_error"
+    assert supervised.outcome.final
+    assert supervised.outcome.final["type"] == "startup_error"
     assert started == []

@@ -104,7 +104,8 @@ def test_garbage_and_silent_peers_do_not_hold_the_probe(verdict_server, monkeypa
                 reply = peer.recv(100)
             except (ConnectionResetError, BrokenPipeError):
                 reply = b""
-        assert not reply.startswith(b"HTTP/1.0 200") and not reply.startswith(b"HTTP/1.1 200"), garbage[:20]
+        assert not reply.startswith(b"HTTP/1.0 200"), garbage[:20]
+        assert not reply.startswith(b"HTTP/1.1 200"), garbage[:20]
     # Peers that connect and never send: one does not delay a probe; as many as the server
     # serves at once make it drop the next connection until their time is up.
     silent = [socket.create_connection(("127.0.0.1", port), timeout=5)]
@@ -162,7 +163,8 @@ def test_a_real_worker_answers_while_its_heartbeat_is_fresh(worker, process_env,
             client.srem("rq:workers", key)
             client.delete(key)
     status, body = get(port, "/livez")
-    assert status == 503 and f"no worker of host {socket.gethostname()} has recorded a heartbeat" in body
+    assert status == 503
+    assert f"no worker of host {socket.gethostname()} has recorded a heartbeat" in body
     assert get(port, "/readyz")[0] == 503
     assert proc.poll() is None
 

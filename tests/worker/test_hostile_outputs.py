@@ -62,8 +62,10 @@ def test_it_records_output_that_is_not_utf8(worker, make_dag):
     ti = settle(run, "t", ("success",), timeout=40)
     attempt = ti.attempts.get()
     assert attempt.result == "printed"
-    assert "valid, then" in attempt.stdout and "end" in attempt.stdout
-    assert "\x00" not in attempt.stdout and REPLACED in attempt.stdout
+    assert "valid, then" in attempt.stdout
+    assert "end" in attempt.stdout
+    assert "\x00" not in attempt.stdout
+    assert REPLACED in attempt.stdout
 
 
 def test_it_records_a_bash_task_echoing_nul_bytes(worker, make_dag):
@@ -87,7 +89,8 @@ def test_a_result_that_is_not_json_fails_as_invalid_result(worker, make_dag):
     attempt = ti.attempts.get()
     assert (attempt.state, attempt.kind) == ("failed", "user")
     assert (attempt.context["category"], attempt.context["reason"]) == ("application", "invalid_result")
-    assert attempt.context["metadata"]["problem"] == "not_json" and ti.result is None
+    assert attempt.context["metadata"]["problem"] == "not_json"
+    assert ti.result is None
     assert proc.poll() is None
 
 

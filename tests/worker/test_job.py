@@ -89,7 +89,8 @@ def test_it_retries_after_exactly_the_delay_a_task_asks_for(worker, make_dag):
     run = trigger(dag)
     ti = settle(run, "t", ("up_for_retry",))
     attempt = ti.attempts.get()
-    assert attempt.kind == "user" and attempt.context["reason"] == "task_exception"
+    assert attempt.kind == "user"
+    assert attempt.context["reason"] == "task_exception"
     assert attempt.context["metadata"]["retry_after"] == 30
     assert ti.next_retry_at - attempt.end_date == timedelta(seconds=30)
 
@@ -102,8 +103,10 @@ def test_it_retries_a_database_connection_failure_on_the_platform(worker, make_d
     ti = settle(run, "t", ("success",))
     assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
     first = ti.attempts.get(attempt_token=1)
-    assert first.kind == "platform" and first.fingerprint is None
-    assert first.context["category"] == "infrastructure" and first.context["reason"] == "db_connection_error"
+    assert first.kind == "platform"
+    assert first.fingerprint is None
+    assert first.context["category"] == "infrastructure"
+    assert first.context["reason"] == "db_connection_error"
     assert first.context["metadata"]["exception_type"] == "OperationalError"
 
 

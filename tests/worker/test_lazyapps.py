@@ -33,7 +33,7 @@ def run(body: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "body, expected",
+    ("body", "expected"),
     [
         # a model imported inside a function, called late
         ("def task():\n    from orchestrator.models import Dag\n    return Dag._meta.label\nprint(task())", "orchestrator.Dag"),

@@ -69,10 +69,11 @@ def test_names_come_from_ids_and_the_files_are_private(tmp_path):
     path = store.path((123456, 7), "stdout")
     assert path == root / "123" / "123456-7.stdout"
     assert (_mode(root), _mode(path.parent), _mode(path)) == (0o2770, 0o2770, 0o640)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="stream must be one of"):
         store.path((1, 1), "../../etc/passwd")
     store.delete([(123456, 7), (99, 1)])
-    assert not path.exists() and not path.parent.exists()
+    assert not path.exists()
+    assert not path.parent.exists()
 
 
 def test_a_writer_whose_directory_the_retention_emptied_makes_it_again(tmp_path):
@@ -121,7 +122,9 @@ def test_a_task_printing_past_the_cap_keeps_head_marker_and_tail_and_the_page_se
     assert store.read(key, "stderr", 0, 100) == b"oops\n"
     assert (_mode(root), _mode(store.path(key, "stdout"))) == (0o2770, 0o640)
     # The database keeps its own (smaller) head and tail, as before.
-    assert attempt.output_truncated and attempt.stdout.endswith(SEQ[-300:].decode()) and attempt.stdout.startswith(SEQ[:300].decode())
+    assert attempt.output_truncated
+    assert attempt.stdout.endswith(SEQ[-300:].decode())
+    assert attempt.stdout.startswith(SEQ[:300].decode())
     assert attempt.result == "20000"
 
     assert "The full output has it" in alice_client.get(_page(ti)).content.decode()
@@ -172,7 +175,8 @@ def test_a_store_that_cannot_be_written_costs_the_task_nothing(worker, make_dag,
     proc = worker(ORCHESTRATOR_TASK_OUTPUT_DIR=root, ORCHESTRATOR_LOG_HEAD_BYTES=300, ORCHESTRATOR_LOG_TAIL_BYTES=300)
     ti = settle(trigger(dag), "t", ("success",), timeout=40)
     attempt = ti.attempts.get()
-    assert attempt.result == "20000" and attempt.stdout.endswith("19999\n20000\n")
+    assert attempt.result == "20000"
+    assert attempt.stdout.endswith("19999\n20000\n")
     wait_until(lambda: any("could not open its output in the output store" in line for line in proc.log_lines), timeout=10, message="the warning")
     page = alice_client.get(_page(ti)).content.decode()
     assert "the output store does not have the full output" in page
@@ -209,7 +213,8 @@ def test_a_store_that_fails_mid_write_costs_the_task_nothing(worker, make_dag, t
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     ti = settle(trigger(dag), "t", ("success",), timeout=40)
     attempt = ti.attempts.get()
-    assert attempt.result == "20000" and attempt.stdout.endswith("19999\n20000\n")
+    assert attempt.result == "20000"
+    assert attempt.stdout.endswith("19999\n20000\n")
     wait_until(lambda: any("could not write its output in the output store" in line for line in proc.log_lines), timeout=10, message="the warning")
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
     page = alice_client.get(_page(ti)).content.decode()

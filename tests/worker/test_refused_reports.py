@@ -107,8 +107,10 @@ def test_a_success_the_database_refuses_ends_as_the_classified_failure_and_the_r
     context = attempt.context
     assert (context["category"], context["reason"], context["source"]) == ("application", "task_exception", "worker")
     assert context["metadata"]["exception_type"] == "UnstorableOutcome"
-    assert REFUSAL in context["metadata"]["report_refused"] and context["metadata"]["output_dropped"] is True
-    assert a.heartbeat_at is None and a.result is None
+    assert REFUSAL in context["metadata"]["report_refused"]
+    assert context["metadata"]["output_dropped"] is True
+    assert a.heartbeat_at is None
+    assert a.result is None
     # The run moves on: its downstream task runs in the same (only) slot.
     after = settle(run, "after", ("success",), timeout=30)
     assert after.attempts.get().result == "after"
@@ -163,8 +165,10 @@ def test_a_handshake_the_database_refuses_is_a_start_error_and_the_slot_carries_
         platform, user = ti.attempts.order_by("attempt_token")
         assert (platform.kind, platform.context["category"], platform.context["reason"]) == ("platform", "infrastructure", "pre_execution_failure"), task_id
         metadata = platform.context["metadata"]
-        assert metadata["pre_execution_reason"] == "start_error" and REFUSAL in metadata["handshake_refused"], metadata
-        assert platform.start_date is None and not platform.stdout
+        assert metadata["pre_execution_reason"] == "start_error", metadata
+        assert REFUSAL in metadata["handshake_refused"], metadata
+        assert platform.start_date is None
+        assert not platform.stdout
         assert (user.kind, user.context["category"], user.context["reason"]) == ("user", "application", "startup_error"), task_id
         assert ti.try_number == 1
     assert settle(run, "after", ("success",), timeout=30).attempts.get().result == "after"
@@ -206,7 +210,8 @@ def test_a_spooled_report_the_database_refuses_is_set_aside_and_the_ones_behind_
     holder = WorkerInfo(hostname="gone", worker_name="gone.1", pid=1)
     for task_id in ("a", "b"):
         ti = settle(run, task_id, ("queued",))
-        assert reporting.claim(ti.pk, ti.attempt_token, holder) and reporting.mark_running(ti.pk, ti.attempt_token)
+        assert reporting.claim(ti.pk, ti.attempt_token, holder)
+        assert reporting.mark_running(ti.pk, ti.attempt_token)
     a, b = instance(run, "a"), instance(run, "b")
     refuse(f"OLD.task_instance_id = {a.pk} AND OLD.attempt_token = {a.attempt_token}")
     ended = tmp_path / "spool" / "gone.1"
@@ -235,7 +240,8 @@ def test_a_claim_the_database_refuses_fails_the_job_and_the_scheduler_retries_it
     a = settle(run, "a", ("success",), timeout=40)
     refused, retried = a.attempts.order_by("attempt_token")
     assert (refused.kind, refused.context["reason"], refused.context["source"]) == ("platform", "pre_execution_failure", "scheduler")
-    assert refused.context["metadata"]["job_status"] == "failed" and refused.worker_name == ""
+    assert refused.context["metadata"]["job_status"] == "failed"
+    assert refused.worker_name == ""
     assert (retried.state, a.try_number) == ("success", 1)
     nothing_left_active()
     assert proc.poll() is None
@@ -269,7 +275,8 @@ def test_a_task_state_change_the_database_refuses_is_a_value_error_in_the_task(w
     refuse("NEW.key = 'refused'", table="orchestrator_taskstateentry", event="INSERT")
     worker()
     a = settle(run, "a", ("success",), timeout=40)
-    assert a.result.startswith("the database refused it:") and REFUSAL in a.result, a.result
+    assert a.result.startswith("the database refused it:"), a.result
+    assert REFUSAL in a.result, a.result
     assert dict(TaskStateEntry.objects.filter(task_instance=a).values_list("key", "value")) == {"ok": 2}
     nothing_left_active()
 

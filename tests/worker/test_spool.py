@@ -107,7 +107,8 @@ def test_a_report_told_to_wait_keeps_its_file_and_the_ones_behind_it_are_deliver
         return True
 
     assert spool.drain(deliver) == 1
-    assert first.exists() and not second.exists()
+    assert first.exists()
+    assert not second.exists()
     assert not (tmp_path / "set-aside").exists()
     spool.close()
 
@@ -137,7 +138,8 @@ def test_a_worker_sets_aside_what_the_database_refuses_and_delivers_the_rest(wor
     holder = WorkerInfo(hostname="gone", worker_name="gone.1", pid=1)
     for task_id in ("a", "b"):
         ti = settle(run, task_id, ("queued",))
-        assert reporting.claim(ti.pk, ti.attempt_token, holder) and reporting.mark_running(ti.pk, ti.attempt_token)
+        assert reporting.claim(ti.pk, ti.attempt_token, holder)
+        assert reporting.mark_running(ti.pk, ti.attempt_token)
     a, b = instance(run, "a"), instance(run, "b")
     ended = tmp_path / "spool" / "gone.1"
     ended.mkdir(parents=True)
@@ -152,8 +154,11 @@ def test_a_worker_sets_aside_what_the_database_refuses_and_delivers_the_rest(wor
     wait_until(aside.exists, timeout=10, message="a's report set aside")
     assert "no-such-state" in Path(str(aside) + ".reason").read_text()
     page = admin_client.get("/workers/").content.decode()
-    assert 'id="set-aside"' in page and f"{a.pk} (attempt {a.attempt_token})" in page and "no-such-state" in page
-    assert page.count('id="set-aside"') == 1 and "<title>Workers and queues" in page  # shown once, in the page's body
+    assert 'id="set-aside"' in page
+    assert f"{a.pk} (attempt {a.attempt_token})" in page
+    assert "no-such-state" in page
+    assert page.count('id="set-aside"') == 1
+    assert "<title>Workers and queues" in page
 
 
 @pytest.fixture

@@ -39,9 +39,12 @@ def test_it_kills_a_task_past_its_timeout_and_its_whole_process_group(worker, ma
     ti = settle(run, "slow", ("failed",), timeout=10)
     attempt = ti.attempts.get()
     assert attempt.kind == "user"
-    assert attempt.context["category"] == "timeout" and attempt.context["reason"] == "execution_timeout"
+    assert attempt.context["category"] == "timeout"
+    assert attempt.context["reason"] == "execution_timeout"
     metadata = attempt.context["metadata"]
-    assert metadata["timeout"] == 1 and metadata["signal_sent"] == "SIGTERM" and metadata["sigkill_sent"] is True
+    assert metadata["timeout"] == 1
+    assert metadata["signal_sent"] == "SIGTERM"
+    assert metadata["sigkill_sent"] is True
     seen_by_on_kill = json.loads(on_kill_file.read_text())
     assert (seen_by_on_kill["category"], seen_by_on_kill["reason"], seen_by_on_kill["pid"]) == ("timeout", "execution_timeout", pid)
     grandchild = int(Path(marker + ".child").read_text())
@@ -73,7 +76,8 @@ def test_it_counts_an_outside_sigkill_as_resource_exhaustion_and_retries_on_the_
     assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)
     killed = ti.attempts.get(attempt_token=1)
     assert killed.kind == "platform"
-    assert killed.context["category"] == "infrastructure" and killed.context["reason"] == "resource_exhaustion"
+    assert killed.context["category"] == "infrastructure"
+    assert killed.context["reason"] == "resource_exhaustion"
     assert killed.context["metadata"]["signal"] == "SIGKILL"
     assert killed.context["metadata"]["exit_code"] == -9
     assert ti.last_failure_context["reason"] == "resource_exhaustion"
@@ -99,7 +103,8 @@ def test_it_stops_the_task_after_the_shutdown_grace_and_another_worker_finishes_
     assert (ti.state, ti.attempt_token) == ("queued", 2)
     stopped = ti.attempts.get(attempt_token=1)
     assert stopped.kind == "platform"
-    assert stopped.context["reason"] == "worker_termination" and stopped.context["source"] == "worker"
+    assert stopped.context["reason"] == "worker_termination"
+    assert stopped.context["source"] == "worker"
     assert stopped.context["metadata"]["signal"] == "SIGTERM"
     worker()
     ti = settle(run, "t", ("success",))
@@ -135,10 +140,12 @@ def test_it_survives_a_killed_worker_without_running_the_task_twice_at_once(work
     ti = settle(run, "t", ("success",), timeout=20)
     lost = ti.attempts.get(attempt_token=1)
     assert lost.kind == "platform"
-    assert lost.context["reason"] == "worker_lost" and lost.context["source"] == "scheduler"
+    assert lost.context["reason"] == "worker_lost"
+    assert lost.context["source"] == "scheduler"
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["event"] for r in records] == ["start", "start", "end"]
-    assert records[0]["pid"] == pid and records[1]["pid"] != pid
+    assert records[0]["pid"] == pid
+    assert records[1]["pid"] != pid
     assert records[1]["others_alive"] == []
 
 
@@ -262,5 +269,6 @@ def test_mark_failed_on_a_running_task_stops_it_and_on_kill_hears_why(worker, ma
     assert (seen["category"], seen["reason"], seen["metadata"]["note"]) == ("user_action", "manual_mark_failed", "stuck on a lock")
     wait_until(lambda: gone(pid), timeout=10, message="the task process to end")
     ti = instance(run, "t")
-    assert ti.state == "failed" and ti.last_failure_context["reason"] == "manual_mark_failed"
+    assert ti.state == "failed"
+    assert ti.last_failure_context["reason"] == "manual_mark_failed"
     assert ti.attempts.get().state == "failed"

@@ -28,7 +28,9 @@ def test_a_task_on_a_queue_nobody_reads_says_so_until_a_worker_comes(worker, mak
     run = trigger(dag)
     settle(run, "t", ("queued",))
     waiting = _waiting(run, "t")
-    assert waiting["kind"] == "queue" and waiting["name"] == queue_name and waiting["since"]
+    assert waiting["kind"] == "queue"
+    assert waiting["name"] == queue_name
+    assert waiting["since"]
     assert instance(run, "t").state == "queued"
     assert f"waiting: no worker listens on queue '{queue_name}'" in progress_of(run).text()
     client.force_login(admin_user)

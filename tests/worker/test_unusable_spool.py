@@ -80,7 +80,8 @@ def test_an_outcome_neither_delivered_nor_spooled_ends_its_lease_and_is_retried_
 
         first = wait_until(first_attempt_ended, timeout=30, message="the lost attempt to be presumed lost")
         ti = settle(run, "t", ("success",), timeout=30)  # its platform retry ran it again
-        assert first.context["category"] == "infrastructure" and first.context["reason"] == "worker_lost", first.context
+        assert first.context["category"] == "infrastructure", first.context
+        assert first.context["reason"] == "worker_lost", first.context
         assert "spool cannot keep outcomes" in first.context["metadata"]["outcome_lost"]
         assert (ti.try_number, ti.infrastructure_try_number) == (1, 1)  # the platform paid, not the user
         page = admin_client.get("/workers/").content.decode()

@@ -36,7 +36,8 @@ class Command(BaseCommand):
             raise CommandError("--map-index needs --run and --task")
         try:
             if task_id is not None:
-                assert dag_id is not None and run_id is not None
+                assert dag_id is not None
+                assert run_id is not None
                 instances = actions.find_task_instances(dag_id, run_id, task_id, map_index)
                 delivered = waits.send_event(name, value, actor=_os_user(), instances=instances)
             else:

@@ -68,12 +68,12 @@ def preload(modules: list[str]) -> None:
     lazyapps.on_demand()
     from django.conf import settings
 
-    import orchestrator.worker.failpoints  # noqa: F401  every task process fires them
+    import orchestrator.worker.failpoints
 
     if settings.ORCHESTRATOR_FAILPOINTS:
         # A failpoint's count is kept in Redis; without failpoints no task process needs Redis,
         # and every fork would copy the page tables of its 4 MiB.
-        import orchestrator.redis_conn  # noqa: F401
+        import orchestrator.redis_conn
     import orchestrator.worker.task.runner  # noqa: F401  the runner itself
     import retries.context  # noqa: F401  what a stopped task's on_kill hears
 

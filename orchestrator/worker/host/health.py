@@ -67,7 +67,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "orchestrator-worker"
     sys_version = ""
 
-    def do_GET(self) -> None:  # noqa: N802  http.server's name
+    def do_GET(self) -> None:
         path = self.path.partition("?")[0]
         if path not in (LIVENESS_PATH, READINESS_PATH):
             self._reply(404, "not found")
@@ -90,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002  http.server's name
+    def log_message(self, format: str, *args: object) -> None:
         log.debug("health probe from %s: " + format, self.client_address[0], *args)
 
 

@@ -239,7 +239,8 @@ class Supervisor:
         return self._supervised(metadata)
 
     def _supervised(self, metadata: dict[str, Any]) -> Supervised:
-        assert self.proc is not None and self.streams is not None
+        assert self.proc is not None
+        assert self.streams is not None
         metadata["pid"] = self.proc.pid
         stop = None
         if self.stopping is not None:
@@ -403,7 +404,8 @@ class Supervisor:
                 pass
 
     def _supervise(self) -> None:
-        assert self.proc is not None and self.lease is not None  # both set by run() first
+        assert self.proc is not None
+        assert self.lease is not None
         while not self.superseded:
             self._pump(TICK)
             if self._succeeded():
@@ -468,7 +470,8 @@ class Supervisor:
 
     def _finish(self) -> None:
         """Reap everything, read the last output, release every descriptor."""
-        assert self.proc is not None and self.streams is not None
+        assert self.proc is not None
+        assert self.streams is not None
         if not self.proc.exited():
             procs.signal_group(self.pgid, signal.SIGKILL)
         self.proc.wait()
@@ -495,7 +498,8 @@ class Supervisor:
 
     def _pump(self, timeout: float) -> None:
         """Wait up to `timeout` for output, messages or the process's end, and take them in."""
-        assert self.proc is not None and self.streams is not None
+        assert self.proc is not None
+        assert self.streams is not None
         for key, _ in self.selector.select(timeout):
             fd = key.fd
             if fd == self.pid_fd:
