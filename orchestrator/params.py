@@ -95,7 +95,7 @@ def value_problem(declaration: Mapping[str, Any], value: object) -> str | None:
     from jsonschema.exceptions import best_match
 
     try:
-        error = best_match(validator_for(declaration).iter_errors(value))
+        error = best_match(validator_for(declaration).iter_errors(value))  # type: ignore[arg-type]  # any value: the schema judges it
     except RecursionError:  # a schema that refers to itself without end
         return "cannot be checked: its schema refers to itself without end"
     except Exception as exc:  # a reference the schema does not hold, a bad regex: the schema's fault
@@ -132,7 +132,7 @@ def describe(error: ValidationError) -> str:
         "pattern": "must match the pattern",
         "format": "must be in the format",
     }
-    if kind in words:
+    if isinstance(kind, str) and kind in words:
         return f"{words[kind]} {show(expected)}; got {show(value)}"
     text = error.message
     return text if len(text) <= 200 else f"{show(value)} does not match its schema ({kind}: {show(expected)})"

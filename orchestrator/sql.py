@@ -227,7 +227,7 @@ def _converters(ops: Any, field: models.Field | None) -> tuple[tuple[Any, Any], 
         return ()
     expression = field.cached_col
     # django-stubs declare get_db_converters on expressions only; Django's Field has it too.
-    chain = ops.get_db_converters(expression) + field.get_db_converters(ops.connection)  # type: ignore[attr-defined]
+    chain = ops.get_db_converters(expression) + field.get_db_converters(ops.connection)  # type: ignore[attr-defined]  # see the comment above
     return tuple((converter, expression) for converter in chain)
 
 
@@ -251,7 +251,7 @@ def instances(model: type[M], fields: Sequence[models.Field], values: Sequence[A
     Built as `Model.from_db` would leave it, without running `Model.__init__` (its checks of
     every field cost more than the query when a run's 10,000 rows are read); a model with its
     own `from_db` or init signals is built by the ORM."""
-    if model.from_db.__func__ is not _BASE_FROM_DB or pre_init.has_listeners(model) or post_init.has_listeners(model):  # type: ignore[attr-defined]
+    if model.from_db.__func__ is not _BASE_FROM_DB or pre_init.has_listeners(model) or post_init.has_listeners(model):  # type: ignore[attr-defined]  # a classmethod has __func__; the stubs do not say
         return model.from_db(connection.alias, [field.attname for field in fields], values)
     instance = model.__new__(model)
     state = ModelState()
@@ -261,7 +261,7 @@ def instances(model: type[M], fields: Sequence[models.Field], values: Sequence[A
     return instance
 
 
-_BASE_FROM_DB = models.Model.from_db.__func__  # type: ignore[attr-defined]
+_BASE_FROM_DB = models.Model.from_db.__func__  # type: ignore[attr-defined]  # likewise
 
 
 def concrete_fields(model: type[models.Model], names: Iterable[str] | None = None) -> list[models.Field]:

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
+from typing import cast
 
 from django.utils import timezone
+from redis import Redis
 from rq import Queue, Worker
 from rq.job import Job
 
@@ -67,29 +69,32 @@ def _aware(value: datetime | None) -> datetime | None:
     return value
 
 
-def _concurrency(redis, name: str) -> int:
-    raw = redis.hget(f"rq:worker:{name}", "concurrency")
+def _field(redis: Redis, name: str, key: str) -> str | None:
+    """A field the worker wrote on its RQ record, as text; None when absent or empty."""
+    raw = cast("bytes | None", redis.hget(f"rq:worker:{name}", key))  # the client's types cover its async twin too
+    return raw.decode(errors="replace") or None if raw else None
+
+
+def _concurrency(redis: Redis, name: str) -> int:
+    raw = _field(redis, name, "concurrency")
     try:
         return max(1, int(raw)) if raw is not None else 1
-    except (TypeError, ValueError):
+    except ValueError:
         return 1
 
 
-def _spool_error(redis, name: str) -> str | None:
-    raw = redis.hget(f"rq:worker:{name}", "spool_error")
-    return raw.decode(errors="replace") if raw else None
+def _spool_error(redis: Redis, name: str) -> str | None:
+    return _field(redis, name, "spool_error")
 
 
-def _task_user(redis, name: str) -> str | None:
+def _task_user(redis: Redis, name: str) -> str | None:
     """The user the worker runs its tasks as; None: its own user."""
-    raw = redis.hget(f"rq:worker:{name}", "task_user")
-    return raw.decode(errors="replace") or None if raw else None
+    return _field(redis, name, "task_user")
 
 
-def _memory_limits(redis, name: str) -> str | None:
+def _memory_limits(redis: Redis, name: str) -> str | None:
     """How the worker enforces tasks' memory limits: "cgroup" or "watched"."""
-    raw = redis.hget(f"rq:worker:{name}", "memory_limits")
-    return raw.decode(errors="replace") or None if raw else None
+    return _field(redis, name, "memory_limits")
 
 
 def workers() -> list[WorkerRow]:

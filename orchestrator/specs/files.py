@@ -15,7 +15,7 @@ SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class SpecLoader(_SAFE_LOADER):  # type: ignore[valid-type, misc]
+class SpecLoader(_SAFE_LOADER):  # type: ignore[valid-type, misc]  # a base chosen at import: the C loader when built
     """SafeLoader that keeps date-times as the text written and rejects duplicate keys.
 
     Dates stay strings so a deadline's `datetime` is kept exactly as written (and

@@ -80,8 +80,8 @@ class KeptFormsMixin(Generic[RowForm]):
     def kept_forms(self) -> list[RowForm]:
         kept = []
         # `forms` and `_should_delete_form` are the inline formset's this class is mixed into.
-        for form in self.forms:  # type: ignore[attr-defined]
-            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):  # type: ignore[attr-defined]
+        for form in self.forms:  # type: ignore[attr-defined]  # the formset mixed with this class has it
+            if not hasattr(form, "cleaned_data") or self._should_delete_form(form):  # type: ignore[attr-defined]  # likewise
                 continue
             if form.instance.pk is None and not form.has_changed():
                 continue  # an untouched extra row

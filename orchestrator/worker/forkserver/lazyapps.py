@@ -103,5 +103,5 @@ def on_demand() -> None:
         check_models()
 
     # Replaced on this one registry on purpose: its own checks run after the apps are loaded.
-    apps.check_apps_ready = check_apps_ready  # type: ignore[method-assign]
-    apps.check_models_ready = check_models_ready  # type: ignore[method-assign]
+    apps.check_apps_ready = check_apps_ready  # type: ignore[method-assign]  # see the comment above
+    apps.check_models_ready = check_models_ready  # type: ignore[method-assign]  # see the comment above

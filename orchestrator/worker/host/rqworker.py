@@ -210,7 +210,7 @@ class OrchestratorWorker(SimpleWorker):
     def dequeue_timeout(self) -> int:
         return DEQUEUE_TIMEOUT
 
-    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None):
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
         """Wait for a free slot, then for a job; None (stop) when a stop was requested meanwhile."""
         self._dequeuing = True
         try:
