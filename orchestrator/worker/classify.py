@@ -182,7 +182,7 @@ class Verdict:
     reschedule: float | None = None
 
 
-def classify(outcome: Outcome) -> Verdict:
+def classify(outcome: Outcome) -> Verdict:  # noqa: C901
     """The one place that names a failure seen by the worker."""
     base = dict(outcome.metadata)
     if outcome.returncode is not None:
