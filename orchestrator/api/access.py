@@ -18,7 +18,7 @@ from typing import Any, cast
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse, RawPostDataException
 from django.http.multipartparser import MultiPartParserError
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
@@ -52,7 +52,8 @@ def too_large() -> JsonResponse:
 
 
 # What a request can fail with that is the client's doing, each answered by `error_response`.
-ERRORS = (ActionError, RequestDataTooBig, SuspiciousOperation, MultiPartParserError)
+ERRORS = (ActionError, RequestDataTooBig, SuspiciousOperation, MultiPartParserError, RawPostDataException)
+FORM_REFUSED = "send the fields as a JSON object with Content-Type: application/json"
 
 
 def error_response(exc: Exception) -> JsonResponse | None:
@@ -65,6 +66,8 @@ def error_response(exc: Exception) -> JsonResponse | None:
         return json_error(400, f"request refused: {exc}")
     if isinstance(exc, MultiPartParserError):
         return json_error(400, f"malformed multipart body: {exc}")
+    if isinstance(exc, RawPostDataException):  # a form body, which the CSRF check has read
+        return json_error(400, FORM_REFUSED)
     return None
 
 
@@ -164,7 +167,7 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     """The request's JSON object body; an empty body (or an empty form) is `{}`."""
     if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
         if request.POST or request.FILES:
-            raise BadRequest("send the fields as a JSON object with Content-Type: application/json")
+            raise BadRequest(FORM_REFUSED)
         return {}
     if not request.body.strip():
         return {}

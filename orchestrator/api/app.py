@@ -2,13 +2,14 @@
 
 Each module of orchestrator.api declares its operations on a ninja `Router` (path, method,
 summary, permission through `Authenticated`, parameters and body as typed arguments, its
-answers with `schemas.replies`); they are added here. The document at /api/v1/openapi.json
-is ninja's, generated from those operations, with what this API adds (`Document`): the error
-answers each operation can give, its permission, the security schemes, and the rule that an
-empty query parameter is an absent one.
+answer as a model of `api.responses`, which ninja checks); they are added here. The document
+at /api/v1/openapi.json is ninja's, generated from those operations, with what this API adds
+(`Document`): the error answers each operation can give, its permission, the security
+schemes, and the rule that an empty query parameter is an absent one.
 
 Every error is `{"error": "..."}` with the status today's clients expect: a parameter or body
-refused is 400 (not ninja's 422), never ninja's `{"detail": ...}`.
+refused is 400 (not ninja's 422), never ninja's `{"detail": ...}`. The body is read by
+`access.json_body`, the API's parser.
 """
 from __future__ import annotations
 
@@ -22,11 +23,15 @@ from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError, ValidationErrorContext
 from ninja.openapi.schema import OpenAPISchema
 from ninja.operation import Operation
+from ninja.parser import Parser
 
-from orchestrator.api import access, alerts, audit, backfills, deadline_history, pools_and_circuits, schemas, views, waits, workers_and_dead_letters
+from orchestrator.api import access, alerts, audit, backfills, deadline_history, inputs, pools_and_circuits, views, waits, workers_and_dead_letters
+from orchestrator.api.responses import Error
+from orchestrator.api.routing import ERROR
 
 TITLE = "Orchestrator API"
 DESCRIPTION = 'Read DAGs, runs and failures; trigger runs and act on tasks. Errors are JSON: {"error": "..."}.'
+REF_PREFIX = "#/components/schemas/"
 SECURITY_SCHEMES = {
     "bearerToken": {
         "type": "http",
@@ -40,59 +45,6 @@ SECURITY_SCHEMES = {
         "description": "A logged-in browser session; requests that change something also need the CSRF token.",
     },
 }
-TYPE_NAMES = {
-    "string_type": "a string",
-    "bool_type": "true or false",
-    "int_type": "a whole number",
-    "model_type": "a JSON object",
-    "dict_type": "a JSON object",
-}
-
-
-def _shown(value: Any) -> str:
-    return type(value).__name__ + (f": {value!r:.80}" if isinstance(value, (bool, int, float, str)) else "")
-
-
-def _where(loc: tuple[Any, ...]) -> str:
-    where = ""
-    for part in loc:
-        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-    return where or "request body"
-
-
-def _known_fields(model: Any, loc: tuple[Any, ...]) -> str:
-    """The fields of the object at `loc` (a body field's parent), for an unknown field's error."""
-    for part in loc:
-        field = getattr(model, "model_fields", {}).get(part)
-        model = getattr(field, "annotation", None)
-    fields = getattr(model, "model_fields", {})
-    return ", ".join(field.alias or name for name, field in fields.items()) or "none"
-
-
-def message(error: dict[str, Any], model: Any) -> str:
-    """One pydantic error in the API's words, naming the field (e.g. conf.day, map_index)."""
-    loc = raw = tuple(error["loc"])
-    if getattr(model, "__read_from_single_attr__", None):
-        loc = loc[1:]  # the body's own parameter name is not a field of the request
-    else:
-        loc = model.__ninja_flatten_map_reverse__.get(loc, loc)
-    where, kind, value = _where(loc), error["type"], error.get("input")
-    ctx = error.get("ctx", {})
-    if kind == "missing":
-        return f"{where} is required"
-    if kind == "extra_forbidden":
-        return f"{where} is not a known field (known: {_known_fields(model, raw[:-1])})"
-    if kind in TYPE_NAMES:
-        return f"{where} must be {TYPE_NAMES[kind]}, got {_shown(value)}"
-    if kind in ("literal_error", "enum"):
-        return f"{where} must be {ctx.get('expected', 'one of the listed values')}, got {value!r}"
-    if kind == "greater_than_equal":
-        return f"{where} must be at least {ctx['ge']}, got {value!r}"
-    if kind == "less_than_equal":
-        return f"{where} must be at most {ctx['le']}, got {value!r}"
-    if kind == "value_error":
-        return f"{where} {ctx['error']}"
-    return f"{where}: {error['msg']}"
 
 
 def _permission(operation: Operation) -> str | None:
@@ -105,8 +57,8 @@ class Document(OpenAPISchema):
 
     def operation_details(self, operation: Operation) -> dict[str, Any]:
         details = super().operation_details(operation)
-        declared = (operation.openapi_extra or {}).get("responses", {})  # ninja's would add a bare 200
-        details["responses"] = {**self.errors(operation, details), **declared}
+        answers = {str(status): answer for status, answer in details["responses"].items()}
+        details["responses"] = {**self.errors(operation, details), **answers}
         permission = _permission(operation)
         if permission:
             details["description"] = f"{details.get('description', '')}\n\nNeeds the permission `{permission}`.".strip()
@@ -119,27 +71,26 @@ class Document(OpenAPISchema):
         if "requestBody" in details:  # inline: a client reads the fields where it sends them
             body = details["requestBody"]["content"]["application/json"]
             ref = (body["schema"].get("allOf") or [body["schema"]])[0].get("$ref", "")
-            body["schema"] = self.schemas.get(ref.removeprefix(schemas.REF_PREFIX), body["schema"])
+            body["schema"] = self.schemas.get(ref.removeprefix(REF_PREFIX), body["schema"])
         return details
 
     @staticmethod
     def errors(operation: Operation, details: dict[str, Any]) -> dict[str, Any]:
         """Every error status this operation can answer, with what it means."""
-        methods = operation.methods
         has_path = any(p["in"] == "path" for p in details["parameters"])
         has_body = "requestBody" in details
         statuses = {401: "No session and no valid bearer token."}
         if details["parameters"] or has_body:
             statuses[400] = "A parameter or the request body is invalid; the error names it."
         permission = _permission(operation)
-        if permission or methods != ["GET"]:
+        if permission or operation.methods != ["GET"]:
             need = f"the permission {permission}" if permission else "nothing more"
             statuses[403] = f"Missing {need}, or (session users) a failed CSRF check."
         if has_path:
             statuses[404] = "No such object."
         if has_body:
             statuses[413] = "The request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE."
-        error = {"content": {"application/json": {"schema": schemas.ERROR}}}
+        error = {"content": {"application/json": {"schema": ERROR}}}
         return {str(status): {"description": meaning, **error} for status, meaning in sorted(statuses.items())}
 
 
@@ -154,10 +105,17 @@ def _referenced(paths: dict[str, Any], known: dict[str, Any]) -> dict[str, Any]:
     return {name: known[name] for name in sorted(names)}
 
 
+class JsonObjectParser(Parser):
+    """Request bodies as `access.json_body` reads them: a JSON object, NaN and forms refused."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        return access.json_body(request)
+
+
 class Api(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None) -> Any:
         document = Document(self, "")
-        known = {**document["components"]["schemas"], **schemas.COMPONENTS}
+        known = {**document["components"]["schemas"], "Error": Error.model_json_schema(ref_template=REF_PREFIX + "{model}")}
         document["components"] = {"schemas": _referenced(document["paths"], known), "securitySchemes": SECURITY_SCHEMES}
         document["security"] = [{"bearerToken": []}, {"session": []}]
         return document
@@ -167,25 +125,13 @@ class Api(NinjaAPI):
         words = [w for w in re.split(r"[/{}]+", operation.path) if w]
         return "_".join([operation.methods[0].lower(), *words])
 
+    def get_content_type(self) -> str:
+        return "application/json"  # as Django's JsonResponse says it (JSON is UTF-8)
+
     def validation_error_from_error_contexts(self, error_contexts: list[ValidationErrorContext]) -> ValidationError:
-        """The first refused value in the API's words (ninja would list pydantic's errors)."""
+        """The first refused value in the API's words (ninja would list pydantic's errors, without the values)."""
         context = error_contexts[0]
-        error = context.pydantic_validation_error.errors(include_url=False)[0]
-        return ValidationError([{"message": message(dict(error), context.model)}])
-
-    def set_default_exception_handlers(self) -> None:  # replaces ninja's {"detail": ...} answers
-        """Only the API's JSON errors: anything else is a bug, for Django's 500 handler (and its log)."""
-        self.add_exception_handler(ValidationError, lambda request, exc: access.json_error(400, exc.errors[0]["message"]))
-        self.add_exception_handler(HttpError, lambda request, exc: access.json_error(exc.status_code, exc.message))
-        self.add_exception_handler(Http404, lambda request, exc: access.json_error(404, f"no API endpoint at {request.path}"))
-        for kind in access.ERRORS:
-            self.add_exception_handler(kind, _error_response)  # type: ignore[arg-type]  # ninja types a handler for one class
-
-
-def _error_response(request: HttpRequest, exc: Exception) -> HttpResponse:
-    response = access.error_response(exc)
-    assert response is not None, exc
-    return response
+        return ValidationError([{"message": inputs.refusal(context.model, context.pydantic_validation_error)}])
 
 
 api = Api(
@@ -197,10 +143,33 @@ api = Api(
     openapi_url=None,
     docs_url=None,
     auth=access.Authenticated(),
+    parser=JsonObjectParser(),
 )
 
 
-@api.get("/openapi.json", summary="This document", tags=["meta"], url_name="openapi", openapi_extra=schemas.replies({200: ("The OpenAPI 3.1 document of API v1.", {"type": "object"})}))
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    """ninja's own refusals, and the body the parser refused (ninja answers it as an HttpError
+    raised from the parser's exception)."""
+    refused = access.error_response(exc.__cause__) if isinstance(exc.__cause__, Exception) else None
+    return refused or access.json_error(exc.status_code, exc.message)
+
+
+@api.exception_handler(Exception)
+def _bug(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Anything not the client's doing (a view's answer its model refuses included) is a bug:
+    Django's 500 handler answers and logs it (ninja's would show a traceback under DEBUG)."""
+    response = access.error_response(exc)
+    if response is None:
+        raise exc
+    return response
+
+
+api.add_exception_handler(ValidationError, lambda request, exc: access.json_error(400, exc.errors[0]["message"]))
+api.add_exception_handler(Http404, lambda request, exc: access.json_error(404, f"no API endpoint at {request.path}"))
+
+
+@api.get("/openapi.json", summary="This document", tags=["meta"], url_name="openapi", openapi_extra={"responses": {200: {"description": "The OpenAPI 3.1 document of API v1.", "content": {"application/json": {"schema": {"type": "object"}}}}}})
 def openapi_view(request: HttpRequest) -> JsonResponse:
     return JsonResponse(document())
 

@@ -1,78 +1,67 @@
 """Backfills in the API: POST /dags/DAG_ID/backfills, GET /backfills/ID, POST /backfills/ID/pause|unpause|cancel."""
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from django.http import HttpRequest, JsonResponse
-from ninja import Router
+from django.http import HttpRequest
+from ninja import Status
 from ninja.params.functions import Path
 from pydantic import Field, StrictBool, StrictInt
 
 from orchestrator import action_registry, actions, backfills
 from orchestrator.api.access import Authenticated, require_perm
-from orchestrator.api.inputs import DagId, JsonBody, JsonObject, RequestBody, Text
-from orchestrator.api.schemas import component, nullable, replies
-from orchestrator.models import Backfill
+from orchestrator.api.inputs import DagId, JsonObject, RequestBody, Text
+from orchestrator.api.responses import Answer, OneOf, Time
+from orchestrator.api.routing import add_actions, errors, router_answering_as_built
+from orchestrator.models import Backfill as BackfillRow
 
-router = Router()
+router = router_answering_as_built()
 
-INTEGER = {"type": "integer"}
-TIME = {"type": "string", "format": "date-time"}
-COUNT = {"type": "integer", "minimum": 0}
-RUN_COUNTS = ("total", "pending", "queued", "running", "success", "failed")
 BackfillId = Annotated[Text, Path(description="The backfill's id.", example="1")]
+Count = Annotated[int, Field(ge=0)]
 
-BACKFILL = component(
-    "Backfill",
-    {
-        "type": "object",
-        "required": ["id", "dag_id", "state", "from", "to", "reprocess", "max_active_runs", "backwards", "conf", "created_by", "runs"],
-        "properties": {
-            "id": INTEGER,
-            "dag_id": {"type": "string"},
-            "state": {"type": "string", "enum": Backfill.State.values},
-            "from": TIME,
-            "to": TIME,
-            "reprocess": {"type": "string", "enum": Backfill.Reprocess.values},
-            "max_active_runs": INTEGER,
-            "backwards": {"type": "boolean"},
-            "conf": {"type": "object"},
-            "created_by": {"type": "string"},
-            "created_at": TIME,
-            "end_date": nullable(TIME),
-            "runs": {
-                "type": "object",
-                "required": list(RUN_COUNTS),
-                "properties": {name: COUNT for name in RUN_COUNTS},
-                "description": "total: dates it runs; pending: of those, not started yet; the others: its runs by state.",
-            },
-            "skipped": {**COUNT, "description": "Dates it leaves alone: a run exists that the reprocess behaviour keeps."},
-            "cancelled": {**COUNT, "description": "Dates whose run never started because the backfill was cancelled."},
-        },
-    },
-)
-PREVIEW = component(
-    "BackfillPreview",
-    {
-        "type": "object",
-        "required": ["dates"],
-        "properties": {
-            "dates": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["logical_date", "action"],
-                    "properties": {"logical_date": TIME, "action": {"type": "string", "enum": ["create", "skip", "rerun"]}},
-                },
-            }
-        },
-    },
-)
+
+class RunCounts(Answer):
+    """total: dates it runs; pending: of those, not started yet; the others: its runs by state."""
+
+    total: Count
+    pending: Count
+    queued: Count
+    running: Count
+    success: Count
+    failed: Count
+
+
+class Backfill(Answer):
+    id: int
+    dag_id: str
+    state: Annotated[str, OneOf(BackfillRow.State.values)]
+    from_: Annotated[Time, Field(alias="from")]
+    to: Time
+    reprocess: Annotated[str, OneOf(BackfillRow.Reprocess.values)]
+    max_active_runs: int
+    backwards: bool
+    conf: dict[str, Any]
+    created_by: str
+    created_at: Time
+    end_date: Time | None
+    runs: RunCounts
+    skipped: Annotated[Count, Field(description="Dates it leaves alone: a run exists that the reprocess behaviour keeps.")]
+    cancelled: Annotated[Count, Field(description="Dates whose run never started because the backfill was cancelled.")]
+
+
+class PlannedDate(Answer):
+    logical_date: Time
+    action: Annotated[str, OneOf(["create", "skip", "rerun"])]
+
+
+class BackfillPreview(Answer):
+    dates: list[PlannedDate]
 
 
 class CreateBody(RequestBody):
     from_: Annotated[Text, Field(alias="from", description="First date, ISO 8601 (naive: the DAG's timezone).", examples=["2026-01-01"])]
     to: Annotated[Text, Field(description="Last date, inclusive.", examples=["2026-01-07"])]
-    reprocess: Literal[tuple(Backfill.Reprocess.values)] = "none"  # type: ignore[valid-type]
+    reprocess: Literal[tuple(BackfillRow.Reprocess.values)] = "none"  # type: ignore[valid-type]
     max_active_runs: Annotated[StrictInt, Field(ge=1, le=backfills.MAX_ACTIVE_RUNS_LIMIT)] = backfills.DEFAULT_MAX_ACTIVE_RUNS
     backwards: StrictBool = False
     conf: Annotated[
@@ -95,9 +84,9 @@ class NoFields(RequestBody):
     tags=["backfills"],
     url_name="backfill_create",
     auth=Authenticated(action_registry.TRIGGER_PERMISSION),
-    openapi_extra=replies({201: ("The new backfill.", BACKFILL), 200: ("dry_run: what each date would do.", PREVIEW)}),
+    response={201: Backfill, 200: BackfillPreview},
 )
-def create_backfill(request: HttpRequest, dag_id: DagId, body: JsonBody[CreateBody]) -> JsonResponse:
+def create_backfill(request: HttpRequest, dag_id: DagId, body: CreateBody) -> Status[dict[str, Any]]:
     for permission in backfills.permissions_for(body.reprocess):
         require_perm(request, permission)
     checked = backfills.check(
@@ -109,14 +98,14 @@ def create_backfill(request: HttpRequest, dag_id: DagId, body: JsonBody[CreateBo
         backwards=body.backwards,
         conf=body.conf,
     )
-    if body.dry_run:
-        return JsonResponse(backfills.preview_document(backfills.preview(checked)))
-    return JsonResponse(backfills.document(backfills.create(checked, request.user)), status=201)
+    if body.dry_run:  # what each date would do
+        return Status(200, backfills.preview_document(backfills.preview(checked)))
+    return Status(201, backfills.document(backfills.create(checked, request.user)))
 
 
-@router.get("/backfills/{id}", summary="One backfill with its runs by state", tags=["backfills"], url_name="backfill_detail", openapi_extra=replies({200: ("The backfill.", BACKFILL)}))
-def backfill_detail(request: HttpRequest, id: BackfillId) -> JsonResponse:
-    return JsonResponse(backfills.document(backfills.find(id)))
+@router.get("/backfills/{id}", summary="One backfill with its runs by state", tags=["backfills"], url_name="backfill_detail", response=Backfill)
+def backfill_detail(request: HttpRequest, id: BackfillId) -> dict[str, Any]:
+    return backfills.document(backfills.find(id))
 
 
 BACKFILL_ACTIONS = {
@@ -126,23 +115,21 @@ BACKFILL_ACTIONS = {
 }
 
 
-def _add_action(action: str) -> None:
-    def view(request: HttpRequest, id: BackfillId, body: JsonBody[NoFields]) -> JsonResponse:
-        return JsonResponse(backfills.document(backfills.act(backfills.find(id), action, request.user)))
+def _action_view(action: str) -> Any:
+    def view(request: HttpRequest, id: BackfillId, body: NoFields = NoFields.EMPTY) -> dict[str, Any]:
+        return backfills.document(backfills.act(backfills.find(id), action, request.user))
 
-    view.__name__ = f"backfill_{action}"
-    router.post(
-        f"/backfills/{{id}}/{action}",
-        summary=BACKFILL_ACTIONS[action],
-        tags=["backfills"],
-        url_name=f"backfill_{action}",
-        auth=Authenticated(action_registry.TRIGGER_PERMISSION),
-        openapi_extra=replies(
-            {200: ("The backfill after the action.", BACKFILL)},
-            errors={409: "The backfill has ended (or is running, for unpause)."},
-        ),
-    )(view)
+    return view
 
 
-for _action in BACKFILL_ACTIONS:
-    _add_action(_action)
+add_actions(
+    router,
+    "/backfills/{id}",
+    BACKFILL_ACTIONS,
+    _action_view,
+    tags=["backfills"],
+    url_name="backfill",
+    auth=Authenticated(action_registry.TRIGGER_PERMISSION),
+    response=Backfill,
+    openapi_extra=errors({409: "The backfill has ended (or is running, for unpause)."}),
+)

@@ -3,56 +3,59 @@
 With `HX-Request` (htmx) or `?format=html` it answers with the `deadlines/_history.html`
 partial instead, so a page can load the same record in place.
 """
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from typing import Annotated
+
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from ninja import Query, Router
+from ninja import Query
+from pydantic import Field
 
 from deadlines.history import DEFAULT_LAST, MAX_LAST, history
 from orchestrator.api.inputs import DagId, given, query_model
-from orchestrator.api.schemas import component, nullable, replies
+from orchestrator.api.responses import Answer, Time
+from orchestrator.api.routing import router_answering_as_built
 from orchestrator.exceptions import NotFound
 from orchestrator.models import Dag
 from orchestrator.querystring import choice, integer, string
 
-NUMBER = nullable({"type": "number"})
-SUMMARY = component(
-    "DeadlineSummary",
-    {
-        "type": "object",
-        "required": ["total", "pending", "met", "missed", "warned", "hit_rate"],
-        "properties": {
-            "total": {"type": "integer"},
-            "pending": {"type": "integer"},
-            "met": {"type": "integer"},
-            "missed": {"type": "integer"},
-            "warned": {"type": "integer"},
-            "hit_rate": {**NUMBER, "description": "met / (met + missed); null before any deadline settled."},
-            "median_lateness_seconds": NUMBER,
-            "mean_lateness_missed_seconds": NUMBER,
-            "max_lateness_seconds": NUMBER,
-        },
-    },
-)
-HISTORY = component(
-    "DeadlineHistory",
-    {
-        "type": "object",
-        "required": ["dag_id", "task_id", "last", "runs", "summary", "recent"],
-        "properties": {
-            "dag_id": {"type": "string"},
-            "task_id": nullable({"type": "string"}),
-            "last": {"type": "integer"},
-            "runs": {"type": "integer", "description": "How many runs the record covers."},
-            "summary": SUMMARY,
-            "recent": {"type": "array", "items": {"type": "object"}},
-            "tasks": {
-                "type": "object",
-                "additionalProperties": SUMMARY,
-                "description": "Without task_id: each task's own deadlines, by task id.",
-            },
-        },
-    },
-)
+Seconds = float | None
+
+
+class DeadlineSummary(Answer):
+    total: int
+    pending: int
+    at_risk: int
+    met: int
+    missed: int
+    warned: int
+    hit_rate: Annotated[float | None, Field(description="met / (met + missed); null before any deadline settled.")]
+    median_lateness_seconds: Seconds
+    mean_lateness_missed_seconds: Seconds
+    max_lateness_seconds: Seconds
+
+
+class RecentDeadline(Answer):
+    run_id: str
+    logical_date: Time | None
+    task_id: str | None
+    reference: str
+    need_by: Time | None
+    state: str
+    lateness_seconds: Seconds
+    warned: bool
+    callback_state: str | None
+
+
+class DeadlineHistory(Answer):
+    dag_id: str
+    task_id: str | None
+    last: int
+    runs: Annotated[int, Field(description="How many runs the record covers.")]
+    summary: DeadlineSummary
+    recent: list[RecentDeadline]
+    tasks: Annotated[
+        dict[str, DeadlineSummary], Field(description="Without task_id: each task's own deadlines, by task id.")
+    ] = {}
 
 
 HistoryQuery = query_model(
@@ -63,7 +66,7 @@ HistoryQuery = query_model(
         choice("format", "html for the page's partial.", ["json", "html"]),
     ),
 )
-router = Router()
+router = router_answering_as_built()
 
 
 @router.get(
@@ -71,16 +74,11 @@ router = Router()
     summary="How often the DAG (or one task) met its deadlines over its last runs",
     tags=["deadlines"],
     url_name="deadline_history",
-    openapi_extra=replies(
-        {
-            200: (
-                "The record; HTML (the page's partial) with ?format=html or an HX-Request header.",
-                {"application/json": HISTORY, "text/html": {"type": "string"}},
-            )
-        }
-    ),
+    response=DeadlineHistory,
+    # The same record as the page's partial, with ?format=html or an HX-Request header.
+    openapi_extra={"responses": {200: {"content": {"text/html": {"schema": {"type": "string"}}}}}},
 )
-def history_view(request: HttpRequest, dag_id: DagId, query: Query[HistoryQuery]) -> HttpResponse:  # type: ignore[valid-type]
+def history_view(request: HttpRequest, dag_id: DagId, query: Query[HistoryQuery]) -> HttpResponse | dict:  # type: ignore[valid-type]
     dag = Dag.objects.filter(dag_id=dag_id).first()
     if dag is None:
         raise NotFound(f"no DAG {dag_id!r}")
@@ -88,4 +86,4 @@ def history_view(request: HttpRequest, dag_id: DagId, query: Query[HistoryQuery]
     record = history(dag, task_id=values["task_id"] or None, last=values["last"])
     if request.headers.get("HX-Request") or values["format"] == "html":
         return TemplateResponse(request, "deadlines/_history.html", {"history": record})
-    return JsonResponse(record)
+    return record

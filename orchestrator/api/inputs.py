@@ -6,23 +6,22 @@
   refused with the same message, whichever interface reads it.
 - A JSON body is a `RequestBody`: no field but the declared ones (a typo is an error), no
   coercion ("5" is not a number, 1 is not true), no NUL in any string or key at any depth.
-  `JsonBody` reads it: an empty body is `{}`, and NaN, a form or a non-object are refused.
+  `access.json_body` reads it (the API's parser): NaN, a form or a non-object are refused. No
+  body is `{}` where no field is required (`body: X = X.EMPTY`), else refused naming the field.
 
 A value a declaration refuses is a 400 `{"error": "..."}` naming the field and the value
-(`app.ValidationErrors` words pydantic's errors; the checks here raise BadRequest themselves).
+(`refusal` words pydantic's errors; the checks here raise BadRequest themselves).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar
 
-from django.http import HttpRequest
 from ninja import Schema
 from ninja.params.functions import Path
-from ninja.params.models import Body, BodyModel
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictStr, ValidationInfo, WithJsonSchema, create_model
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictStr, ValidationInfo, WithJsonSchema, create_model
+from pydantic import ValidationError as Refused
 
-from orchestrator.api.access import json_body
 from orchestrator.exceptions import BadRequest
 from orchestrator.querystring import NO_NUL, Param, check_text
 
@@ -118,36 +117,17 @@ class RequestBody(Schema):
     """A JSON request body: these optional fields and no others, each of exactly its type."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class JsonBodyModel(BodyModel):
-    @classmethod
-    def get_request_data(cls, request: HttpRequest, api: Any, path_params: dict[str, Any]) -> dict[str, Any] | None:
-        data = json_body(request)
-        name = getattr(cls, "__read_from_single_attr__", None)
-        return {name: data} if name else data
-
-
-class JsonBodyParam(Body):  # type: ignore[misc]
-    """The JSON body as `access.json_body` reads it, whatever ninja's parser would do."""
-
-    _model = JsonBodyModel
+    # The body as {}, for `body: X = X.EMPTY` (ninja passes the default when no body is sent);
+    # a body with a required field has none, and no body is refused naming that field.
+    EMPTY: ClassVar[Any]
 
     @classmethod
-    def _param_source(cls) -> str:
-        return "body"
-
-
-Model = TypeVar("Model", bound=RequestBody)
-if TYPE_CHECKING:
-    JsonBody = Annotated[Model, JsonBodyParam(None)]
-else:
-
-    class JsonBody:
-        """`body: JsonBody[TriggerBody]`: the operation's JSON body; an absent body is `{}`."""
-
-        def __class_getitem__(cls, model: type[RequestBody]) -> Any:
-            return Annotated[model, JsonBodyParam(None)]
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        try:
+            cls.EMPTY = cls()
+        except Refused:
+            pass
 
 
 def query_model(name: str, params: Iterable[Param]) -> type[Schema]:
@@ -172,3 +152,73 @@ def _as_declared(declared: dict[str, Any]) -> Any:
             del schema[key]
 
     return keep
+
+
+TYPE_NAMES = {
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "int_type": "a whole number",
+    "model_type": "a JSON object",
+    "dict_type": "a JSON object",
+}
+
+
+def _shown(value: Any) -> str:
+    return type(value).__name__ + (f": {value!r:.80}" if isinstance(value, (bool, int, float, str)) else "")
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    where = ""
+    for part in loc:
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    return where or "request body"
+
+
+def _model_of(model: Any, name: Any) -> Any:
+    """The model a field of `model` holds, if it holds one."""
+    field = model.model_fields.get(name) if isinstance(model, type) and issubclass(model, BaseModel) else None
+    held = field.annotation if field is not None else None
+    return held if isinstance(held, type) and issubclass(held, BaseModel) else None
+
+
+def refusal(model: type[BaseModel], refused: Refused) -> str:
+    """The first error of ninja's model of an operation's parameters (`model`), in the API's words,
+    naming the field (e.g. conf.day, map_index) as the request wrote it."""
+    error = refused.errors(include_url=False)[0]
+    loc = tuple(error["loc"])
+    fields_of = _model_of(model, loc[0]) if loc else None
+    if fields_of is None:  # a path parameter: the loc is its name
+        fields_of = model
+    else:  # a body or a query model: the loc goes on with its fields
+        loc = loc[1:]
+    if not loc and error["type"] == "missing":  # no body: refused as an empty object would be
+        try:
+            fields_of.model_validate({})
+        except Refused as empty:
+            error = empty.errors(include_url=False)[0]
+            loc = tuple(error["loc"])
+    return message(dict(error), loc, fields_of)
+
+
+def message(error: dict[str, Any], loc: tuple[Any, ...], model: Any) -> str:
+    """One pydantic error at `loc` of `model` in the API's words."""
+    where, kind, value = _where(loc), error["type"], error.get("input")
+    ctx = error.get("ctx", {})
+    if kind == "missing":
+        return f"{where} is required"
+    if kind == "extra_forbidden":
+        for part in loc[:-1]:
+            model = _model_of(model, part)
+        fields = getattr(model, "model_fields", {})
+        return f"{where} is not a known field (known: {', '.join(f.alias or name for name, f in fields.items()) or 'none'})"
+    if kind in TYPE_NAMES:
+        return f"{where} must be {TYPE_NAMES[kind]}, got {_shown(value)}"
+    if kind in ("literal_error", "enum"):
+        return f"{where} must be {ctx.get('expected', 'one of the listed values')}, got {value!r}"
+    if kind == "greater_than_equal":
+        return f"{where} must be at least {ctx['ge']}, got {value!r}"
+    if kind == "less_than_equal":
+        return f"{where} must be at most {ctx['le']}, got {value!r}"
+    if kind == "value_error":
+        return f"{where} {ctx['error']}"
+    return f"{where}: {error['msg']}"

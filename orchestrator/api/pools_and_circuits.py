@@ -2,57 +2,54 @@
 from typing import Annotated, Any
 
 from django.db.models import Sum
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 from django.utils import timezone
-from ninja import Router
 from ninja.params.functions import Path
 from pydantic import Field
 
 from orchestrator import action_registry, actions
 from orchestrator.api.access import Authenticated
-from orchestrator.api.inputs import JsonBody, RequestBody, Text
-from orchestrator.api.schemas import component, nullable, replies
+from orchestrator.api.inputs import RequestBody, Text
+from orchestrator.api.responses import Answer, OneOf, Time
+from orchestrator.api.routing import add_actions, router_answering_as_built
 from orchestrator.documents import iso
 from orchestrator.engine import circuits
 from orchestrator.exceptions import NotFound
-from orchestrator.models import Circuit, Pool, TaskInstance
+from orchestrator.models import Circuit as CircuitRow
+from orchestrator.models import Pool as PoolRow
+from orchestrator.models import TaskInstance
 from retries.circuits import current_state
 from retries.states import HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, WaitKind
 
 CHANGE_CIRCUIT = action_registry.CIRCUIT_PERMISSION
-INTEGER = {"type": "integer"}
-TIME = nullable({"type": "string", "format": "date-time"})
 
-POOL = component(
-    "Pool",
-    {
-        "type": "object",
-        "required": ["name", "slots", "description", "used", "waiting"],
-        "properties": {
-            "name": {"type": "string"},
-            "slots": INTEGER,
-            "description": {"type": "string"},
-            "used": {**INTEGER, "description": "Slots held by queued and running tasks."},
-            "waiting": {**INTEGER, "description": "Ready tasks waiting for a slot."},
-        },
-    },
-)
-CIRCUIT = component(
-    "Circuit",
-    {
-        "type": "object",
-        "required": ["name", "state", "opened_at", "closed_at", "attempts", "failures", "held"],
-        "properties": {
-            "name": {"type": "string"},
-            "state": {"type": "string", "enum": [s.value for s in CircuitState]},
-            "opened_at": TIME,
-            "closed_at": TIME,
-            "attempts": {**INTEGER, "description": "Attempts of its tasks that ended in the window."},
-            "failures": {**INTEGER, "description": "Of those, application and timeout failures."},
-            "held": {**INTEGER, "description": "Ready tasks the circuit holds."},
-        },
-    },
-)
+
+class Pool(Answer):
+    name: str
+    slots: int
+    description: str
+    used: Annotated[int, Field(description="Slots held by queued and running tasks.")]
+    waiting: Annotated[int, Field(description="Ready tasks waiting for a slot.")]
+
+
+class Circuit(Answer):
+    name: str
+    state: Annotated[str, OneOf(CircuitState)]
+    opened_at: Time | None
+    closed_at: Time | None
+    attempts: Annotated[int, Field(description="Attempts of its tasks that ended in the window.")]
+    failures: Annotated[int, Field(description="Of those, application and timeout failures.")]
+    held: Annotated[int, Field(description="Ready tasks the circuit holds.")]
+
+
+class PoolList(Answer):
+    pools: list[Pool]
+
+
+class CircuitList(Answer):
+    circuits: list[Circuit]
+
+
 CircuitName = Annotated[Text, Path(description="The circuit's name (a task's `circuit:`).", example="payments-api")]
 
 
@@ -60,7 +57,7 @@ class NoteBody(RequestBody):
     note: Annotated[Text, Field(description="Why: kept in the audit log.")] = ""
 
 
-router = Router()
+router = router_answering_as_built()
 
 
 def _held(kind: WaitKind, name: str) -> int:
@@ -69,7 +66,7 @@ def _held(kind: WaitKind, name: str) -> int:
     ).count()
 
 
-def pool_document(pool: Pool) -> dict[str, Any]:
+def pool_document(pool: PoolRow) -> dict[str, Any]:
     used = TaskInstance.objects.filter(pool=pool.name, state__in=SLOT_HOLDING_STATES).aggregate(n=Sum("pool_slots"))["n"]
     return {
         "name": pool.name,
@@ -80,7 +77,7 @@ def pool_document(pool: Pool) -> dict[str, Any]:
     }
 
 
-def circuit_document(circuit: Circuit) -> dict[str, Any]:
+def circuit_document(circuit: CircuitRow) -> dict[str, Any]:
     now = timezone.now()
     count = circuits.window_count(circuit, now)
     state = current_state(CircuitState(circuit.state), circuit.opened_at, now, circuits.settings_for(circuit).cooldown)
@@ -100,10 +97,10 @@ def circuit_document(circuit: Circuit) -> dict[str, Any]:
     summary="The pools, with the slots in use and the tasks waiting",
     tags=["limits"],
     url_name="pools",
-    openapi_extra=replies({200: ("The pools by name.", {"type": "object", "required": ["pools"], "properties": {"pools": {"type": "array", "items": POOL}}})}),
+    response=PoolList,
 )
-def pool_list(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"pools": [pool_document(pool) for pool in Pool.objects.order_by("name")]})
+def pool_list(request: HttpRequest) -> dict[str, Any]:
+    return {"pools": [pool_document(pool) for pool in PoolRow.objects.order_by("name")]}
 
 
 @router.get(
@@ -111,10 +108,10 @@ def pool_list(request: HttpRequest) -> JsonResponse:
     summary="The circuit breakers, with their state and the attempts in their window",
     tags=["limits"],
     url_name="circuits",
-    openapi_extra=replies({200: ("The circuits by name.", {"type": "object", "required": ["circuits"], "properties": {"circuits": {"type": "array", "items": CIRCUIT}}})}),
+    response=CircuitList,
 )
-def circuit_list(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"circuits": [circuit_document(c) for c in Circuit.objects.order_by("name")]})
+def circuit_list(request: HttpRequest) -> dict[str, Any]:
+    return {"circuits": [circuit_document(c) for c in CircuitRow.objects.order_by("name")]}
 
 
 CIRCUIT_ACTIONS = {
@@ -124,24 +121,24 @@ CIRCUIT_ACTIONS = {
 }
 
 
-def _add_circuit_action(action: str) -> None:
-    def view(request: HttpRequest, name: CircuitName, body: JsonBody[NoteBody]) -> JsonResponse:
-        circuit = Circuit.objects.filter(name=name).first()
+def _circuit_action_view(action: str) -> Any:
+    def view(request: HttpRequest, name: CircuitName, body: NoteBody = NoteBody.EMPTY) -> dict[str, Any]:
+        circuit = CircuitRow.objects.filter(name=name).first()
         if circuit is None:
             raise NotFound(f"no circuit named '{name}'")
         actions.operate_circuit(circuit, action, request.user, note=body.note)
-        return JsonResponse(circuit_document(circuit))
+        return circuit_document(circuit)
 
-    view.__name__ = f"circuit_{action}"
-    router.post(
-        f"/circuits/{{name}}/{action}",
-        summary=CIRCUIT_ACTIONS[action],
-        tags=["limits"],
-        url_name=f"circuit_{action}",
-        auth=Authenticated(CHANGE_CIRCUIT),
-        openapi_extra=replies({200: ("The circuit after the action.", CIRCUIT)}),
-    )(view)
+    return view
 
 
-for _action in CIRCUIT_ACTIONS:
-    _add_circuit_action(_action)
+add_actions(
+    router,
+    "/circuits/{name}",
+    CIRCUIT_ACTIONS,
+    _circuit_action_view,
+    tags=["limits"],
+    url_name="circuit",
+    auth=Authenticated(CHANGE_CIRCUIT),
+    response=Circuit,
+)

@@ -2,23 +2,24 @@
 
 from typing import Annotated, Any
 
-from django.http import HttpRequest, JsonResponse
-from ninja import Query, Router
+from django.http import HttpRequest
+from ninja import Query, Status
 from pydantic import Field, StrictBool, StrictInt, create_model
 
 from orchestrator import actions
 from orchestrator.action_registry import DAG_ACTIONS, TASK_ACTIONS, TaskAction
-from orchestrator.api import schemas
 from orchestrator.api.access import Authenticated
-from orchestrator.api.inputs import DagId, JsonBody, JsonObject, LogicalDate, RequestBody, RunId, TaskId, Text, given, query_model
+from orchestrator.api.inputs import DagId, JsonObject, LogicalDate, RequestBody, RunId, TaskId, Text, given, query_model
 from orchestrator.api.queries import FAILURE_PARAMS, FailureFilter, failed_attempts, failure_document
-from orchestrator.api.schemas import replies
+from orchestrator.api.responses import Dag as DagAnswer
+from orchestrator.api.responses import DagList, FailureList, Run, RunList
+from orchestrator.api.routing import errors, router_answering_as_built
 from orchestrator.documents import dag_document, run_document, run_summary
 from orchestrator.models import Dag, DagRun
 from orchestrator.querystring import LIMIT, choice
 from retries.states import RunState
 
-router = Router()
+router = router_answering_as_built()
 
 DAGS = "/dags"
 DAG = "/dags/{dag_id}"
@@ -68,29 +69,29 @@ RunsQuery = query_model("RunsQuery", (choice("state", "Only runs in this state."
 FailuresQuery = query_model("FailuresQuery", FAILURE_PARAMS)
 
 
-def _dag_with_last_run(dag: Dag) -> dict:
+def _dag_with_last_run(dag: Dag) -> dict[str, Any]:
     last = DagRun.objects.select_related("dag").filter(dag=dag).order_by("-queued_at", "-id").first()
     return {**dag_document(dag), "last_run": run_summary(last) if last else None}
 
 
-@router.get(DAGS, summary="List the DAGs, each with its last run", tags=["dags"], url_name="dag_list", openapi_extra=replies({200: ("The DAGs by id.", schemas.DAG_LIST)}))
-def dag_list(request: HttpRequest) -> JsonResponse:
+@router.get(DAGS, summary="List the DAGs, each with its last run", tags=["dags"], url_name="dag_list", response=DagList)
+def dag_list(request: HttpRequest) -> dict[str, Any]:
     dags = Dag.objects.prefetch_related("tasks").order_by("dag_id")
-    return JsonResponse({"dags": [_dag_with_last_run(dag) for dag in dags]})
+    return {"dags": [_dag_with_last_run(dag) for dag in dags]}
 
 
-@router.get(DAG, summary="One DAG with its tasks and last run", tags=["dags"], url_name="dag_detail", openapi_extra=replies({200: ("The DAG.", schemas.DAG)}))
-def dag_detail(request: HttpRequest, dag_id: DagId) -> JsonResponse:
-    return JsonResponse(_dag_with_last_run(actions.find_dag(dag_id)))
+@router.get(DAG, summary="One DAG with its tasks and last run", tags=["dags"], url_name="dag_detail", response=DagAnswer)
+def dag_detail(request: HttpRequest, dag_id: DagId) -> dict[str, Any]:
+    return _dag_with_last_run(actions.find_dag(dag_id))
 
 
-@router.get(RUNS, summary="The DAG's runs, newest first", tags=["runs"], url_name="dag_runs", openapi_extra=replies({200: ("Run summaries, newest first.", schemas.RUN_LIST)}))
-def list_runs(request: HttpRequest, dag_id: DagId, query: Query[RunsQuery]) -> JsonResponse:  # type: ignore[valid-type]
+@router.get(RUNS, summary="The DAG's runs, newest first", tags=["runs"], url_name="dag_runs", response=RunList)
+def list_runs(request: HttpRequest, dag_id: DagId, query: Query[RunsQuery]) -> dict[str, Any]:  # type: ignore[valid-type]
     dag, values = actions.find_dag(dag_id), given(query)
     runs = DagRun.objects.select_related("dag").filter(dag=dag).order_by("-queued_at", "-id")
     if values["state"]:
         runs = runs.filter(state=values["state"])
-    return JsonResponse({"dag_id": dag.dag_id, "runs": [run_summary(run) for run in runs[: values["limit"]]]})
+    return {"dag_id": dag.dag_id, "runs": [run_summary(run) for run in runs[: values["limit"]]]}
 
 
 @router.post(
@@ -98,31 +99,32 @@ def list_runs(request: HttpRequest, dag_id: DagId, query: Query[RunsQuery]) -> J
     summary="Trigger a manual run",
     tags=["runs"],
     auth=Authenticated(DAG_ACTIONS["trigger"].permission),
-    openapi_extra=replies({201: ("The new run.", schemas.RUN)}, errors={409: "The DAG is paused."}),
+    response={201: Run},
+    openapi_extra=errors({409: "The DAG is paused."}),
 )
-def trigger_run(request: HttpRequest, dag_id: DagId, body: JsonBody[TriggerBody]) -> JsonResponse:
+def trigger_run(request: HttpRequest, dag_id: DagId, body: TriggerBody = TriggerBody.EMPTY) -> Status[dict[str, Any]]:
     run = actions.trigger(actions.find_dag(dag_id), request.user, conf=body.conf, logical_date=body.logical_date)
-    return JsonResponse(run_document(run), status=201)
+    return Status(201, run_document(run))
 
 
-@router.get(RUN, summary="One run with its task instances, attempts and deadlines", tags=["runs"], url_name="run_detail", openapi_extra=replies({200: ("The run.", schemas.RUN)}))
-def run_detail(request: HttpRequest, dag_id: DagId, run_id: RunId) -> JsonResponse:
-    return JsonResponse(run_document(actions.find_run(dag_id, run_id)))
+@router.get(RUN, summary="One run with its task instances, attempts and deadlines", tags=["runs"], url_name="run_detail", response=Run)
+def run_detail(request: HttpRequest, dag_id: DagId, run_id: RunId) -> dict[str, Any]:
+    return run_document(actions.find_run(dag_id, run_id))
 
 
-def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action: TaskAction, body: TaskActionBody) -> JsonResponse:
+def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action: TaskAction, body: TaskActionBody) -> dict[str, Any]:
     """POST .../tasks/TASK_ID/ACTION: the updated run document."""
     instances = actions.find_task_instances(dag_id, run_id, task_id, body.map_index)
     options = {option.name: getattr(body, option.name) for option in action.options}
     actions.act_on_task(action.name, instances, request.user, note=body.note, **options)
-    return JsonResponse(run_document(actions.find_run(dag_id, run_id)))
+    return run_document(actions.find_run(dag_id, run_id))
 
 
 def _add_task_action(action: TaskAction) -> None:
     """The endpoint of one registered task action: POST .../tasks/TASK_ID/NAME."""
     Body = _body_of(action)  # noqa: N806 (a class)
 
-    def view(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: JsonBody[Body]) -> JsonResponse:  # type: ignore[valid-type]  # the action's own body
+    def view(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: Body = Body.EMPTY) -> dict[str, Any]:  # type: ignore[valid-type]  # the action's own body
         return task_action(request, dag_id, run_id, task_id, action, body)
 
     view.__name__ = f"task_{action.name}"
@@ -132,9 +134,9 @@ def _add_task_action(action: TaskAction) -> None:
         tags=["tasks"],
         url_name=f"task_{action.name}",
         auth=Authenticated(action.permission),
-        openapi_extra=replies(
-            {200: ("The run after the action.", schemas.RUN)},
-            errors={
+        response=Run,
+        openapi_extra=errors(
+            {
                 404: "No such DAG, run, task, or map_index.",
                 409: "The task's state (every instance's, for a mapped task) does not allow this action now.",
             },
@@ -151,11 +153,9 @@ for _action in TASK_ACTIONS.values():
     summary="Failed attempts across DAGs, newest first",
     tags=["failures"],
     url_name="failures",
-    openapi_extra=replies({200: ("The matching count and the newest failures.", schemas.FAILURE_LIST)}),
+    response=FailureList,
 )
-def failures(request: HttpRequest, query: Query[FailuresQuery]) -> JsonResponse:  # type: ignore[valid-type]
+def failures(request: HttpRequest, query: Query[FailuresQuery]) -> dict[str, Any]:  # type: ignore[valid-type]
     failure_filter = FailureFilter(**given(query))
     rows = failed_attempts(failure_filter)
-    return JsonResponse(
-        {"count": rows.count(), "failures": [failure_document(attempt) for attempt in rows[: failure_filter.limit]]}
-    )
+    return {"count": rows.count(), "failures": [failure_document(attempt) for attempt in rows[: failure_filter.limit]]}

@@ -5,19 +5,18 @@ POST .../tasks/TASK_ID/events, POST /events (broadcast), POST .../tasks/TASK_ID/
 """
 from typing import Annotated, Any
 
-from django.http import HttpRequest, JsonResponse
-from ninja import Router
+from django.http import HttpRequest
 from pydantic import Field, StrictInt
 
 from orchestrator import action_registry, actions
-from orchestrator.api import schemas
 from orchestrator.api.access import Authenticated
-from orchestrator.api.inputs import DagId, JsonBody, RequestBody, RunId, TaskId, Text, check_no_nul
-from orchestrator.api.schemas import obj, replies
+from orchestrator.api.inputs import DagId, RequestBody, RunId, TaskId, Text, check_no_nul
+from orchestrator.api.responses import Answer, Run
+from orchestrator.api.routing import add_actions, errors, router_answering_as_built
 from orchestrator.documents import run_document
 from orchestrator.engine import waits
 
-router = Router()
+router = router_answering_as_built()
 
 TASK = "/dags/{dag_id}/runs/{run_id}/tasks/{task_id}"
 MapIndex = Annotated[StrictInt, Field(ge=0, le=2**31 - 1, description="A mapped task's instance; without it, every instance of the task.")]
@@ -48,15 +47,15 @@ class DecisionBody(RequestBody):
     map_index: MapIndex = None  # type: ignore[assignment]
 
 
-DELIVERED = obj(
-    {
-        "delivered": {
-            "type": "array",
-            "description": "Each task the event completed.",
-            "items": obj({"dag_id": schemas.STRING, "run_id": schemas.STRING, "task_id": schemas.STRING, "map_index": schemas.INTEGER}),
-        }
-    }
-)
+class Completed(Answer):
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+
+
+class Delivered(Answer):
+    delivered: Annotated[list[Completed], Field(description="Each task the event completed.")]
 
 
 def _actor(request: HttpRequest) -> Any:
@@ -69,16 +68,14 @@ def _actor(request: HttpRequest) -> Any:
     tags=["waits"],
     url_name="task_event",
     auth=Authenticated(action_registry.TRIGGER_PERMISSION),
-    openapi_extra=replies(
-        {200: ("The run, the task completed.", schemas.RUN)},
-        errors={404: "No such DAG, run, task, or map_index.", 409: "The task is not waiting for that event: nothing changed."},
-    ),
+    response=Run,
+    openapi_extra=errors({404: "No such DAG, run, task, or map_index.", 409: "The task is not waiting for that event: nothing changed."}),
 )
-def task_event(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: JsonBody[TaskEventBody]) -> JsonResponse:
+def task_event(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: TaskEventBody) -> dict[str, Any]:
     check_no_nul(body.payload, "payload")
     instances = actions.find_task_instances(dag_id, run_id, task_id, body.map_index)
     waits.send_event(body.name, body.payload, user=_actor(request), instances=instances)
-    return JsonResponse(run_document(actions.find_run(dag_id, run_id)))
+    return run_document(actions.find_run(dag_id, run_id))
 
 
 @router.post(
@@ -87,37 +84,40 @@ def task_event(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: Task
     tags=["waits"],
     url_name="events",
     auth=Authenticated(action_registry.TRIGGER_PERMISSION),
-    openapi_extra=replies({200: ("The tasks it completed (an empty list when none waited).", DELIVERED)}),
+    response=Delivered,
 )
-def broadcast_event(request: HttpRequest, body: JsonBody[EventBody]) -> JsonResponse:
+def broadcast_event(request: HttpRequest, body: EventBody) -> dict[str, Any]:
     check_no_nul(body.payload, "payload")
     delivered = waits.send_event(body.name, body.payload, user=_actor(request), dag_id=body.dag_id or None)
-    return JsonResponse({"delivered": [d.document() for d in delivered]})
+    return {"delivered": [d.document() for d in delivered]}
 
 
-def _add_decision(action: str, summary: str) -> None:
-    def view(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: JsonBody[DecisionBody]) -> JsonResponse:
+def _decision_view(action: str) -> Any:
+    def view(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: DecisionBody = DecisionBody.EMPTY) -> dict[str, Any]:
         instances = actions.find_task_instances(dag_id, run_id, task_id, body.map_index)
         waits.decide(instances, _actor(request), approve=action == "approve", note=body.note)
-        return JsonResponse(run_document(actions.find_run(dag_id, run_id)))
+        return run_document(actions.find_run(dag_id, run_id))
 
-    view.__name__ = f"task_{action}"
-    router.post(
-        f"{TASK}/{action}",
-        summary=summary,
-        tags=["waits"],
-        url_name=f"task_{action}",
-        auth=Authenticated(waits.APPROVE_PERMISSION),
-        openapi_extra=replies(
-            {200: ("The run after the decision.", schemas.RUN)},
-            errors={
-                403: "Without orchestrator.approve_taskinstance, or not in one of the task's approvers groups.",
-                404: "No such DAG, run, task, or map_index.",
-                409: "The task is not waiting for an approval.",
-            },
-        ),
-    )(view)
+    return view
 
 
-_add_decision("approve", "Approve a task waiting for an approval: it succeeds with {approved_by, note}")
-_add_decision("reject", "Reject a task waiting for an approval: it fails as user_action/rejected, not retried")
+add_actions(
+    router,
+    TASK,
+    {
+        "approve": "Approve a task waiting for an approval: it succeeds with {approved_by, note}",
+        "reject": "Reject a task waiting for an approval: it fails as user_action/rejected, not retried",
+    },
+    _decision_view,
+    tags=["waits"],
+    url_name="task",
+    auth=Authenticated(waits.APPROVE_PERMISSION),
+    response=Run,
+    openapi_extra=errors(
+        {
+            403: "Without orchestrator.approve_taskinstance, or not in one of the task's approvers groups.",
+            404: "No such DAG, run, task, or map_index.",
+            409: "The task is not waiting for an approval.",
+        }
+    ),
+)

@@ -5,65 +5,69 @@ declarations and the shape of the answer live here.
 """
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
-from ninja import Router
+from typing import Annotated, Any, Literal
 
-from orchestrator.api.schemas import component, nullable, replies
+from django.http import HttpRequest
+from pydantic import Field
+
+from orchestrator.api.responses import Answer, Time
+from orchestrator.api.routing import router_answering_as_built
 from orchestrator.console import deadletters
 from orchestrator.console import workers as worker_data
 
-STRING = {"type": "string"}
-INTEGER = {"type": "integer"}
-MAYBE_TIME = nullable({"type": "string", "format": "date-time"})
-
-router = Router()
+router = router_answering_as_built()
 
 
-def _obj(properties: dict) -> dict:
-    return {"type": "object", "required": list(properties), "properties": properties}
+class TaskInstanceRef(Answer):
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: Annotated[int, Field(ge=-1)]
 
 
-INSTANCE_REF = component(
-    "TaskInstanceRef",
-    _obj({"dag_id": STRING, "run_id": STRING, "task_id": STRING, "map_index": {"type": "integer", "minimum": -1}}),
-)
-DEAD_LETTER_GROUP = component(
-    "DeadLetterGroup",
-    {
-        **_obj(
-            {
-                "fingerprint": {**nullable(STRING), "description": "null for dead letters without a fingerprint."},
-                "count": INTEGER,
-                "sample_error": {**STRING, "description": "The newest failure of the group in one line."},
-                "first_seen": MAYBE_TIME,
-                "last_seen": MAYBE_TIME,
-                "instances": {"type": "array", "items": INSTANCE_REF},
-            }
-        ),
-        "description": "Dead-lettered task instances that failed the same way.",
-    },
-)
-WORKER = component(
-    "Worker",
-    _obj(
-        {
-            "name": STRING,
-            "hostname": STRING,
-            "pid": nullable(INTEGER),
-            "queues": {"type": "array", "items": STRING},
-            "concurrency": {**INTEGER, "description": "Attempts the worker runs at once (1 unless it says otherwise)."},
-            "task_user": {**nullable(STRING), "description": "The user its tasks run as; null: the worker's own user."},
-            "spool_error": {**nullable(STRING), "description": "Why its spool could not keep an outcome while the database was away (the outcome was lost and retried as the platform's); null: never."},
-            "memory_limits": {
-                **nullable({"type": "string", "enum": ["cgroup", "watched"]}),
-                "description": "How it enforces tasks' memory_limit: a cgroup per attempt, or watching each attempt's processes.",
-            },
-            "state": STRING,
-            "last_heartbeat": MAYBE_TIME,
-            "running": {"type": "array", "items": INSTANCE_REF, "description": "Its queued or running attempts."},
-        }
-    ),
-)
+class DeadLetterGroup(Answer):
+    """Dead-lettered task instances that failed the same way."""
+
+    fingerprint: Annotated[str | None, Field(description="null for dead letters without a fingerprint.")]
+    count: int
+    sample_error: Annotated[str, Field(description="The newest failure of the group in one line.")]
+    first_seen: Time | None
+    last_seen: Time | None
+    instances: list[TaskInstanceRef]
+
+
+class RunningTask(Answer):
+    dag_id: str
+    run_id: str
+    task_id: str
+
+
+class Worker(Answer):
+    name: str
+    hostname: str
+    pid: int | None
+    queues: list[str]
+    concurrency: Annotated[int, Field(description="Attempts the worker runs at once (1 unless it says otherwise).")]
+    task_user: Annotated[str | None, Field(description="The user its tasks run as; null: the worker's own user.")]
+    spool_error: Annotated[
+        str | None,
+        Field(description="Why its spool could not keep an outcome while the database was away (the outcome was lost and retried as the platform's); null: never."),
+    ]
+    memory_limits: Annotated[
+        Literal["cgroup", "watched"] | None,
+        Field(description="How it enforces tasks' memory_limit: a cgroup per attempt, or watching each attempt's processes."),
+    ]
+    state: str
+    last_heartbeat: Time | None
+    running: Annotated[list[RunningTask], Field(description="Its queued or running attempts.")]
+
+
+class DeadLetters(Answer):
+    dead_letters: list[DeadLetterGroup]
+
+
+class Workers(Answer):
+    workers: list[Worker]
 
 
 @router.get(
@@ -71,10 +75,10 @@ WORKER = component(
     summary="Dead-lettered task instances grouped by failure fingerprint, most recently seen first",
     tags=["console"],
     url_name="dead_letters",
-    openapi_extra=replies({200: ("The groups.", _obj({"dead_letters": {"type": "array", "items": DEAD_LETTER_GROUP}}))}),
+    response=DeadLetters,
 )
-def dead_letters(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"dead_letters": [deadletters.document(g) for g in deadletters.groups()]})
+def dead_letters(request: HttpRequest) -> dict[str, Any]:
+    return {"dead_letters": [deadletters.document(g) for g in deadletters.groups()]}
 
 
 @router.get(
@@ -82,7 +86,7 @@ def dead_letters(request: HttpRequest) -> JsonResponse:
     summary="Every live worker with its queues, concurrency, last heartbeat and running attempts",
     tags=["console"],
     url_name="workers",
-    openapi_extra=replies({200: ("The workers by name.", _obj({"workers": {"type": "array", "items": WORKER}}))}),
+    response=Workers,
 )
-def workers(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"workers": [worker_data.document(w) for w in worker_data.workers()]})
+def workers(request: HttpRequest) -> dict[str, Any]:
+    return {"workers": [worker_data.document(w) for w in worker_data.workers()]}

@@ -1,0 +1,36 @@
+"""How the API's modules declare operations on their ninja routers: the answers as the views build
+them, the errors only an operation gives, and the action endpoints (POST PATH/ACTION) declared
+in one loop."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ninja import Router
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def router_answering_as_built() -> Router:
+    """A router whose answers are the views' dicts as built: a key a builder leaves out (an
+    attempt without a fingerprint) stays out, and a field named by its alias (`from`) keeps it."""
+    return Router(by_alias=True, exclude_unset=True)
+
+
+def errors(meanings: Mapping[int, str]) -> dict[str, Any]:
+    """An operation's `openapi_extra`: the errors only it gives ({409: "The DAG is paused."}); the
+    errors every operation of its kind gives (400, 401, 403, 404, 413) are added by app.Document."""
+    content = {"application/json": {"schema": ERROR}}
+    return {"responses": {status: {"description": meaning, "content": content} for status, meaning in meanings.items()}}
+
+
+def add_actions(
+    on: Router, path: str, summaries: Mapping[str, str], view_for: Callable[[str], Callable[..., Any]], **declared: Any
+) -> None:
+    """POST `path`/ACTION for each action of `summaries`, answered by `view_for(action)` (named
+    `url_name`'s prefix + action: task_clear, circuit_open) and declared alike (`declared`)."""
+    prefix = declared.pop("url_name")
+    for action, summary in summaries.items():
+        view = view_for(action)
+        view.__name__ = f"{prefix}_{action}"
+        on.post(f"{path}/{action}", summary=summary, url_name=view.__name__, **declared)(view)
