@@ -1,6 +1,7 @@
 """A task's effective settings: system defaults, then the DAG's default_args, then the task's own."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -67,6 +68,25 @@ def effective_args(task: Task) -> dict[str, Any]:
 def args_for(ti: TaskInstance) -> dict[str, Any]:
     """A task instance's effective arguments; a task removed from its DAG has only the DAG's."""
     return merge_args(ti.dag_run.dag.default_args, ti.definition.args if ti.definition else {})
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptArgs:
+    """What the worker's supervisor enforces on one attempt, read from the effective arguments
+    once, where the claim reads them (a plain dataclass: the worker imports no pydantic)."""
+
+    execution_timeout: float | None  # seconds from the handshake; None: no limit
+    kill_grace: float  # seconds between SIGTERM and SIGKILL when it is stopped
+
+
+def attempt_args(args: dict[str, Any]) -> AttemptArgs:
+    """The effective arguments' attempt limits, typed. An execution_timeout left empty (null, or
+    a blank string written before the spec checks refused one) means none."""
+    timeout = args.get("execution_timeout")
+    return AttemptArgs(
+        execution_timeout=None if timeout is None or timeout == "" else float(timeout),
+        kill_grace=float(args["kill_grace"]),
+    )
 
 
 def retry_args(args: dict[str, Any]) -> RetryArgs:

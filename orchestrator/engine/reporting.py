@@ -39,7 +39,7 @@ from orchestrator.engine.transitions import transition, transition_sql
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
 from orchestrator.params import task_params
-from orchestrator.taskconfig import args_for, merge_args, platform_settings, retry_args
+from orchestrator.taskconfig import AttemptArgs, args_for, attempt_args, merge_args, platform_settings, retry_args
 from retries.context import ExecutionContext
 from retries.memory import MemoryArgs, after_failure
 from retries.policy import Budget, Decision, decide
@@ -142,7 +142,7 @@ class Claimed:
     run_id: str
     logical_date: datetime
     conf: dict[str, Any]
-    args: dict[str, Any]  # the effective arguments (system, DAG, task)
+    args: AttemptArgs  # what the supervisor enforces, from the effective arguments (system, DAG, task)
     has_definition: bool  # False: the task was removed from its DAG
     python_callable: str | None
     bash_command: str | None
@@ -234,7 +234,7 @@ def claim_within(
         run_id=run_id,
         logical_date=logical_date,
         conf=conf or {},
-        args=args,
+        args=attempt_args(args),
         has_definition=definition_id is not None,
         python_callable=python_callable,
         bash_command=bash_command,

@@ -9,7 +9,7 @@ import pytest
 from orchestrator.engine.reporting import Claimed, claim
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Dag, DagRun, Task
-from orchestrator.taskconfig import merge_args
+from orchestrator.taskconfig import attempt_args, merge_args
 from orchestrator.worker.host.job import plan_for, worker_info
 from tests.params.conftest import PARAMS, imported
 from tests.worker.conftest import settle
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 def _claimed(**overrides) -> Claimed:
     values = dict(
         pk=7, task_id="b", attempt_token=1, try_number=1, infrastructure_try_number=0, dag_id="d", run_id="r",
-        logical_date=datetime(2026, 1, 1, tzinfo=timezone.utc), conf={"team": "ops", "x": 1}, args=merge_args({}, {}),
+        logical_date=datetime(2026, 1, 1, tzinfo=timezone.utc), conf={"team": "ops", "x": 1}, args=attempt_args(merge_args({}, {})),
         has_definition=True, python_callable="", bash_command="", op_kwargs={}, params={"team": "ops"},
     )  # fmt: skip
     return Claimed(**{**values, **overrides})

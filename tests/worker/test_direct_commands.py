@@ -93,11 +93,11 @@ def _claimed(**overrides):
     from datetime import datetime, timezone
 
     from orchestrator.engine.reporting import Claimed
-    from orchestrator.taskconfig import merge_args
+    from orchestrator.taskconfig import attempt_args, merge_args
 
     values = dict(
         pk=7, task_id="b", attempt_token=1, try_number=1, infrastructure_try_number=0, dag_id="d", run_id="r",
-        logical_date=datetime(2026, 1, 1, tzinfo=timezone.utc), conf={}, args=merge_args({}, {}), has_definition=True,
+        logical_date=datetime(2026, 1, 1, tzinfo=timezone.utc), conf={}, args=attempt_args(merge_args({}, {})), has_definition=True,
         python_callable="", bash_command="echo {{ task_id }} {{ try_number }}", op_kwargs={},
     )
     return Claimed(**{**values, **overrides})

@@ -175,8 +175,6 @@ def supervisor_settings() -> SupervisorSettings:
 def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
     """What the supervisor runs. Raises `RenderError` for a bash command that cannot be given its
     values: rendered here whichever way it starts, so that such a command starts no process."""
-    args = claimed.args
-    timeout = args.get("execution_timeout")
     context = {
         "dag_id": claimed.dag_id,
         "task_id": claimed.task_id,
@@ -191,6 +189,7 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
     if state is not None:  # a Python task: its store (made live in the task process) and key
         context["task_state"] = state.entries
         context["idempotency_key"] = state.idempotency_key
+    result_max_bytes = int(settings.ORCHESTRATOR_RESULT_MAX_BYTES)
     payload = {
         "task_instance_id": claimed.pk,
         "token": claimed.attempt_token,
@@ -201,7 +200,7 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         "op_kwargs": {**claimed.op_kwargs, **claimed.mapped},
         "mapped": claimed.mapped,
         "context": context,
-        "result_max_bytes": int(settings.ORCHESTRATOR_RESULT_MAX_BYTES),
+        "result_max_bytes": result_max_bytes,
         "task_state_max_bytes": int(settings.ORCHESTRATOR_TASK_STATE_MAX_BYTES),
         "task_state_max_keys": int(settings.ORCHESTRATOR_TASK_STATE_MAX_KEYS),
     }
@@ -216,8 +215,9 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
         task_id=claimed.task_id,
         payload=payload,
         is_bash=bool(claimed.bash_command),
-        execution_timeout=float(timeout) if timeout is not None and timeout != "" else None,
-        kill_grace=float(args["kill_grace"]),
+        execution_timeout=claimed.args.execution_timeout,
+        kill_grace=claimed.args.kill_grace,
+        result_max_bytes=result_max_bytes,
         command=("bash", "-c", rendered.command) if direct and rendered else None,
         command_env={**context_environment(context), **rendered.env} if direct and rendered else {},
         has_start_deadlines=claimed.has_start_deadlines,

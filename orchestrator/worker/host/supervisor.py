@@ -62,6 +62,7 @@ class Plan:
     is_bash: bool
     execution_timeout: float | None
     kill_grace: float
+    result_max_bytes: int  # what the task's result may take (the payload tells the task the same)
     # A command to start directly (a bash task), with its own context variables: the handshake
     # is then recorded before it starts, and no Python runs in its process.
     command: tuple[str, ...] | None = None
@@ -263,7 +264,7 @@ class Supervisor:
             stderr_tail=self.streams.stderr.tail_text(),
             stdout_tail=self.streams.stdout.tail_text() if self.plan.is_bash else "",
             stdout_truncated=self.streams.stdout.truncated,
-            result_max_bytes=self._result_max_bytes(),
+            result_max_bytes=self.plan.result_max_bytes,
             channel_problem=self.channel_problem,
             channel_unfinished=self.streams.messages.unfinished,
             oom_kills_before=self.oom_before,
@@ -350,7 +351,7 @@ class Supervisor:
             stdout=BoundedCapture(self.settings.head_bytes, self.settings.tail_bytes),
             stderr=BoundedCapture(self.settings.head_bytes, self.settings.tail_bytes),
             # The task's channel: bounded, and every line must be a message (`_on_malformed`).
-            messages=LineReader(message_read, max_bytes=message_max_bytes(self._result_max_bytes(), self.task_state_max_bytes)),
+            messages=LineReader(message_read, max_bytes=message_max_bytes(self.plan.result_max_bytes, self.task_state_max_bytes)),
             stored=StoredOutput(self.output_store, (self.plan.task_instance_id, self.plan.token), self._label()),
         )
         for fd in (stdout_read, stderr_read, message_read):
@@ -562,9 +563,6 @@ class Supervisor:
         self.channel_problem = problem
         log.warning("%s wrote a malformed message on its channel (%s); failing it as invalid_result", self._label(), problem.get("problem"))
         procs.signal_group(self.pgid, signal.SIGKILL)
-
-    def _result_max_bytes(self) -> int:
-        return int(self.plan.payload.get("result_max_bytes", 65536))
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
