@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.results import check_result, problem_message
 from orchestrator.results import last_line as last_stdout_line
 from orchestrator.worker.channel import MalformedMessage
+from orchestrator.worker.final import BashExited, Failed, Final, InvalidResult, StartupFailed, Succeeded, Terminated, is_outcome
 from retries.context import ExecutionContext
 from retries.fingerprint import (
     bash_fingerprint,
@@ -37,8 +38,6 @@ _CONNECTION_FAILURE = re.compile(
     r"|terminating connection|the connection is lost",
     re.IGNORECASE,
 )
-# The task process's messages that carry the task's own outcome.
-OUTCOME_MESSAGES = frozenset({"success", "failure", "bash_exit", "invalid_result"})
 # Every message a task process sends, and the fields of each that must be objects. (A bash
 # task's exit is seen by the supervisor, never sent: "bash_exit" is not the task's to say.)
 TASK_MESSAGES: dict[str, tuple[str, ...]] = {
@@ -143,7 +142,7 @@ class Outcome:
     handshake_refused: str | None = None
     returncode: int | None = None  # Popen convention: negative = killed by that signal
     fork_server_died: bool = False  # the task process died with the worker's fork server
-    final: dict[str, Any] | None = None  # the task process's last message (success/failure/bash_exit/...)
+    final: Final | None = None  # the task process's last word on how it ended (`final.py`)
     final_before_stop: bool = True
     stop: Stop | None = None
     stderr_tail: str = ""
@@ -216,32 +215,31 @@ def classify(outcome: Outcome) -> Verdict:  # noqa: C901
         unfinished = _malformed("unfinished", f"{outcome.channel_unfinished} bytes without an end of line when the task process exited")
         return _invalid_result(unfinished, base, expected)
 
-    if outcome.fork_server_died and outcome.returncode == -signal.SIGKILL and (outcome.final or {}).get("type") not in OUTCOME_MESSAGES:
+    final = outcome.final
+    if outcome.fork_server_died and outcome.returncode == -signal.SIGKILL and not is_outcome(final):
         return _fork_server_died(outcome, base, expected)
 
-    final = outcome.final or {}
     # A task that finished before the supervisor stopped it gets its real outcome.
-    finished_first = outcome.handshake and outcome.final_before_stop and final.get("type") in OUTCOME_MESSAGES
+    finished_first = outcome.handshake and outcome.final_before_stop and is_outcome(final)
     if outcome.stop is not None and not finished_first:
         return _stopped(outcome, base, expected)
 
     if not outcome.handshake:
         return _before_handshake(outcome, final, base)
-    kind = final.get("type")
-    if kind == "success":
+    if isinstance(final, Succeeded):
         if outcome.is_bash:
             return _bash_success(outcome, base)
         # Checked again here: the task process's own check is not to be relied on.
-        problem = check_result(final.get("result"), outcome.result_max_bytes)
+        problem = check_result(final.result, outcome.result_max_bytes)
         if problem is not None:
             return _invalid_result(problem, base)
-        return Verdict(True, result=final.get("result"))
-    if kind == "invalid_result":
-        return _invalid_result(final.get("problem") or {}, base)
-    if kind == "failure":
-        return _exception(final.get("exception") or {}, base)
-    if kind == "bash_exit":
-        return _bash_exit(outcome, int(final.get("exit_code", 1)), base)
+        return Verdict(True, result=final.result)
+    if isinstance(final, InvalidResult):
+        return _invalid_result(final.problem, base)
+    if isinstance(final, Failed):
+        return _exception(final.exception, base)
+    if isinstance(final, BashExited):
+        return _bash_exit(outcome, final.exit_code, base)
     return _died(outcome, final, base)
 
 
@@ -288,10 +286,10 @@ def _stopped(outcome: Outcome, base: dict[str, Any], expected: tuple[TaskState, 
     return Verdict(False, context=context, error="task process never reported running", expected=(TaskState.QUEUED,))
 
 
-def _before_handshake(outcome: Outcome, final: dict[str, Any], base: dict[str, Any]) -> Verdict:
+def _before_handshake(outcome: Outcome, final: Final | None, base: dict[str, Any]) -> Verdict:
     """The process died before "running": a pre-execution failure, its kind from how it died."""
     returncode = outcome.returncode
-    facts = final.get("exception") if final.get("type") == "startup_error" else None
+    facts = final.exception if isinstance(final, StartupFailed) else None
     extra: dict[str, Any] = {}
     if facts:
         extra = {
@@ -404,10 +402,10 @@ def _bash_exit(outcome: Outcome, exit_code: int, base: dict[str, Any]) -> Verdic
     return Verdict(False, context=context, fingerprint=fingerprint, error=f"bash exited with {exit_code}: {stderr_line}")
 
 
-def _died(outcome: Outcome, final: dict[str, Any], base: dict[str, Any]) -> Verdict:
+def _died(outcome: Outcome, final: Final | None, base: dict[str, Any]) -> Verdict:
     """After the handshake, the process ended without an outcome message."""
     returncode = outcome.returncode
-    if final.get("type") == "terminated" or (returncode is not None and -returncode in _STOP_SIGNALS):
+    if isinstance(final, Terminated) or (returncode is not None and -returncode in _STOP_SIGNALS):
         # Someone other than the supervisor asked it to stop (a node shutdown, an operator).
         context = ExecutionContext.of(Reason.WORKER_TERMINATION, Source.WORKER, external=True, **base)
         return Verdict(False, context=context, error="task process terminated from outside the worker")
@@ -479,7 +477,7 @@ def _ended_without_outcome(outcome: Outcome) -> bool:
     """The task process exited by itself, unstopped, and said nothing of its outcome. (A line
     left unfinished by a process killed while writing it is no message, and no fault of it.)"""
     exited = outcome.returncode is not None and outcome.returncode >= 0
-    return exited and outcome.stop is None and (outcome.final or {}).get("type") not in OUTCOME_MESSAGES
+    return exited and outcome.stop is None and not is_outcome(outcome.final)
 
 
 def _oom_grew(outcome: Outcome) -> bool:

@@ -185,6 +185,7 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
     from orchestrator.engine import reporting
     from orchestrator.engine.reporting import WorkerInfo
     from orchestrator.engine.run_creation import create_manual_run
+    from orchestrator.worker.final import Succeeded
     from orchestrator.worker.host.heartbeat import Heartbeats
     from orchestrator.worker.host.job import plan_for, supervisor_settings
     from orchestrator.worker.host.supervisor import Supervisor
@@ -212,8 +213,7 @@ def test_a_handshake_retried_after_an_ambiguous_commit_does_not_kill_its_own_tas
         launcher.close()
     assert lost_answers == [True]
     assert not supervised.superseded, "the task was killed as superseded by its own handshake"
-    assert supervised.outcome.final, supervised.outcome
-    assert supervised.outcome.final["type"] == "success", supervised.outcome
+    assert isinstance(supervised.outcome.final, Succeeded), supervised.outcome
 
 
 @pytest.mark.parametrize("failpoints", ["", "task.after_running@nothing_here=exit:3*1"])

@@ -31,6 +31,7 @@ from orchestrator.worker.channel import (
     send,
 )
 from orchestrator.worker.classify import Outcome, classify, message_problem
+from orchestrator.worker.final import InvalidResult, Succeeded
 from orchestrator.worker.host.spool import NotOurs, Spool, seal, unsealed
 from tests.conftest import wait_until
 from tests.hostile.channel_tasks import LINES, return_nested
@@ -240,7 +241,7 @@ def test_the_trusted_direction_still_carries_large_results_text():
 
 def test_what_the_channel_refused_is_the_tasks_invalid_result_whatever_it_said():
     problem = MalformedMessage("not_json", "a line that is not JSON").problem
-    verdict = classify(Outcome(handshake=True, returncode=-9, final={"type": "success", "result": 1}, channel_problem=problem))
+    verdict = classify(Outcome(handshake=True, returncode=-9, final=Succeeded(1), channel_problem=problem))
     assert (verdict.success, verdict.context.category.value, verdict.context.reason.value) == (False, "application", "invalid_result")
     assert verdict.context.metadata["problem"] == "not_json"
     assert verdict.context.metadata["channel"] is True
@@ -248,8 +249,8 @@ def test_what_the_channel_refused_is_the_tasks_invalid_result_whatever_it_said()
 
 def test_a_success_the_task_claims_is_checked_again_by_the_worker():
     """A task writing its own success past its process's check: too large, or too deep."""
-    too_large = classify(Outcome(handshake=True, returncode=0, final={"type": "success", "result": "x" * 70_000}))
-    too_deep = classify(Outcome(handshake=True, returncode=0, final={"type": "success", "result": nested(65)}))
+    too_large = classify(Outcome(handshake=True, returncode=0, final=Succeeded("x" * 70_000)))
+    too_deep = classify(Outcome(handshake=True, returncode=0, final=Succeeded(nested(65))))
     assert [v.context.metadata["problem"] for v in (too_large, too_deep)] == ["too_large", "too_deep"]
 
 
@@ -274,7 +275,7 @@ def test_a_message_no_task_sends_is_refused(message):
 
 def test_a_problem_a_task_reports_cannot_overwrite_the_platforms_metadata():
     said = {"problem": "too_large", "reason": "worker_lost", "source": "scheduler", "worker_name": "forged"}
-    verdict = classify(Outcome(handshake=True, returncode=1, final={"type": "invalid_result", "problem": said}, metadata={"worker_name": "w"}))
+    verdict = classify(Outcome(handshake=True, returncode=1, final=InvalidResult(said), metadata={"worker_name": "w"}))
     assert (verdict.context.reason.value, verdict.context.source.value, verdict.context.metadata["worker_name"]) == ("invalid_result", "worker", "w")
 
 

@@ -7,6 +7,7 @@ import signal
 from datetime import datetime, timezone
 
 from orchestrator.worker.classify import Outcome, classify
+from orchestrator.worker.final import BashExited
 from retries.context import ExecutionContext
 from retries.memory import MemoryArgs, after_failure, next_limit, steps_problem, together_problem
 from retries.policy import Budget, PlatformSettings, RetryArgs, decide
@@ -63,7 +64,7 @@ def _outcome(**changes) -> Outcome:
 
 
 def test_past_its_limit_is_memory_limit_exceeded_whatever_the_exit():
-    for returncode, final in ((-signal.SIGKILL, None), (0, {"type": "bash_exit", "exit_code": 0}), (1, None)):
+    for returncode, final in ((-signal.SIGKILL, None), (0, BashExited(0)), (1, None)):
         verdict = classify(_outcome(returncode=returncode, final=final, memory_limit_mib=64, memory_enforced_by="cgroup", peak_memory_mib=64, memory_exceeded=True))
         context = verdict.context
         assert context is not None

@@ -15,6 +15,7 @@ from orchestrator.worker.classify import (
     db_connection_failure,
     exception_facts,
 )
+from orchestrator.worker.final import BashExited, Failed, StartupFailed, Succeeded, Terminated
 from retries.fingerprint import bash_fingerprint, fingerprint_of
 from retries.states import Reason, TaskState
 
@@ -32,13 +33,13 @@ def raised(exc: BaseException) -> BaseException:
         return caught
 
 
-def failure(exc: BaseException) -> dict:
-    return {"type": "failure", "exception": exception_facts(raised(exc))}
+def failure(exc: BaseException) -> Failed:
+    return Failed(exception_facts(raised(exc)))
 
 
 def test_it_reports_a_success_with_its_result():
     """A success message after the handshake is a success, whatever the exit code."""
-    verdict = classify(outcome(returncode=0, final={"type": "success", "result": {"rows": 3}}))
+    verdict = classify(outcome(returncode=0, final=Succeeded({"rows": 3})))
     assert verdict.success
     assert verdict.result == {"rows": 3}
 
@@ -46,7 +47,7 @@ def test_it_reports_a_success_with_its_result():
 def test_it_names_a_raised_exception_with_its_fingerprint():
     """application/task_exception: type, message, traceback, fingerprint and exit code in the metadata."""
     exc = raised(ValueError("row 17 is bad"))
-    verdict = classify(outcome(returncode=1, final={"type": "failure", "exception": exception_facts(exc)}))
+    verdict = classify(outcome(returncode=1, final=Failed(exception_facts(exc))))
     context = verdict.context
     assert (context.category.value, context.reason.value, context.source.value) == ("application", "task_exception", "worker")
     assert verdict.fingerprint == fingerprint_of(exc)
@@ -85,7 +86,7 @@ def test_it_recognises_a_database_connection_failure_as_infrastructure():
             raise django.db.utils.OperationalError(str(exc)) from exc
     except django.db.utils.OperationalError as wrapped:
         facts = exception_facts(wrapped)
-    verdict = classify(outcome(returncode=1, final={"type": "failure", "exception": facts}))
+    verdict = classify(outcome(returncode=1, final=Failed(facts)))
     assert verdict.context.category.value == "infrastructure"
     assert verdict.context.reason is Reason.DB_CONNECTION_ERROR
     assert verdict.context.metadata["sqlstate"] == "08006"
@@ -102,7 +103,7 @@ def test_it_recognises_a_refused_connection_without_sqlstate():
 
 
 def test_it_fingerprints_a_bash_exit_by_code_and_last_stderr_line():
-    verdict = classify(outcome(is_bash=True, returncode=1, final={"type": "bash_exit", "exit_code": 2}, stderr_tail="a\nfile 12 missing\n\n"))
+    verdict = classify(outcome(is_bash=True, returncode=1, final=BashExited(2), stderr_tail="a\nfile 12 missing\n\n"))
     assert verdict.context.reason is Reason.NONZERO_EXIT
     assert verdict.context.metadata["exit_code"] == 2
     assert verdict.fingerprint == bash_fingerprint(2, "file 12 missing")
@@ -110,12 +111,12 @@ def test_it_fingerprints_a_bash_exit_by_code_and_last_stderr_line():
 
 def test_it_counts_bash_killed_by_sigkill_as_resource_exhaustion():
     """bash itself SIGKILLed, or a child of it (137) while the cgroup's OOM counter grew."""
-    killed = classify(outcome(is_bash=True, returncode=1, final={"type": "bash_exit", "exit_code": -9}))
+    killed = classify(outcome(is_bash=True, returncode=1, final=BashExited(-9)))
     assert killed.context.reason is Reason.RESOURCE_EXHAUSTION
-    oom = classify(outcome(is_bash=True, returncode=1, final={"type": "bash_exit", "exit_code": 137}, oom_kills_before=2, oom_kills_after=3))
+    oom = classify(outcome(is_bash=True, returncode=1, final=BashExited(137), oom_kills_before=2, oom_kills_after=3))
     assert oom.context.reason is Reason.RESOURCE_EXHAUSTION
     assert oom.context.metadata["oom_kills_during_attempt"] == 1
-    plain = classify(outcome(is_bash=True, returncode=1, final={"type": "bash_exit", "exit_code": 137}, oom_kills_before=2, oom_kills_after=2))
+    plain = classify(outcome(is_bash=True, returncode=1, final=BashExited(137), oom_kills_before=2, oom_kills_after=2))
     assert plain.context.reason is Reason.NONZERO_EXIT
 
 
@@ -136,14 +137,14 @@ def test_it_blames_the_task_for_a_native_crash():
 
 
 def test_it_treats_a_stop_from_outside_as_worker_termination():
-    verdict = classify(outcome(returncode=143, final={"type": "terminated", "context": {}}))
+    verdict = classify(outcome(returncode=143, final=Terminated()))
     assert verdict.context.reason is Reason.WORKER_TERMINATION
     assert verdict.context.metadata["external"] is True
 
 
 def test_it_names_its_own_timeout():
     stop = Stop(Reason.EXECUTION_TIMEOUT, sigkill_sent=True, timeout=30, kill_grace=5)
-    verdict = classify(outcome(returncode=-9, stop=stop, final={"type": "terminated"}))
+    verdict = classify(outcome(returncode=-9, stop=stop, final=Terminated()))
     context = verdict.context
     assert (context.category.value, context.reason) == ("timeout", Reason.EXECUTION_TIMEOUT)
     assert context.metadata["timeout"] == 30
@@ -164,7 +165,7 @@ def test_it_names_a_shutdown_stop_worker_termination_before_or_after_the_handsha
 
 def test_it_reports_the_real_outcome_of_a_task_that_finished_before_the_stop():
     stop = Stop(Reason.WORKER_TERMINATION, kill_grace=5)
-    verdict = classify(outcome(returncode=0, stop=stop, final={"type": "success", "result": 1}, final_before_stop=True))
+    verdict = classify(outcome(returncode=0, stop=stop, final=Succeeded(1), final_before_stop=True))
     assert verdict.success
 
 
@@ -172,7 +173,7 @@ def test_it_reports_the_real_outcome_of_a_task_that_finished_before_the_stop():
     ("returncode", "final", "kind"),
     [
         (3, None, "error"),
-        (1, {"type": "startup_error", "exception": {"exception_type": "ImportError", "message": "no module x"}}, "error"),
+        (1, StartupFailed({"exception_type": "ImportError", "message": "no module x"}), "error"),
         (-9, None, "killed"),
         (-15, None, "killed"),
     ],

@@ -137,6 +137,7 @@ def test_the_slot_that_handed_its_place_on_hears_when_the_task_it_handed_has_sta
     the slot that handed the task on waits for that before its own after-work. A task that
     never gets that far is never said to have started."""
     from orchestrator.engine.run_creation import create_manual_run
+    from orchestrator.worker.final import StartupFailed, Succeeded
 
     dag = make_dag([
         {"task_id": "ok", "python_callable": T + "succeed"},
@@ -146,13 +147,11 @@ def test_the_slot_that_handed_its_place_on_hears_when_the_task_it_handed_has_sta
     states_when_started: list[str] = []
     supervised = _supervise(instance(run, "ok"), lambda: states_when_started.append(instance(run, "ok").state))
     supervised.finish()
-    assert supervised.outcome.final
-    assert supervised.outcome.final["type"] == "success"
+    assert isinstance(supervised.outcome.final, Succeeded)
     assert states_when_started == ["running"]  # once, and only once the handshake was recorded
 
     started: list[bool] = []
     supervised = _supervise(instance(run, "broken"), lambda: started.append(True))
     supervised.finish()
-    assert supervised.outcome.final
-    assert supervised.outcome.final["type"] == "startup_error"
+    assert isinstance(supervised.outcome.final, StartupFailed)
     assert started == []

@@ -25,7 +25,8 @@ from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.outputstore import NoStore, OutputStore
 from orchestrator.sanitise import error_text
 from orchestrator.worker.channel import LineReader, message_max_bytes, send, send_json_text
-from orchestrator.worker.classify import OUTCOME_MESSAGES, Outcome, Stop, handshake_refused_context, message_problem, stop_context
+from orchestrator.worker.classify import Outcome, Stop, handshake_refused_context, message_problem, stop_context
+from orchestrator.worker.final import BashExited, Final, Succeeded, Terminated, final_of, is_outcome
 from orchestrator.worker.host import procs
 from orchestrator.worker.host.environment import task_environment
 from orchestrator.worker.host.heartbeat import AttemptLease, Heartbeats
@@ -177,7 +178,7 @@ class Supervisor:
         self.handshake_ambiguous = False  # a handshake failed: its commit may have happened anyway
         self.handshake_refused: str | None = None  # the database answered, and refused it: why
         self.stopping: _Stopping | None = None
-        self.final: dict[str, Any] | None = None
+        self.final: Final | None = None
         self.final_at: float | None = None
         self.final_before_stop = True
         self.superseded = False
@@ -380,8 +381,7 @@ class Supervisor:
             and self.handshake_at is not None
             and self.stopping is None
             and self.channel_problem is None
-            and self.final is not None
-            and self.final.get("type") == "success"
+            and isinstance(self.final, Succeeded)
         )
 
     def _finish_after_success(self) -> None:
@@ -453,7 +453,7 @@ class Supervisor:
         assert self.proc is not None  # called once it exited
         code = self.proc.returncode
         if code is not None and code >= 0:
-            self.final = {"type": "success", "result": None} if code == 0 else {"type": "bash_exit", "exit_code": code}
+            self.final = Succeeded(None) if code == 0 else BashExited(code)
             self.final_at = time.monotonic()
             self.final_before_stop = self.stopping is None
 
@@ -566,15 +566,17 @@ class Supervisor:
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
+        final = final_of(message)
         if kind == "running":
             self._handshake()
-        elif kind in OUTCOME_MESSAGES or kind == "startup_error":
-            if self.final is None or self.final.get("type") == "terminated":
-                self.final = message
+        elif isinstance(final, Terminated):
+            if self.final is None:
+                self.final = final  # unless it said how it ended
+        elif final is not None:
+            if self.final is None or isinstance(self.final, Terminated):
+                self.final = final
                 self.final_at = time.monotonic()
                 self.final_before_stop = self.stopping is None
-        elif kind == "terminated" and self.final is None:
-            self.final = message
         elif kind == taskstate.STATE_MESSAGE:
             send(self.control_fd, {"type": taskstate.STATE_REPLY, **self._store_task_state(message)})
 
@@ -669,7 +671,7 @@ class Supervisor:
     def _enforce(self, now: float) -> None:
         """Timeouts, the shutdown grace, and SIGKILL after kill_grace."""
         stopping = self.stopping
-        if self.final is not None and self.final_at is not None and self.final.get("type") in OUTCOME_MESSAGES:
+        if self.final_at is not None and is_outcome(self.final):
             if now - self.final_at > EXIT_AFTER_OUTCOME_SECONDS:
                 procs.signal_group(self.pgid, signal.SIGKILL)
             return
