@@ -29,6 +29,7 @@ from orchestrator.worker.classify import Outcome, Stop, handshake_refused_contex
 from orchestrator.worker.final import BashExited, Final, Succeeded, Terminated, final_of, is_outcome
 from orchestrator.worker.host import procs
 from orchestrator.worker.host.environment import task_environment
+from orchestrator.worker.host.handshake import Handshake
 from orchestrator.worker.host.heartbeat import AttemptLease, Heartbeats
 from orchestrator.worker.host.launcher import Launcher, TaskHandle
 from orchestrator.worker.host.memory import WATCHED, AttemptMemory, MemoryLimits, machine_oom_kills
@@ -44,8 +45,6 @@ log = logging.getLogger(__name__)
 TICK = 0.1
 # After its process ended, how long to wait for the last output still in the pipes.
 DRAIN_SECONDS = 1.0
-# While the database cannot record a handshake, it is tried again this often.
-HANDSHAKE_RETRY_SECONDS = 1.0
 # How long the exit status may take to come from the fork server once the process ended.
 EXIT_STATUS_WAIT = 1.0
 # A task that sent its outcome but does not exit within this long is killed.
@@ -172,11 +171,7 @@ class Supervisor:
         self.streams: _Streams | None = None
         self.pid_fd: int | None = None
         self.spawned_at = 0.0
-        self.handshake_at: float | None = None
-        self.handshake_failing_since: float | None = None  # the database could not record it
-        self.handshake_retry_at: float | None = None
-        self.handshake_ambiguous = False  # a handshake failed: its commit may have happened anyway
-        self.handshake_refused: str | None = None  # the database answered, and refused it: why
+        self.handshake = Handshake()
         self.stopping: _Stopping | None = None
         self.final: Final | None = None
         self.final_at: float | None = None
@@ -205,9 +200,9 @@ class Supervisor:
         recorded_running = False
         if direct:
             running = self._handshake_before_start()
-            if self.handshake_refused is not None:
+            if self.handshake.refused is not None:
                 # Nothing started: it is reported as a task that could not be started.
-                outcome = Outcome(is_bash=True, started=False, handshake_refused=self.handshake_refused, metadata=metadata)
+                outcome = Outcome(is_bash=True, started=False, handshake_refused=self.handshake.refused, metadata=metadata)
                 return Supervised(superseded=False, outcome=outcome)
             if running is None:
                 direct = False  # the database did not answer: the usual handshake waits for it
@@ -255,8 +250,8 @@ class Supervisor:
             )
         outcome = Outcome(
             is_bash=self.plan.is_bash,
-            handshake=self.handshake_at is not None,
-            handshake_refused=self.handshake_refused,
+            handshake=self.handshake.recorded,
+            handshake_refused=self.handshake.refused,
             returncode=self.proc.returncode,
             fork_server_died=self.proc.server_died,
             final=self.final,
@@ -298,11 +293,11 @@ class Supervisor:
     def _handshake_before_start(self) -> bool | None:
         """Record "running" before a command starts directly: True to start it, False when the
         attempt is no longer current, None when the database did not answer or refused it
-        (`handshake_refused` then says why)."""
+        (`handshake.refused` then says why)."""
         try:
             return bool(self._mark_running(pid=None))
         except (OperationalError, InterfaceError):
-            self.handshake_ambiguous = True  # it may have committed all the same
+            self.handshake.ambiguous = True  # it may have committed all the same
             log.warning("could not record that %s is running; starting it the usual way", self._label())
             return None
         except Exception as exc:
@@ -314,8 +309,8 @@ class Supervisor:
         data, a constraint, a trigger): asking again would get the same answer. The task is
         never told "go", and the attempt is reported as one that could not be started."""
         log.exception("the database refused to record that %s is running; it will not run", self._label())
-        self.handshake_refused = error_text(exc)
-        return self.handshake_refused
+        self.handshake.refused = error_text(exc)
+        return self.handshake.refused
 
     def _spawn(self, direct: bool = False) -> None:
         stdout_read, stdout_write = os.pipe()
@@ -366,7 +361,7 @@ class Supervisor:
             send(self.control_fd, self.plan.payload)
             send_json_text(self.control_fd, self.plan.results_json)
             return
-        self.handshake_at = time.monotonic()  # recorded before the start
+        self.handshake.at = time.monotonic()  # recorded before the start
         self.on_started()
         try:
             self.db(reporting.record_pid, self.plan.task_instance_id, self.plan.token, self.proc.pid)
@@ -378,7 +373,7 @@ class Supervisor:
         nothing it does from here can change its outcome, and its output is in the pipes."""
         return (
             not self.plan.is_bash
-            and self.handshake_at is not None
+            and self.handshake.recorded
             and self.stopping is None
             and self.channel_problem is None
             and isinstance(self.final, Succeeded)
@@ -422,8 +417,7 @@ class Supervisor:
             if self.superseded:
                 break
             now = time.monotonic()
-            if self.handshake_retry_at is not None and now >= self.handshake_retry_at:
-                self.handshake_retry_at = None
+            if self.handshake.retry_due(now):
                 self._handshake()
             self._enforce(now)
             self._watch_memory(now)
@@ -448,7 +442,7 @@ class Supervisor:
 
     def _bash_outcome(self) -> None:
         """A bash task's process is bash itself: its exit status is its outcome."""
-        if not self.plan.is_bash or self.handshake_at is None or self.final is not None:
+        if not self.plan.is_bash or not self.handshake.recorded or self.final is not None:
             return
         assert self.proc is not None  # called once it exited
         code = self.proc.returncode
@@ -588,7 +582,7 @@ class Supervisor:
             key, value = taskstate.validated(str(message.get("op")), message.get("key"), message.get("value"), max_bytes=self.task_state_max_bytes)
         except ValueError as exc:
             return {"status": taskstate.INVALID, "error": str(exc)}
-        if self.superseded or (self.lease is not None and self.lease.refused) or self.handshake_at is None:
+        if self.superseded or (self.lease is not None and self.lease.refused) or not self.handshake.recorded:
             return {"status": taskstate.STALE}
         self.unstored_changes.append({"op": message["op"], "key": key, "value": value})
         try:
@@ -622,18 +616,14 @@ class Supervisor:
 
     def _handshake(self) -> None:
         assert self.proc is not None
-        if self.handshake_at is not None or self.stopping is not None or self.proc.exited():
+        if self.handshake.recorded or self.stopping is not None or self.proc.exited():
             return  # a handshake read after the process died must not mark it running
         try:
             won = self._mark_running(pid=self.proc.pid)
         except (OperationalError, InterfaceError):
-            self.handshake_ambiguous = True  # it may have committed all the same
-            now = time.monotonic()
-            self.handshake_failing_since = self.handshake_failing_since or now
-            if now - self.handshake_failing_since < self.settings.db_outage_tolerance:
+            if self.handshake.unanswered(time.monotonic(), self.settings.db_outage_tolerance):
                 # The task waits before its user code; the outage charges nothing.
                 log.warning("could not record that %s is running; trying again", self._label())
-                self.handshake_retry_at = now + HANDSHAKE_RETRY_SECONDS
                 return
             # It never ran as far as the database knows; stop it before user code starts.
             log.exception("could not record that %s is running", self._label())
@@ -643,13 +633,13 @@ class Supervisor:
             context = handshake_refused_context(self._refuse_handshake(exc), {"worker_name": self.worker.worker_name})
             self._begin_stop(Reason.PRE_EXECUTION_FAILURE, timeout=None, context=context)
             return
-        self.handshake_retry_at = None
-        if not won and self.handshake_ambiguous:
+        self.handshake.retry_at = None
+        if not won and self.handshake.ambiguous:
             won = self._earlier_handshake_committed()
         if not won:
             self.superseded = True
             return
-        self.handshake_at = time.monotonic()
+        self.handshake.at = time.monotonic()
         send(self.control_fd, {"type": "go"})
         self.on_started()
 
@@ -677,11 +667,12 @@ class Supervisor:
             return
         if stopping is None:
             timeout = self.plan.execution_timeout
-            if self.handshake_at is not None and timeout is not None and now - self.handshake_at >= timeout:
+            started = self.handshake.at
+            if started is not None and timeout is not None and now - started >= timeout:
                 self._begin_stop(Reason.EXECUTION_TIMEOUT, timeout=timeout)
             elif self.shutdown.grace_over(self.settings.shutdown_grace, now):
                 self._begin_stop(Reason.WORKER_TERMINATION, timeout=None)
-            elif self.handshake_at is None and now - self.spawned_at >= self.settings.startup_timeout:
+            elif not self.handshake.recorded and now - self.spawned_at >= self.settings.startup_timeout:
                 self._begin_stop(Reason.PRE_EXECUTION_FAILURE, timeout=self.settings.startup_timeout)
         elif not stopping.sigkill_sent and now - stopping.started_at >= self.plan.kill_grace:
             log.warning("%s did not stop within %ss of SIGTERM; sending SIGKILL to its group", self._label(), self.plan.kill_grace)
