@@ -7,11 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.clock import shared_now
 from orchestrator.engine import reporting
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance
 from orchestrator.worker.classify import Outcome, Verdict
-from orchestrator.worker.host.job import deliver_spooled, report_record
+from orchestrator.worker.host.job import deliver_spooled
+from orchestrator.worker.host.report import report_of
 from orchestrator.worker.host.spool import Spool, Streaks
 from orchestrator.worker.host.supervisor import Supervised
 from retries.context import ExecutionContext
@@ -34,7 +36,7 @@ def _runtime() -> SimpleNamespace:
 def _spool_success(tmp_path, ti: TaskInstance, token: int, result) -> Spool:
     spool = Spool(tmp_path / "spool")
     supervised = Supervised(superseded=False, outcome=Outcome(), stdout="out", stderr="", output_truncated=False)
-    spool.put(report_record(ti.pk, token, Verdict(True, result=result), supervised))
+    spool.put(report_of(ti.pk, token, Verdict(True, result=result), supervised, shared_now()).to_json())
     return spool
 
 

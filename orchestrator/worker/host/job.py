@@ -11,7 +11,6 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -23,17 +22,17 @@ from orchestrator.engine import claimgate, handover, leases, reporting, taskstat
 from orchestrator.engine.reporting import Claimed, WorkerInfo
 from orchestrator.outputstore import output_store
 from orchestrator.redis_conn import get_redis
-from orchestrator.sanitise import clean_fields, error_text
+from orchestrator.sanitise import error_text
 from orchestrator.templating import RenderError, render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify, db_connection_failure
+from orchestrator.worker.host.report import Report, Rescheduled, Success, refused, report_of
 from orchestrator.worker.host.runtime import WorkerRuntime, default_worker_name, runtime
 from orchestrator.worker.host.shutdown import SHUTDOWN
 from orchestrator.worker.host.spool import Retry
 from orchestrator.worker.host.supervisor import Plan, Supervised, Supervisor, SupervisorSettings
 from orchestrator.worker.task.runner import context_environment
-from retries.context import ExecutionContext
-from retries.states import REPORT_SUCCESS_FROM, Reason, Source, TaskState
+from retries.states import Reason
 
 log = logging.getLogger(__name__)
 
@@ -229,28 +228,28 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
 def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: Verdict, supervised: Supervised) -> str:
     """Deliver the outcome; if the database cannot take it within ORCHESTRATOR_REPORT_PATIENCE, spool it and
     let the worker deliver it later (the attempt keeps its lease until then)."""
-    record = report_record(task_instance_id, token, verdict, supervised)
+    report = report_of(task_instance_id, token, verdict, supervised, shared_now())
     patience = float(settings.ORCHESTRATOR_REPORT_PATIENCE)
     # Only a success offers its slot: a failure's platform retry must not come back to a worker
     # that may be the cause of it.
     offer = _slot_offer(shared) if verdict.success else None
     try:
         try:
-            described = _with_db_retries(lambda: deliver(shared, record, offer), patience=patience)
+            described = _with_db_retries(lambda: deliver(shared, report, offer), patience=patience)
         except (OperationalError, InterfaceError):
             raise
         except Exception as exc:
             # The database answered but refused this report: its lease must not outlive it.
             log.exception("task instance %s attempt %s: the database refused its report", task_instance_id, token)
-            record = refused_record(record, exc)
-            described = _with_db_retries(lambda: deliver(shared, record, offer), patience=patience)
+            report = refused(report, exc)
+            described = _with_db_retries(lambda: deliver(shared, report, offer), patience=patience)
         if offer is not None and described == "stale":
             # Found already recorded: perhaps by a try whose commit was not heard of, which
             # then claimed the next task for this slot too.
             offer.taken = offer.taken or _unheard_claim(shared, offer)
     except (OperationalError, InterfaceError):
         try:
-            path = shared.spool.put(record)
+            path = shared.spool.put(report.to_json())
             shared.spool.keep_changes(task_instance_id, token, [])  # the spooled report carries them
         except OSError as exc:
             return _outcome_lost(shared, task_instance_id, token, exc)
@@ -260,7 +259,7 @@ def _report(shared: WorkerRuntime, task_instance_id: int, token: int, verdict: V
         # Not even the bare failure could be recorded: set it aside (seen on the workers page)
         # and let the lease go, so the scheduler ends the attempt instead of it running forever.
         try:
-            shared.spool.set_aside(record, f"{type(exc).__name__}: {exc}")
+            shared.spool.set_aside(report.to_json(), f"{type(exc).__name__}: {exc}")
             shared.spool.keep_changes(task_instance_id, token, [])  # the set-aside report carries them
         finally:
             shared.heartbeats.forget_attempt(task_instance_id, token)
@@ -314,144 +313,57 @@ def _slot_offer(shared: WorkerRuntime) -> handover.Offer:
     return handover.Offer(shared.offered_queues, functools.partial(reporting.claim_within, worker=worker_info()))
 
 
-def report_record(task_instance_id: int, token: int, verdict: Verdict, supervised: Supervised) -> dict[str, Any]:
-    """Everything a report says, as JSON: what is delivered now or spooled for later."""
-    record: dict[str, Any] = {
-        "task_instance_id": task_instance_id,
-        "token": token,
-        "success": verdict.success,
-        "ended_at": shared_now().isoformat(),
-        "output": {"stdout": supervised.stdout, "stderr": supervised.stderr, "output_truncated": supervised.output_truncated},
-    }
-    if supervised.task_state_changes:
-        record["task_state_changes"] = supervised.task_state_changes
-    outcome = supervised.outcome
-    if outcome.memory_limit_mib is not None:  # the limit it ran with, and the most it used
-        record["memory"] = {"limit_mib": outcome.memory_limit_mib, "peak_mib": outcome.peak_memory_mib}
-    if verdict.success:
-        record["result"] = verdict.result
-    elif verdict.reschedule is not None:
-        record["reschedule"] = verdict.reschedule
-    else:
-        assert verdict.context is not None
-        record.update(
-            context=verdict.context.to_dict(),
-            fingerprint=verdict.fingerprint,
-            retry_after=verdict.retry_after,
-            error=None if verdict.error is None else str(verdict.error),
-            expected=[str(state) for state in verdict.expected],
-        )
-    return sanitised(record)
-
-
-# What a task wrote, in a report: the one place its text is made storable (both databases).
-USER_TEXT_FIELDS = ("result", "error", "output.stdout", "output.stderr", "context.metadata")
-
-
-def sanitised(record: dict[str, Any]) -> dict[str, Any]:
-    """The report with NUL, lone surrogates and invalid UTF-8 replaced in what the task wrote,
-    and a note of what was replaced: in a failure's metadata (`sanitised`), and for a success
-    (whose context stays null) as a last line of its stderr."""
-    replaced = clean_fields(record, USER_TEXT_FIELDS)
-    if not replaced:
-        return record
-    if record["success"] or "reschedule" in record:
-        note = f"[orchestrator: unstorable characters (NUL, invalid UTF-8) replaced with U+FFFD in: {', '.join(replaced)}]\n"
-        stderr = record["output"]["stderr"]
-        record["output"]["stderr"] = stderr + ("" if not stderr or stderr.endswith("\n") else "\n") + note
-    else:
-        record["context"]["metadata"]["sanitised"] = replaced
-    return record
-
-
-def refused_record(record: dict[str, Any], error: BaseException) -> dict[str, Any]:
-    """A report the database refused (not for want of a connection), reduced to what can always
-    be stored: the same attempt ended as a failure, without the task's text, saying why.
-
-    A success becomes an application failure (what it produced could not be stored: it will not
-    be storable the next time either); a failure keeps its classification and loses its text."""
-    why = error_text(error)
-    kept = {"report_refused": why, "output_dropped": True}
-    if record["success"] or "reschedule" in record:
-        context = ExecutionContext.of(
-            Reason.TASK_EXCEPTION, Source.WORKER, exception_type="UnstorableOutcome", message="the outcome could not be stored", **kept
-        )
-        fingerprint, expected = None, [str(state) for state in REPORT_SUCCESS_FROM]
-    else:
-        original = ExecutionContext.from_dict(record["context"])
-        bare = {k: v for k, v in original.metadata.items() if isinstance(v, (int, float, bool)) or k in _PLAIN_METADATA}
-        context = ExecutionContext(original.category, original.reason, original.source, {**bare, **kept})
-        fingerprint, expected = record.get("fingerprint"), record["expected"]
-    return {
-        "task_instance_id": record["task_instance_id"],
-        "token": record["token"],
-        "success": False,
-        "ended_at": record["ended_at"],
-        "output": {"stdout": "", "stderr": "", "output_truncated": True},
-        "context": context.to_dict(),
-        "fingerprint": fingerprint,
-        "retry_after": None,
-        "error": why,
-        "expected": expected,
-    }
-
-
-# Metadata written by the platform itself (never the task's text): kept in a refused report.
-_PLAIN_METADATA = frozenset({"worker_name", "hostname", "exception_type", "signal", "pre_execution_reason", "sqlstate", "during"})
-
-
-def deliver(shared: WorkerRuntime, record: dict[str, Any], offer: handover.Offer | None = None) -> str:
+def deliver(shared: WorkerRuntime, report: Report, offer: handover.Offer | None = None) -> str:
     """Report one outcome, fenced by its attempt token; raises while the database is away.
     With an `offer`, a task a success's report dispatches may be given to the reporting slot."""
-    ti_id, token, output = record["task_instance_id"], record["token"], record["output"]
-    memory = {"memory_limit_mib": record["memory"].get("limit_mib"), "peak_memory_mib": record["memory"].get("peak_mib")} if record.get("memory") else {}
-    now = datetime.fromisoformat(record["ended_at"])
-    if record.get("task_state_changes"):
+    ti_id, token, now, ending = report.task_instance_id, report.token, report.ended_at, report.ending
+    output = {"stdout": report.output.stdout, "stderr": report.output.stderr, "output_truncated": report.output.truncated}
+    memory = {"memory_limit_mib": report.memory.limit_mib, "peak_memory_mib": report.memory.peak_mib} if report.memory else {}
+    if report.task_state_changes:
         # Kept while the database was away: stored before the outcome, fenced like it.
-        shared.db.call(taskstate.apply, ti_id, token, record["task_state_changes"])
-    if record["success"]:
-        won = shared.db.call(
-            handover.call_offering, offer, reporting.report_success, ti_id, token, result=record.get("result"), now=now, **output, **memory
-        )
+        shared.db.call(taskstate.apply, ti_id, token, list(report.task_state_changes))
+    if isinstance(ending, Success):
+        won = shared.db.call(handover.call_offering, offer, reporting.report_success, ti_id, token, result=ending.result, now=now, **output, **memory)
         return "success" if won else "stale"
-    if record.get("reschedule") is not None:
-        step = shared.db.call(waits.report_reschedule, ti_id, token, float(record["reschedule"]), now=now, **output)
+    if isinstance(ending, Rescheduled):
+        step = shared.db.call(waits.report_reschedule, ti_id, token, ending.seconds, now=now, **output)
         return "stale" if step is None else ("rescheduled" if not step.timed_out else "timeout/wait_timeout -> failed")
-    context = ExecutionContext.from_dict(record["context"])
     decision = shared.db.call(
         reporting.report_failure,
         ti_id,
         token,
-        context,
-        fingerprint=record.get("fingerprint"),
-        retry_after=record.get("retry_after"),
-        error=record.get("error"),
-        expected=tuple(TaskState(state) for state in record["expected"]),
+        ending.context,
+        fingerprint=ending.fingerprint,
+        retry_after=ending.retry_after,
+        error=ending.error,
+        expected=ending.expected,
         now=now,
         **output,
         **memory,
     )
     if decision is None:
         return "stale"
-    return f"{context.category.value}/{context.reason.value} -> {decision.next_state.value}"
+    return f"{ending.context.category.value}/{ending.context.reason.value} -> {decision.next_state.value}"
 
 
 def deliver_spooled(shared: WorkerRuntime, record: dict[str, Any]) -> bool:
     """The spool's delivery: True once the database took the report (or refused it as stale).
-    Raises while the database is unreachable. A report it refuses otherwise is delivered bare
-    (`refused_record`), and if even that is refused the error is raised for the spool to set the
+    The spooled JSON is read into a `Report` here, at the spool's boundary (a record that is none
+    is refused: set aside). Raises while the database is unreachable. A report it refuses
+    otherwise is delivered bare (`refused`), and if even that is refused the error is raised for the spool to set the
     file aside, the lease let go. An error that may pass (a statement timeout, a deadlock, a
     locked database) is retried (`Retry`) until the same one has lasted
     ORCHESTRATOR_SPOOL_REPEATED_ERROR_TOLERANCE: then it counts as a refusal."""
     attempt = (record["task_instance_id"], record["token"])
     try:
+        report = Report.from_json(record)
         try:
-            described = deliver(shared, record)
+            described = deliver(shared, report)
         except Exception as exc:
             if not _refused(shared, attempt, exc):
                 raise
             log.exception("the database refused the spooled report of task instance %s attempt %s", *attempt)
-            described = deliver(shared, refused_record(record, exc))
+            described = deliver(shared, refused(report, exc))
     except Retry:
         raise
     except Exception as exc:
