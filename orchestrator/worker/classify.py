@@ -181,7 +181,7 @@ class Verdict:
     reschedule: float | None = None
 
 
-def classify(outcome: Outcome) -> Verdict:  # noqa: C901
+def classify(outcome: Outcome) -> Verdict:
     """The one place that names a failure seen by the worker."""
     base = dict(outcome.metadata)
     if outcome.returncode is not None:
@@ -226,6 +226,11 @@ def classify(outcome: Outcome) -> Verdict:  # noqa: C901
 
     if not outcome.handshake:
         return _before_handshake(outcome, final, base)
+    return _after_handshake(outcome, final, base)
+
+
+def _after_handshake(outcome: Outcome, final: Final | None, base: dict[str, Any]) -> Verdict:
+    """A task that ran and was not stopped: what its final word (or its death) says."""
     if isinstance(final, Succeeded):
         if outcome.is_bash:
             return _bash_success(outcome, base)
