@@ -1,11 +1,16 @@
 """Every operator action, declared once: what it is called, who may take it, from which states,
-what its request body carries besides a note, and what it does, in words.
+what its request body carries besides a note, and what it does, in words. One kind of
+declaration per thing acted on: a task instance (`TaskAction`; many at once on a mapped task's
+page, a run's page or the dead letters' page: `BulkOffer`), an approval a task waits for
+(`ApprovalAction`), a backfill (`BackfillAction`), a circuit (`CircuitAction`), a DAG
+(`DagAction`).
 
 The console (buttons, confirmations, explanations, routes), the API (routes, summaries, request
 bodies, permissions) and the admin read these declarations; none of them names an action's
-words itself. The rules of what an action does are its implementing function in
-`orchestrator.actions` (`IMPLEMENTATIONS`), which also refuses by `allowed_from` here. Adding
-a task action is one `TaskAction` below, and its function there.
+words itself. The rules of what an action does are its implementing function: for a task
+action in `orchestrator.actions` (`IMPLEMENTATIONS`), which also refuses by `allowed_from` here;
+for a backfill `orchestrator.backfills.act`; for an approval `engine.waits.decide`; for a
+circuit `actions.operate_circuit`. Adding an action is one declaration below, and its function.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from orchestrator.models import Backfill
 from orchestrator.taskconfig import args_for
 from retries.budget import platform_retry_label
 from retries.policy import cleared_max_tries
@@ -33,6 +39,11 @@ TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
 ACT_PERMISSION = "orchestrator.change_taskinstance"
 PAUSE_PERMISSION = "orchestrator.change_dag"
 CIRCUIT_PERMISSION = "orchestrator.change_circuit"
+APPROVE_PERMISSION = "orchestrator.approve_taskinstance"
+
+# What a task action's API body carries besides its options.
+TASK_NOTE = "Why: kept in the audit log and the task's context."
+TASK_MAP_INDEX = "A mapped task's instance to act on; without it, every instance is acted on (each audited)."
 
 # What an action does to one task instance, in words: `downstream` is every task of its run
 # downstream of it, for the task page's full account; None for the short one of a run page's row.
@@ -45,6 +56,7 @@ class Option:
     absent) and a checkbox of its console form, under the same name."""
 
     name: str
+    label: str  # its checkbox's words
     description: str
 
 
@@ -64,9 +76,6 @@ class TaskAction:
     danger: bool = False  # its button is marked dangerous
     permission: str = ACT_PERMISSION
 
-    def takes(self, option: str) -> bool:
-        return any(o.name == option for o in self.options)
-
     def confirmation(self, task: str, note: str) -> str:
         """The confirmation an operator reads after this action on `task`."""
         text = self.done.format(task=task)
@@ -75,13 +84,55 @@ class TaskAction:
 
 @dataclass(frozen=True)
 class BulkOffer:
-    """An action on many instances of a mapped task at once, as its page offers it: on `scope`
-    ("all" of them, or the "failed" ones); `{n}` is how many there are, `{f}` how many failed."""
+    """A task action on many task instances at once, as a page offers it: on `scope` (a mapped
+    task's "all" instances or its "failed" ones; a run's "failed" tasks; a dead-letter "group").
+    In the label and the explanation `{n}` is how many there are, `{f}` how many failed."""
 
-    action: str
+    action: str  # the TaskAction taken on each instance
     scope: str
     label: str
     explanation: str
+
+
+@dataclass(frozen=True)
+class ApprovalAction:
+    """A decision on the approval a task waits for (on a mapped task: each instance's)."""
+
+    name: str  # its URL segment: .../tasks/TASK_ID/NAME
+    label: str  # its console button; "Confirm <label, lower case>" confirms it
+    summary: str  # its API operation
+    explanation: str  # what it does, on the task page
+    done: str  # what the page says after it, of one task ({task})
+    approves: bool  # approve, or reject
+    danger: bool = False
+    permission: str = APPROVE_PERMISSION
+
+    def confirmation(self, task: str, note: str) -> str:
+        text = self.done.format(task=task)
+        return f"{text}: {note}" if note else text
+
+
+@dataclass(frozen=True)
+class BackfillAction:
+    """An operator action on a backfill; it takes effect on the scheduler's next pass."""
+
+    name: str  # its URL segment and audit action (backfill_NAME)
+    label: str  # its console button
+    summary: str  # its API operation
+    allowed_from: frozenset[str]  # the backfill states it moves from (`backfills.moves_from`)
+    # What it does, given the runs not started yet; the console asks to confirm an action that has one.
+    explain: Callable[[int], str] | None = None
+    danger: bool = False
+    permission: str = TRIGGER_PERMISSION
+
+
+@dataclass(frozen=True)
+class CircuitAction:
+    """An operator action on a circuit breaker (the API offers these; the admin only edits tunables)."""
+
+    name: str  # its URL segment and audit action (circuit_NAME)
+    summary: str  # its API operation
+    permission: str = CIRCUIT_PERMISSION
 
 
 @dataclass(frozen=True)
@@ -89,6 +140,7 @@ class DagAction:
     """An operator action on a whole DAG (the admin offers these on its selected DAGs)."""
 
     name: str
+    label: str  # its button on the DAG's page
     admin_description: str
     permission: str
 
@@ -166,8 +218,8 @@ TASK_ACTIONS: dict[str, TaskAction] = {
             allowed_from=CLEAR_FROM,
             explain=_explain_clear,
             options=(
-                Option("include_downstream", "Also clear every downstream task that is finished, waiting or dead-lettered."),
-                Option("keep_task_state", "Keep the task state (and so the idempotency key); by default clearing empties it."),
+                Option("include_downstream", "with downstream", "Also clear every downstream task that is finished, waiting or dead-lettered."),
+                Option("keep_task_state", "keep the task state", "Keep the task state (and so the idempotency key); by default clearing empties it."),
             ),
         ),
         TaskAction(
@@ -206,7 +258,7 @@ TASK_ACTIONS: dict[str, TaskAction] = {
 }
 
 # What a mapped task's page offers on many of its instances, in the order it shows them.
-BULK_OFFERS: tuple[BulkOffer, ...] = (
+MAPPED_TASK_OFFERS: tuple[BulkOffer, ...] = (
     BulkOffer("clear", "all", "Clear all {n}", "Every one of the {n} instances that is finished runs again with a fresh set of tries."),
     BulkOffer("clear", "failed", "Clear the {f} failed", "The {f} failed or dead-lettered instances run again with a fresh set of tries."),
     BulkOffer("reclassify", "failed", "Reclassify the {f} failed",
@@ -218,11 +270,91 @@ BULK_OFFERS: tuple[BulkOffer, ...] = (
               "Every instance is recorded as failed and not retried; queued and running ones are stopped."),
 )  # fmt: skip
 
+# What a run's page offers on its failed tasks (their upstream_failed downstream tasks follow).
+RUN_OFFERS: tuple[BulkOffer, ...] = (
+    BulkOffer("clear", "failed", "Clear all failed", "every failed task of this run runs again with a fresh set of tries,"
+              " and the tasks that were upstream_failed because of them run after them."),
+)  # fmt: skip
+
+# What the dead letters' page offers on each group of dead letters (`{n}` of them).
+DEAD_LETTER_OFFERS: tuple[BulkOffer, ...] = (
+    BulkOffer("clear", "group", "Clear all {n}", "each of these {n} task instances runs again with a fresh set of tries;"
+              " their upstream_failed downstream tasks run after them."),
+    BulkOffer("mark_failed", "group", "Mark all {n} failed", "each of these {n} task instances is recorded as failed and not"
+              " retried; their runs end failed unless other tasks decide otherwise."),
+)  # fmt: skip
+
+APPROVAL_NOTE = "Why: kept with the decision and in the audit log."
+APPROVAL_ACTIONS: dict[str, ApprovalAction] = {
+    action.name: action
+    for action in (
+        ApprovalAction(
+            name="approve",
+            label="Approve",
+            summary="Approve a task waiting for an approval: it succeeds with {approved_by, note}",
+            explanation="the task succeeds and its downstream tasks run.",
+            done="approved {task}",
+            approves=True,
+        ),
+        ApprovalAction(
+            name="reject",
+            label="Reject",
+            summary="Reject a task waiting for an approval: it fails as user_action/rejected, not retried",
+            explanation="the task fails (user_action/rejected) and is not retried.",
+            done="rejected {task}",
+            approves=False,
+            danger=True,
+        ),
+    )
+}
+
+
+def _explain_cancel(pending: int) -> str:
+    runs, start = ("run", "starts") if pending == 1 else ("runs", "start")
+    return f"the {pending} {runs} not started never {start}; the running ones finish."
+
+
+BACKFILL_ACTIONS: dict[str, BackfillAction] = {
+    action.name: action
+    for action in (
+        BackfillAction(
+            name="pause",
+            label="Pause",
+            summary="Pause: none of its runs starts until it is unpaused (running ones go on)",
+            allowed_from=frozenset({Backfill.State.RUNNING}),
+        ),
+        BackfillAction(
+            name="unpause",
+            label="Unpause",
+            summary="Unpause: its runs start again on the scheduler's next pass",
+            allowed_from=frozenset({Backfill.State.PAUSED}),
+        ),
+        BackfillAction(
+            name="cancel",
+            label="Cancel",
+            summary="Cancel: its runs not started never start; running ones finish",
+            allowed_from=frozenset({Backfill.State.RUNNING, Backfill.State.PAUSED}),
+            explain=_explain_cancel,
+            danger=True,
+        ),
+    )
+}
+
+CIRCUIT_NOTE = "Why: kept in the audit log."
+CIRCUIT_ACTIONS: dict[str, CircuitAction] = {
+    action.name: action
+    for action in (
+        CircuitAction("open", "Open the circuit now: hold its tasks until a probe succeeds or it is closed"),
+        CircuitAction("close", "Close the circuit now: its held tasks are released over its ramp"),
+        CircuitAction("probe", "Let one task through as a probe now, without waiting for the cool-down"),
+    )
+}
+
 DAG_ACTIONS: dict[str, DagAction] = {
     action.name: action
     for action in (
-        DagAction("trigger", "Trigger a run of the selected DAGs", TRIGGER_PERMISSION),
-        DagAction("pause", "Pause the selected DAGs", PAUSE_PERMISSION),
-        DagAction("unpause", "Unpause the selected DAGs", PAUSE_PERMISSION),
+        DagAction("trigger", "Trigger run", "Trigger a run of the selected DAGs", TRIGGER_PERMISSION),
+        DagAction("pause", "Pause", "Pause the selected DAGs", PAUSE_PERMISSION),
+        DagAction("unpause", "Unpause", "Unpause the selected DAGs", PAUSE_PERMISSION),
     )
 }

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import connection, transaction
 
-from orchestrator.action_registry import ACT_PERMISSION, TRIGGER_PERMISSION
+from orchestrator.action_registry import ACT_PERMISSION, BACKFILL_ACTIONS, TRIGGER_PERMISSION, BackfillAction
 from orchestrator.audit import User, audit, username_of
 from orchestrator.clock import shared_now
 from orchestrator.documents import iso
@@ -161,17 +161,17 @@ def find(backfill_id: int | str) -> Backfill:
     return backfill
 
 
-# Which states each action moves from, and to.
-MOVES = {
-    "pause": ({Backfill.State.RUNNING}, Backfill.State.PAUSED),
-    "unpause": ({Backfill.State.PAUSED}, Backfill.State.RUNNING),
-    "cancel": ({Backfill.State.RUNNING, Backfill.State.PAUSED}, Backfill.State.CANCELLED),
+# The state each action moves to (from its `allowed_from` in the registry).
+MOVES_TO = {
+    "pause": Backfill.State.PAUSED,
+    "unpause": Backfill.State.RUNNING,
+    "cancel": Backfill.State.CANCELLED,
 }
 
 
-def moves_from(backfill: Backfill) -> list[str]:
-    """The actions (of `MOVES`) the backfill's state allows now: what its page offers."""
-    return [action for action, (allowed, _) in MOVES.items() if backfill.state in allowed]
+def moves_from(backfill: Backfill) -> list[BackfillAction]:
+    """The actions the backfill's state allows now: what its page offers."""
+    return [action for action in BACKFILL_ACTIONS.values() if backfill.state in action.allowed_from]
 
 
 def act(backfill: Backfill, action: str, user: User) -> Backfill:
@@ -179,7 +179,7 @@ def act(backfill: Backfill, action: str, user: User) -> Backfill:
     no-op; a finished backfill (or unpausing a running one) is a Conflict.
 
     Cancelled: its dates not started never start (they end `cancelled`); its running runs finish."""
-    allowed, target = MOVES[action]
+    allowed, target = BACKFILL_ACTIONS[action].allowed_from, MOVES_TO[action]
     with transaction.atomic():
         rows = Backfill.objects.filter(pk=backfill.pk)
         if connection.vendor == "postgresql":

@@ -8,6 +8,7 @@ from ninja.params.functions import Path
 from pydantic import Field, StrictBool, StrictInt
 
 from orchestrator import action_registry, actions, backfills
+from orchestrator.action_registry import BACKFILL_ACTIONS, BackfillAction
 from orchestrator.api.access import Authenticated, require_perm
 from orchestrator.api.inputs import DagId, JsonObject, RequestBody, Text
 from orchestrator.api.responses import Answer, OneOf, Time
@@ -108,16 +109,9 @@ def backfill_detail(request: HttpRequest, id: BackfillId) -> dict[str, Any]:
     return backfills.document(backfills.find(id))
 
 
-BACKFILL_ACTIONS = {
-    "pause": "Pause: none of its runs starts until it is unpaused (running ones go on)",
-    "unpause": "Unpause: its runs start again on the scheduler's next pass",
-    "cancel": "Cancel: its runs not started never start; running ones finish",
-}
-
-
-def _action_view(action: str) -> Any:
+def _action_view(action: BackfillAction) -> Any:
     def view(request: HttpRequest, id: BackfillId, body: NoFields = NoFields.EMPTY) -> dict[str, Any]:
-        return backfills.document(backfills.act(backfills.find(id), action, request.user))
+        return backfills.document(backfills.act(backfills.find(id), action.name, request.user))
 
     return view
 
@@ -129,7 +123,6 @@ add_actions(
     _action_view,
     tags=["backfills"],
     url_name="backfill",
-    auth=Authenticated(action_registry.TRIGGER_PERMISSION),
     response=Backfill,
     openapi_extra=errors({409: "The backfill has ended (or is running, for unpause)."}),
 )

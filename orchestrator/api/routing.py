@@ -1,12 +1,14 @@
 """How the API's modules declare operations on their ninja routers: the answers as the views build
 them, the errors only an operation gives, and the action endpoints (POST PATH/ACTION) declared
-in one loop."""
+in one loop from `orchestrator.action_registry`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ninja import Router
+
+from orchestrator.api.access import Authenticated
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -24,13 +26,29 @@ def errors(meanings: Mapping[int, str]) -> dict[str, Any]:
     return {"responses": {status: {"description": meaning, "content": content} for status, meaning in meanings.items()}}
 
 
+class Declared(Protocol):
+    """What the API reads of an action's declaration in the registry."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def permission(self) -> str: ...
+
+
+Action = TypeVar("Action", bound=Declared)
+
+
 def add_actions(
-    on: Router, path: str, summaries: Mapping[str, str], view_for: Callable[[str], Callable[..., Any]], **declared: Any
+    on: Router, path: str, registered: Mapping[str, Action], view_for: Callable[[Action], Callable[..., Any]], **declared: Any
 ) -> None:
-    """POST `path`/ACTION for each action of `summaries`, answered by `view_for(action)` (named
-    `url_name`'s prefix + action: task_clear, circuit_open) and declared alike (`declared`)."""
+    """POST `path`/NAME for each registered action, with its summary and permission, answered by
+    `view_for(action)` (named `url_name`'s prefix + name: task_clear, circuit_open) and
+    otherwise declared alike (`declared`)."""
     prefix = declared.pop("url_name")
-    for action, summary in summaries.items():
+    for action in registered.values():
         view = view_for(action)
-        view.__name__ = f"{prefix}_{action}"
-        on.post(f"{path}/{action}", summary=summary, url_name=view.__name__, **declared)(view)
+        view.__name__ = f"{prefix}_{action.name}"
+        auth = Authenticated(action.permission)
+        on.post(f"{path}/{action.name}", summary=action.summary, url_name=view.__name__, auth=auth, **declared)(view)

@@ -7,13 +7,13 @@ from ninja import Query, Status
 from pydantic import Field, StrictBool, StrictInt, create_model
 
 from orchestrator import actions
-from orchestrator.action_registry import DAG_ACTIONS, TASK_ACTIONS, TaskAction
+from orchestrator.action_registry import DAG_ACTIONS, TASK_ACTIONS, TASK_MAP_INDEX, TASK_NOTE, TaskAction
 from orchestrator.api.access import Authenticated
 from orchestrator.api.inputs import DagId, JsonObject, LogicalDate, RequestBody, RunId, TaskId, Text, given, query_model
 from orchestrator.api.queries import FAILURE_PARAMS, FailureFilter, failed_attempts, failure_document
 from orchestrator.api.responses import Dag as DagAnswer
 from orchestrator.api.responses import DagList, FailureList, Run, RunList
-from orchestrator.api.routing import errors, router_answering_as_built
+from orchestrator.api.routing import add_actions, errors, router_answering_as_built
 from orchestrator.documents import dag_document, run_document, run_summary
 from orchestrator.models import Dag, DagRun
 from orchestrator.querystring import LIMIT, choice
@@ -27,11 +27,8 @@ RUNS = "/dags/{dag_id}/runs"
 RUN = "/dags/{dag_id}/runs/{run_id}"
 TASK = "/dags/{dag_id}/runs/{run_id}/tasks/{task_id}"
 
-Note = Annotated[Text, Field(description="Why: kept in the audit log and the task's context.")]
-MapIndex = Annotated[
-    StrictInt,
-    Field(ge=0, le=2**31 - 1, description="A mapped task's instance to act on; without it, every instance is acted on (each audited)."),
-]
+Note = Annotated[Text, Field(description=TASK_NOTE)]
+MapIndex = Annotated[StrictInt, Field(ge=0, le=2**31 - 1, description=TASK_MAP_INDEX)]
 
 
 class TaskActionBody(RequestBody):
@@ -120,32 +117,31 @@ def task_action(request: HttpRequest, dag_id: str, run_id: str, task_id: str, ac
     return run_document(actions.find_run(dag_id, run_id))
 
 
-def _add_task_action(action: TaskAction) -> None:
-    """The endpoint of one registered task action: POST .../tasks/TASK_ID/NAME."""
+def _task_action_view(action: TaskAction) -> Any:
+    """The view of one registered task action, taking its own body."""
     Body = _body_of(action)  # noqa: N806 (a class)
 
     def view(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: Body = Body.EMPTY) -> dict[str, Any]:  # type: ignore[valid-type]  # the action's own body
         return task_action(request, dag_id, run_id, task_id, action, body)
 
-    view.__name__ = f"task_{action.name}"
-    router.post(
-        f"{TASK}/{action.name}",
-        summary=action.summary,
-        tags=["tasks"],
-        url_name=f"task_{action.name}",
-        auth=Authenticated(action.permission),
-        response=Run,
-        openapi_extra=errors(
-            {
-                404: "No such DAG, run, task, or map_index.",
-                409: "The task's state (every instance's, for a mapped task) does not allow this action now.",
-            },
-        ),
-    )(view)
+    return view
 
 
-for _action in TASK_ACTIONS.values():
-    _add_task_action(_action)
+add_actions(
+    router,
+    TASK,
+    TASK_ACTIONS,
+    _task_action_view,
+    tags=["tasks"],
+    url_name="task",
+    response=Run,
+    openapi_extra=errors(
+        {
+            404: "No such DAG, run, task, or map_index.",
+            409: "The task's state (every instance's, for a mapped task) does not allow this action now.",
+        },
+    ),
+)
 
 
 @router.get(

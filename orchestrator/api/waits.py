@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from pydantic import Field, StrictInt
 
 from orchestrator import action_registry, actions
+from orchestrator.action_registry import APPROVAL_ACTIONS, APPROVAL_NOTE, ApprovalAction
 from orchestrator.api.access import Authenticated
 from orchestrator.api.inputs import DagId, RequestBody, RunId, TaskId, Text, check_no_nul
 from orchestrator.api.responses import Answer, Run
@@ -43,7 +44,7 @@ class EventBody(RequestBody):
 
 
 class DecisionBody(RequestBody):
-    note: Annotated[Text, Field(description="Why: kept with the decision and in the audit log.")] = ""
+    note: Annotated[Text, Field(description=APPROVAL_NOTE)] = ""
     map_index: MapIndex = None  # type: ignore[assignment]
 
 
@@ -92,10 +93,10 @@ def broadcast_event(request: HttpRequest, body: EventBody) -> dict[str, Any]:
     return {"delivered": [d.document() for d in delivered]}
 
 
-def _decision_view(action: str) -> Any:
+def _decision_view(action: ApprovalAction) -> Any:
     def view(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: TaskId, body: DecisionBody = DecisionBody.EMPTY) -> dict[str, Any]:
         instances = actions.find_task_instances(dag_id, run_id, task_id, body.map_index)
-        waits.decide(instances, _actor(request), approve=action == "approve", note=body.note)
+        waits.decide(instances, _actor(request), approve=action.approves, note=body.note)
         return run_document(actions.find_run(dag_id, run_id))
 
     return view
@@ -104,14 +105,10 @@ def _decision_view(action: str) -> Any:
 add_actions(
     router,
     TASK,
-    {
-        "approve": "Approve a task waiting for an approval: it succeeds with {approved_by, note}",
-        "reject": "Reject a task waiting for an approval: it fails as user_action/rejected, not retried",
-    },
+    APPROVAL_ACTIONS,
     _decision_view,
     tags=["waits"],
     url_name="task",
-    auth=Authenticated(waits.APPROVE_PERMISSION),
     response=Run,
     openapi_extra=errors(
         {

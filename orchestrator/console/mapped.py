@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db.models import Count
 
-from orchestrator.action_registry import BULK_OFFERS, TASK_ACTIONS
-from orchestrator.console.choices import Operator
+from orchestrator.action_registry import MAPPED_TASK_OFFERS
+from orchestrator.console.choices import BulkChoice, Operator, bulk_choice
 from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label
 from orchestrator.models import DagRun, TaskInstance
@@ -52,16 +52,6 @@ class InstanceRow:
     tries: str
     last_failure: str  # "category/reason", or ""
     url: str
-
-
-@dataclass(frozen=True)
-class BulkChoice:
-    name: str
-    label: str
-    url: str
-    explanation: str
-    scope: str  # "all" | "failed"
-    danger: bool = False
 
 
 def state_counts(run: DagRun, task_id: str) -> dict[str, int]:
@@ -124,11 +114,8 @@ def bulk_choices(counts: Mapping[str, int], base_url: str, allowed_by_state: Map
         return any(action in allowed_by_state.get(s, ()) for s in states)
 
     return [
-        BulkChoice(
-            offer.action, offer.label.format(n=n, f=f), f"{base_url}/{offer.action}",
-            offer.explanation.format(n=n, f=f), offer.scope, danger=TASK_ACTIONS[offer.action].danger,
-        )  # fmt: skip
-        for offer in BULK_OFFERS
+        bulk_choice(offer, f"{base_url}/{offer.action}", n=n, f=f)
+        for offer in MAPPED_TASK_OFFERS
         if any_allows(offer.action, offer.scope)
     ]
 

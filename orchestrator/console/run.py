@@ -9,9 +9,10 @@ from typing import Any
 from django.db.models import Count
 from django.urls import reverse
 
+from orchestrator.action_registry import RUN_OFFERS, BulkOffer
 from orchestrator.console import rootcause
 from orchestrator.console.attempts import AttemptView, attempt_view, dead_lettered_at
-from orchestrator.console.choices import ActionChoice, Operator, choice
+from orchestrator.console.choices import ActionChoice, BulkChoice, Operator, bulk_choice, choice
 from orchestrator.console.grid import waiting_words
 from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label, pretty_json
@@ -85,6 +86,11 @@ def _button(run: DagRun, ti: TaskInstance, name: str) -> ActionChoice:
     return choice(name, url, ti)
 
 
+def _run_offer(run: DagRun, offer: BulkOffer) -> BulkChoice:
+    """What the run page offers on its failed tasks: POST .../runs/RUN_ID/ACTION_SCOPE."""
+    return bulk_choice(offer, reverse(f"web:run_{offer.action}_{offer.scope}", args=[run.dag.dag_id, run.run_id]))
+
+
 def context(run: DagRun, operator: Operator, *, action_error: str = "", notice: str = "", page: int = 1) -> dict[str, Any]:
     """The context of the run page and of its #run-body partial: one page of its tasks."""
     counts = dict(run.task_instances.filter(map_index__gte=-1).order_by().values_list("state").annotate(n=Count("id")))
@@ -92,6 +98,7 @@ def context(run: DagRun, operator: Operator, *, action_error: str = "", notice: 
     page = min(max(1, page), page_count(total, RUN_PAGE_SIZE))
     offset = (page - 1) * RUN_PAGE_SIZE
     views = task_instance_views(run, operator, offset=offset, limit=RUN_PAGE_SIZE)
+    has_failed = counts.get(TaskState.FAILED, 0) > 0
     return {
         "task_page": Span.of(page, RUN_PAGE_SIZE, total, len(views)),
         "task_counts": "({})".format(", ".join(f"{state} {n}" for state, n in sorted(counts.items()))),
@@ -104,5 +111,5 @@ def context(run: DagRun, operator: Operator, *, action_error: str = "", notice: 
         "action_error": action_error,
         "notice": notice,
         "may_act": operator.may_act,
-        "has_failed": counts.get(TaskState.FAILED, 0) > 0,
+        "run_offers": [_run_offer(run, offer) for offer in RUN_OFFERS] if has_failed else [],
     }

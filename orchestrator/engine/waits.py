@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from orchestrator import sql
+from orchestrator.action_registry import APPROVE_PERMISSION
 from orchestrator.audit import User, audit, username_of
 from orchestrator.clock import shared_now
 from orchestrator.engine import reporting, waitchecks
@@ -50,7 +51,6 @@ from retries.states import (
 
 log = logging.getLogger(__name__)
 
-APPROVE_PERMISSION = "orchestrator.approve_taskinstance"
 # Due waits one pass checks (the oldest due first); more are left for the next pass.
 CHECKS_PER_PASS = 500
 # How long a claimed check is another scheduler's to leave alone: past an HTTP check's bound,

@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from orchestrator import actions
+from orchestrator.action_registry import APPROVAL_ACTIONS
 from orchestrator.console.taskinstance import task_url
 from orchestrator.engine import waits
 from orchestrator.exceptions import ActionError, Forbidden
@@ -32,8 +33,7 @@ def approval_context(user: Any, ti: TaskInstance | None) -> dict[str, Any] | Non
         "message": waits.approval_message(ti),
         "who": f"members of {', '.join(groups)}" if groups else "anyone with the approve permission",
         "may_decide": waits.refusal(user, ti) is None,
-        "approve_url": f"{base}/approve{query}",
-        "reject_url": f"{base}/reject{query}",
+        "choices": [{"action": action, "url": f"{base}/{action.name}{query}"} for action in APPROVAL_ACTIONS.values()],
         "map_index": ti.map_index,
     }
 
@@ -72,13 +72,14 @@ def decide(request: HttpRequest, dag_id: str, run_id: str, task_id: str, action:
     map_index = int(raw) if raw and raw.lstrip("-").isdigit() and int(raw) >= 0 else None
     instances = lookup(actions.find_task_instances, dag_id, run_id, task_id, map_index)
     note = request.POST.get("note", "").strip()
+    decision = APPROVAL_ACTIONS[action]
     try:
-        waits.decide(instances, request.user, approve=action == "approve", note=note)
+        waits.decide(instances, request.user, approve=decision.approves, note=note)
     except Forbidden as exc:
         raise PermissionDenied(str(exc)) from exc  # 403, as every action the user may not take
     except ActionError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"{'approved' if action == 'approve' else 'rejected'} {task_id}" + (f": {note}" if note else ""))
+        messages.success(request, decision.confirmation(task_id, note))
     url = task_url(dag_id, run_id, task_id) + (f"?map_index={map_index}" if map_index is not None else "")
     return HttpResponseRedirect(url)

@@ -2,6 +2,7 @@
 its pause, unpause and cancel buttons. Thin views around orchestrator.backfills."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -11,6 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from orchestrator import action_registry, actions, backfills
+from orchestrator.action_registry import BackfillAction
 from orchestrator.exceptions import ActionError, BadRequest
 from orchestrator.models import Backfill, BackfillDate
 from orchestrator.params import ParamError, conf_from_text
@@ -82,9 +84,25 @@ def _page_context(request: HttpRequest, backfill: Backfill) -> dict[str, Any]:
         "done": runs["success"] + runs["failed"],
         "dates": dates,
         "over": backfills.is_over(backfill),
-        "moves": backfills.moves_from(backfill),
+        "choices": [_choice(backfill, action, pending=runs["pending"]) for action in backfills.moves_from(backfill)],
         "may_act": actions.may_trigger(request.user),
     }
+
+
+@dataclass(frozen=True)
+class BackfillChoice:
+    """A button of the backfill page, as the registry declares its action."""
+
+    name: str
+    label: str
+    url: str
+    explanation: str  # empty: taken without asking to confirm
+    danger: bool
+
+
+def _choice(backfill: Backfill, action: BackfillAction, *, pending: int) -> BackfillChoice:
+    url = reverse(f"web:backfill_{action.name}", args=[backfill.pk])
+    return BackfillChoice(action.name, action.label, url, action.explain(pending) if action.explain else "", action.danger)
 
 
 @login_required

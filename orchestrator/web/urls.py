@@ -1,7 +1,7 @@
 """Operator pages (login required)."""
 from django.urls import path
 
-from orchestrator.action_registry import TASK_ACTIONS
+from orchestrator.action_registry import APPROVAL_ACTIONS, BACKFILL_ACTIONS, TASK_ACTIONS
 from orchestrator.web import alerts, approvals, backfills, views
 
 app_name = "web"
@@ -17,7 +17,7 @@ urlpatterns = [
     path("backfills/<str:backfill_id>/", backfills.backfill_detail, name="backfill_detail"),
     *[
         path(f"backfills/<str:backfill_id>/{action}", backfills.backfill_action, {"action": action}, name=f"backfill_{action}")
-        for action in ("pause", "unpause", "cancel")
+        for action in BACKFILL_ACTIONS
     ],
     path(f"{RUN}/", views.run_detail, name="run_detail"),
     path(f"{RUN}/clear_failed", views.run_clear_failed, name="run_clear_failed"),
@@ -33,7 +33,7 @@ urlpatterns = [
     path("approvals/", approvals.approvals, name="approvals"),
     *[
         path(f"{RUN}/tasks/<str:task_id>/{action}", approvals.decide, {"action": action}, name=f"task_{action}")
-        for action in ("approve", "reject")
+        for action in APPROVAL_ACTIONS
     ],
     path("fingerprints/<str:fingerprint>/", views.fingerprint, name="fingerprint"),
     path("dead-letters/", views.dead_letters, name="dead_letters"),

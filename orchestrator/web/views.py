@@ -16,14 +16,21 @@ from django.views.decorators.http import require_GET, require_POST
 from alerts import documents as alert_documents
 from deadlines.history import dag_deadline_history
 from orchestrator import actions
-from orchestrator.action_registry import ACT_PERMISSION, PAUSE_PERMISSION, TASK_ACTIONS, TRIGGER_PERMISSION
+from orchestrator.action_registry import (
+    ACT_PERMISSION,
+    DAG_ACTIONS,
+    DEAD_LETTER_OFFERS,
+    PAUSE_PERMISSION,
+    TASK_ACTIONS,
+    TRIGGER_PERMISSION,
+)
 from orchestrator.console import audit as audit_entries
 from orchestrator.console import charts, dags, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
 from orchestrator.console import params as run_params
 from orchestrator.console import run as run_page
 from orchestrator.console import workers as worker_pages
-from orchestrator.console.choices import Operator
+from orchestrator.console.choices import Operator, bulk_choice
 from orchestrator.console.text import pretty_json
 from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
 from orchestrator.models import Dag, DagRun
@@ -77,6 +84,8 @@ def _dag_context(request: HttpRequest, dag: Dag, **extra: Any) -> dict[str, Any]
         "deadline_chart": charts.deadline_history([r.run for r in dag_grid.runs]),
         "may_trigger": actions.may_trigger(request.user),
         "may_pause": actions.may_pause(request.user),
+        "trigger": DAG_ACTIONS["trigger"],
+        "toggle": DAG_ACTIONS["unpause" if dag.paused else "pause"],
         "dag_deadline_history": dag_deadline_history(dag),
         "default_args": pretty_json(dag.default_args),
         "backfills": backfill_pages.recent_backfills(dag),
@@ -291,11 +300,12 @@ def run_clear_failed(request: HttpRequest, dag_id: str, run_id: str) -> HttpResp
 @login_required
 @require_GET
 def dead_letters(request: HttpRequest) -> HttpResponse:
-    context = {"groups": deadletters.groups(), "may_act": actions.may_act(request.user)}
-    return TemplateResponse(request, "web/dead_letters.html", context)
+    url = reverse("web:dead_letter_action")
+    groups = [(group, [bulk_choice(offer, url, n=group.count) for offer in DEAD_LETTER_OFFERS]) for group in deadletters.groups()]
+    return TemplateResponse(request, "web/dead_letters.html", {"groups": groups, "may_act": actions.may_act(request.user)})
 
 
-BULK_DEAD_LETTER_ACTIONS = ("clear", "mark_failed")
+BULK_DEAD_LETTER_ACTIONS = tuple(offer.action for offer in DEAD_LETTER_OFFERS)
 
 
 @login_required
@@ -305,7 +315,7 @@ def dead_letter_action(request: HttpRequest) -> HttpResponse:
     _require_act(request)
     action = request.POST.get("action", "")
     if action not in BULK_DEAD_LETTER_ACTIONS:
-        return HttpResponse("action must be clear or mark_failed", status=400, content_type="text/plain")
+        return HttpResponse(f"action must be {' or '.join(BULK_DEAD_LETTER_ACTIONS)}", status=400, content_type="text/plain")
     group = deadletters.in_group(request.POST.get("fingerprint", "").strip())
     note = request.POST.get("note", "").strip()
     done, errors = actions.act_on_many(action, group, request.user, note=note)
