@@ -90,9 +90,10 @@ def find_dag(dag_id: str) -> Dag:
 
 
 def find_run(dag_id: str, run_id: str) -> DagRun:
-    dag = find_dag(dag_id)
-    run = DagRun.objects.select_related("dag").filter(dag=dag, run_id=run_id).first()
+    """The run with its DAG, in one read; which of them is missing is asked only when one is."""
+    run = DagRun.objects.select_related("dag").filter(dag__dag_id=dag_id, run_id=run_id).first()
     if run is None:
+        find_dag(dag_id)
         raise NotFound(f"DAG '{dag_id}' has no run '{run_id}'")
     return run
 
