@@ -9,6 +9,8 @@ outlives it by minutes (its key's time to live), so that record alone is not eno
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -34,19 +36,51 @@ def listened(workers: Iterable[tuple[datetime | None, Iterable[str]]], now: date
     return {queue for last_heartbeat, queues in workers if is_live(last_heartbeat, now, interval) for queue in queues}
 
 
+def reuse_for(interval: float) -> float:
+    """How long one answer of Redis is reused: at most a second, and short enough that a queue
+    whose last worker died is still seen unattended within two intervals of its death (liveness
+    itself takes LIVE_BEATS of them)."""
+    return min(MAX_REUSE, (2 - LIVE_BEATS) * interval)
+
+
+MAX_REUSE = 1.0
+# (monotonic time it was read, the answer): every run document with a queued task asks, and a
+# client polling runs would otherwise pay a Redis round trip (reading every worker) each time.
+_last_answer: tuple[float, set[str] | None] = (-math.inf, None)
+
+
+def forget() -> None:
+    """Ask Redis again on the next call (tests)."""
+    global _last_answer
+    _last_answer = (-math.inf, None)
+
+
 def listened_queues(now: datetime | None = None) -> set[str] | None:
-    """The queues some live worker reads now; None when Redis cannot say (nothing is flagged then)."""
+    """The queues some live worker reads now; None when Redis cannot say (nothing is flagged then).
+    An answer is reused for `reuse_for` the heartbeat interval, unless `now` is given."""
+    global _last_answer
+    interval = float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL)
+    if now is not None:
+        return _read_listened(now, interval)
+    read_at, answer = _last_answer
+    if time.monotonic() - read_at < reuse_for(interval):
+        return answer
+    answer = _read_listened(datetime.now(dt_timezone.utc), interval)
+    _last_answer = (time.monotonic(), answer)
+    return answer
+
+
+def _read_listened(now: datetime, interval: float) -> set[str] | None:
     from rq import Worker
 
     from orchestrator.redis_conn import get_redis
 
-    now = now or datetime.now(dt_timezone.utc)
     try:
         workers = [(w.last_heartbeat, w.queue_names()) for w in Worker.all(connection=get_redis())]
     except Exception:  # an unreachable Redis must not break a page: it only cannot tell
         log.warning("could not read the live workers from Redis", exc_info=True)
         return None
-    return listened(workers, now, float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL))
+    return listened(workers, now, interval)
 
 
 def unattended_wait(queue: str, queued_at: datetime | None, listened: set[str] | None) -> dict | None:

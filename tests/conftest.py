@@ -124,6 +124,15 @@ def caches_held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     storms.forget()
 
 
+@pytest.fixture(autouse=True)
+def fresh_queue_listeners() -> None:
+    """Which queues live workers read is reused for up to a second (`queue_listeners`): each
+    test asks Redis afresh, not a test before it."""
+    from orchestrator import queue_listeners
+
+    queue_listeners.forget()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The minutes-long tests first: in a parallel run one process takes each of them at the
     start while the others share the rest, instead of one of them running on alone at the end."""
