@@ -234,14 +234,16 @@ def trigger(
     the operating-system user who ran it, the audit log's "who".
     """
     by = triggered_by if triggered_by is not None else username_of(user)
-    run = create_manual_run(dag, conf=conf, triggered_by=by, logical_date=logical_date)
-    details: dict[str, Any] = {"conf": conf or {}}
-    if logical_date is not None:
-        details["logical_date"] = run.logical_date.isoformat()
-    if by != username_of(user):  # e.g. "cli": who asked, when no user did
-        details["triggered_by"] = by
-    audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details, username=actor)
-    return run
+
+    def record(run: DagRun) -> None:  # in the run's transaction: no run without its entry
+        details: dict[str, Any] = {"conf": conf or {}}
+        if logical_date is not None:
+            details["logical_date"] = run.logical_date.isoformat()
+        if by != username_of(user):  # e.g. "cli": who asked, when no user did
+            details["triggered_by"] = by
+        audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details, username=actor)
+
+    return create_manual_run(dag, conf=conf, triggered_by=by, logical_date=logical_date, record=record)
 
 
 def record_edit(user: User, dag_id: str, action: str, details: dict[str, Any]) -> AuditLog:

@@ -5,6 +5,7 @@ trigger's (an operator's, the API's), which checks what it is given and moves th
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -43,7 +44,9 @@ def create_run(
     """Insert the run and one task instance per task, in one transaction: a run is never seen
     with only some of its task instances. Its id is `run_id`, or made of its type and logical date."""
     now = now or shared_now()
-    with transaction.atomic():
+    # Inside a caller's transaction, no savepoint of its own: a caller that catches an
+    # IntegrityError (a run id or logical date taken) takes its own.
+    with transaction.atomic(savepoint=False):
         run = DagRun.objects.create(
             dag=dag,
             run_id=run_id or run_id_for(run_type, logical_date),
@@ -134,6 +137,7 @@ def create_manual_run(
     triggered_by: str = "",
     now: datetime | None = None,
     logical_date: datetime | str | None = None,
+    record: Callable[[DagRun], object] | None = None,
 ) -> DagRun:
     """A manual run: its logical date is `logical_date` (`parse_logical_date`), or else its
     trigger time; its conf is `conf` with the DAG's params filled from their defaults. Its
@@ -142,6 +146,9 @@ def create_manual_run(
     Bad conf (not a JSON object): BadRequest; a conf the DAG's params refuse: ParamError (a
     BadRequest naming the key); a logical date that is not ISO 8601: LogicalDateError; a paused
     DAG: Conflict. Nothing is created for any of them.
+
+    `record(run)` is called in the run's transaction (the trigger's audit entry): both are
+    committed, or neither.
     """
     given_date = parse_logical_date(logical_date, dag.timezone) if logical_date is not None else None
     if conf is not None and not isinstance(conf, dict):
@@ -151,16 +158,23 @@ def create_manual_run(
     conf = resolve_conf(dag.params, dag.strict_params, conf)
     now = now or shared_now()
     when = given_date or now
+    base = run_id_for(DagRun.RunType.MANUAL, when)
+    # The time it is queued, to the microsecond, is as good as never taken: it is inserted
+    # without a look first (a clash is the IntegrityError below); a date given is looked up.
+    run_id = base if given_date is None else _free_run_id(dag, base)
     for tries_left in reversed(range(5)):
-        run_id = _free_run_id(dag, run_id_for(DagRun.RunType.MANUAL, when))
         try:
-            run = create_run(
-                dag, run_type=DagRun.RunType.MANUAL, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, run_id=run_id
-            )
+            with transaction.atomic():
+                run = create_run(
+                    dag, run_type=DagRun.RunType.MANUAL, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, run_id=run_id
+                )
+                if record is not None:
+                    record(run)
             break
         except IntegrityError:  # another trigger took that id meanwhile: take the next one
             if not tries_left or not DagRun.objects.filter(dag=dag, run_id=run_id).exists():
                 raise
+            run_id = _free_run_id(dag, base)
     # Start it at once instead of waiting for the next scheduler pass.
     transaction.on_commit(lambda: advance_run_now(run.pk))
     return run
