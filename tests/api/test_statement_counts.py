@@ -1,0 +1,84 @@
+"""A trigger and a run document, the API's busiest answers, in a few statements whatever the
+size of the run: none per task, none per attempt (their time is measured by `python -m bench
+--only api-profile`, never here)."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from orchestrator.auth import create_token
+from orchestrator.models import TaskAttempt
+from tests.api.factories import chain_dag
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# The token and the user's permissions (3 reads), the DAG; in one transaction the run and its
+# task instances inserted, the tasks and the deadline definitions read, the audit entry (5); in
+# a second the run started and its first task dispatched (7); the document's four reads.
+TRIGGER_STATEMENTS = 20
+TRIGGER_TRANSACTIONS = 2
+# The token, the run with its DAG, its task instances, their attempts, task state, deadlines.
+DOCUMENT_STATEMENTS = 6
+TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
+
+
+@pytest.fixture
+def api(alice) -> Client:
+    return Client(HTTP_AUTHORIZATION=f"Bearer {create_token(alice)}")
+
+
+def _task_ids(count: int) -> tuple[str, ...]:
+    return tuple(f"t{n}" for n in range(count))
+
+
+def _statements(call) -> tuple[object, list[str]]:
+    """The answer of `call`, and the statements it ran, transaction control left out."""
+    answer, statements = _everything(call)
+    return answer, [sql for sql in statements if not sql.startswith(TRANSACTION_CONTROL)]
+
+
+def _everything(call) -> tuple[object, list[str]]:
+    with CaptureQueriesContext(connection) as captured:
+        answer = call()
+    return answer, [query["sql"] for query in captured.captured_queries]
+
+
+@pytest.mark.parametrize("tasks", [3, 40])
+def test_a_trigger_takes_the_same_few_statements_however_many_tasks(api, caches_held, empty_default_queue, tasks):
+    chain_dag("etl", _task_ids(tasks))
+    assert api.post("/api/v1/dags/etl/runs").status_code == 201  # warms what is read once a while
+    answer, statements = _statements(lambda: api.post("/api/v1/dags/etl/runs"))
+    assert answer.status_code == 201
+    assert len(answer.json()["task_instances"]) == tasks
+    assert len(statements) <= TRIGGER_STATEMENTS, "\n".join(statements)
+
+
+def test_a_trigger_commits_twice_the_run_with_its_audit_entry_then_its_start(api, caches_held, empty_default_queue):
+    chain_dag("etl")
+    api.post("/api/v1/dags/etl/runs")
+    _, statements = _everything(lambda: api.post("/api/v1/dags/etl/runs"))
+    assert statements.count("COMMIT") == TRIGGER_TRANSACTIONS
+    first_commit = statements.index("COMMIT")
+    assert [sql for sql in statements[:first_commit] if "orchestrator_auditlog" in sql]
+
+
+def test_a_trigger_looks_for_no_free_run_id_when_it_is_queued_now(api, caches_held, empty_default_queue):
+    chain_dag("etl")
+    api.post("/api/v1/dags/etl/runs")
+    _, statements = _statements(lambda: api.post("/api/v1/dags/etl/runs"))
+    assert not [sql for sql in statements if "LIKE" in sql]
+
+
+def test_a_run_document_takes_the_same_few_statements_however_many_attempts(api, caches_held, empty_default_queue):
+    chain_dag("etl", _task_ids(10))
+    run_id = api.post("/api/v1/dags/etl/runs").json()["run_id"]
+    first = TaskAttempt.objects.filter(task_instance__task_id="t0").get()
+    for token in range(2, 12):  # attempts enough that one read each would show
+        first.pk, first.attempt_token = None, token
+        first.save()
+    answer, statements = _statements(lambda: api.get(f"/api/v1/dags/etl/runs/{run_id}"))
+    assert answer.status_code == 200
+    assert len(answer.json()["task_instances"][0]["attempts"]) == 11
+    assert len(statements) <= DOCUMENT_STATEMENTS, "\n".join(statements)
