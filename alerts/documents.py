@@ -10,7 +10,7 @@ from django.db.models import Case, IntegerField, Prefetch, QuerySet, Value, When
 
 from alerts import masking, spec
 from alerts.models import AlertRule, Delivery, Incident, IncidentFeed
-from orchestrator.querystring import LIMIT, choice, string
+from orchestrator.foundation.querystring import LIMIT, choice, string
 
 # The filter of GET /api/v1/alerts and the Alerts page, read alike by both.
 PARAMS = (

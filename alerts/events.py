@@ -16,7 +16,7 @@ from django.db import DatabaseError, connections
 from alerts import incidents, rules_cache
 from alerts.matching import Event
 from alerts.models import When
-from orchestrator.clock import shared_now
+from orchestrator.foundation.clock import shared_now
 from orchestrator.listeners import hookimpl
 from orchestrator.models import DagRun, TaskInstance
 from retries.context import ExecutionContext

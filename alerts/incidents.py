@@ -22,8 +22,8 @@ from django.db.models import Exists, F, OuterRef
 from alerts import rules_cache
 from alerts.matching import Event, group_key, group_of, matches
 from alerts.models import AlertEvent, AlertRule, Delivery, Incident, IncidentFeed
-from orchestrator import sql
-from orchestrator.clock import shared_now
+from orchestrator.data import sql
+from orchestrator.foundation.clock import shared_now
 from orchestrator.models import DagRun, TaskInstance
 from retries.states import RunState, TaskState
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from orchestrator.sanitise import clean
+from orchestrator.foundation.sanitise import clean
 
 MESSAGE_LIMIT = 500
 

@@ -31,8 +31,8 @@ from alerts import incidents
 from alerts.models import Delivery, DeliveryTry, Incident
 from deadlines import notifiers
 from deadlines.callbacks import call_in_thread, call_user, describe, load_callable
-from orchestrator import metrics
-from orchestrator.clock import shared_now
+from orchestrator.data import metrics
+from orchestrator.foundation.clock import shared_now
 from retries.backoff import Backoff, ceiling
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from alerts import masking
 from alerts.models import GROUP_KEYS, When
 from deadlines import notifiers
 from deadlines.notifiers import NotifierError
-from orchestrator.importing import import_object
+from orchestrator.foundation.importing import import_object
 from retries.states import Category, Reason
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")

@@ -226,7 +226,7 @@ def source() -> dict[str, Any]:
 def server_versions(redis_url: str) -> dict[str, str]:
     from django.db import connection
 
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     pg = connection.pg_version
     return {"postgresql": f"{pg // 10000}.{pg % 10000}", "redis": get_redis().info("server")["redis_version"], "redis_url": redis_url}

@@ -49,8 +49,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, processes: Processes) -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
 
-    from orchestrator import backfills
     from orchestrator.models import Backfill, DagRun
+    from orchestrator.operations import backfills
 
     dag = make_dag("backfill_bench", TASKS, max_active_runs=args.max_active_runs)
     dag.schedule = "@hourly"

@@ -105,7 +105,7 @@ def _insert_instances(select: str, params: list, overrides: dict[str, str]) -> N
     g); each column is its `overrides` SQL, else the field's default as a parameter."""
     from django.db import connection
 
-    from orchestrator import sql
+    from orchestrator.data import sql
     from orchestrator.models import TaskInstance
 
     fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]

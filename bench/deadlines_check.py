@@ -132,7 +132,7 @@ def main() -> None:
         missed = Deadline.objects.filter(state="missed").count()
         from rq import Queue
 
-        from orchestrator.redis_conn import get_redis
+        from orchestrator.foundation.redis_conn import get_redis
 
         jobs = Queue("default", connection=get_redis()).count
         print(f"\nmissed rows: {missed:,} (expected {due:,}); callback jobs queued: {jobs:,}")

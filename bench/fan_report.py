@@ -67,8 +67,8 @@ def time_report(dag: Any) -> dict[str, float]:
     from rq import Queue
 
     from orchestrator.engine import reporting, run_advance, run_creation
+    from orchestrator.foundation.redis_conn import get_redis
     from orchestrator.models import TaskInstance
-    from orchestrator.redis_conn import get_redis
 
     run = run_creation.create_manual_run(dag)
     root = TaskInstance.objects.get(dag_run=run, task_id="root")

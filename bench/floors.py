@@ -82,7 +82,7 @@ def raw_rq(jobs: int, workers: int, worker_class: str, processes: Processes, red
     from rq.job import Job
     from rq.registry import FailedJobRegistry, FinishedJobRegistry
 
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     rq_cli = str(Path(sys.executable).parent / "rq")
     names = [f"bench-raw-{n}-{os.getpid()}" for n in range(1, workers + 1)]
@@ -127,7 +127,7 @@ def raw_rq_chained(flows: int, burst: int, workers: int, worker_class: str, proc
     from rq import Queue
     from rq.job import Job, JobStatus
 
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     rq_cli = str(Path(sys.executable).parent / "rq")
     names = [f"bench-rawchain-{n}-{os.getpid()}" for n in range(1, workers + 1)]

@@ -109,8 +109,8 @@ def main() -> int:
         from django.db import connection
         from rq import Queue
 
-        from orchestrator import actions
-        from orchestrator.redis_conn import get_redis
+        from orchestrator.foundation.redis_conn import get_redis
+        from orchestrator.operations import actions
 
         call_command("migrate", verbosity=0)
         vendor = f"PostgreSQL {connection.pg_version}" if connection.vendor == "postgresql" else f"SQLite {connection.Database.sqlite_version}"

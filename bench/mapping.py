@@ -105,7 +105,7 @@ def insert_floor() -> float:
     indexes), rolled back. The least an expansion of that width can cost on this server now."""
     from django.db import connection, transaction
 
-    from orchestrator import sql
+    from orchestrator.data import sql
     from orchestrator.models import TaskInstance
 
     fields = [field.column for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
@@ -157,7 +157,7 @@ def main() -> int:
         print(f"  {args.width} plain tasks (settle + dispatch):   {plain_seconds * 1000:8.1f} ms")
         from rq import Queue
 
-        from orchestrator.redis_conn import get_redis
+        from orchestrator.foundation.redis_conn import get_redis
 
         # The expansions' jobs go, not the database: its claim (`claimed_redis`) must stay for
         # the database to be flushed at the end.

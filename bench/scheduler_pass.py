@@ -63,7 +63,7 @@ def populate(dag_id: str, tasks: dict[str, list[str]], kinds: dict[str, str], ru
 
 def refresh_heartbeats(dag) -> None:
     """Every heartbeat of the DAG's task instances fresh, so that a pass finds nothing lost."""
-    from orchestrator.clock import Now
+    from orchestrator.foundation.clock import Now
     from orchestrator.models import TaskInstance
 
     TaskInstance.objects.filter(dag_run__dag=dag, heartbeat_at__isnull=False).update(heartbeat_at=Now())
@@ -76,8 +76,8 @@ def time_passes(dag, repeats: int = 5, steps: bool = True) -> dict[str, Any]:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from orchestrator.clock import Now
     from orchestrator.engine import scheduler
+    from orchestrator.foundation.clock import Now
     from orchestrator.models import TaskInstance
 
     beating = TaskInstance.objects.filter(dag_run__dag=dag, heartbeat_at__isnull=False)

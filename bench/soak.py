@@ -354,7 +354,7 @@ def main() -> int:  # noqa: C901  a script read top to bottom: the stack, the lo
             if not redis_restarted and now >= redis_restart_at:
                 redis_server.stop()
                 redis_server.start()
-                from orchestrator import redis_conn
+                from orchestrator.foundation import redis_conn
 
                 redis_conn._clients.clear()
                 faults["redis restarted empty"] += 1
@@ -396,7 +396,7 @@ def main() -> int:  # noqa: C901  a script read top to bottom: the stack, the lo
         print("attempts by budget and reason: " + ", ".join(f"{k}/{r}: {n}" for (k, r), n in sorted(by_reason.items())))
         stuck = TaskInstance.objects.filter(dag_run_id__in=runs, state="queued")
         if stuck:
-            from orchestrator.redis_conn import get_redis, job_statuses
+            from orchestrator.foundation.redis_conn import get_redis, job_statuses
 
             r = get_redis()
             for ti, status in zip(stuck, job_statuses([ti.job_id for ti in stuck])):

@@ -191,7 +191,7 @@ def wait_for_rq_workers(names: list[str], processes: Processes, timeout: float =
     fork server is warm)."""
     from rq.worker import Worker
 
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     deadline = time.monotonic() + timeout
     while True:
@@ -383,8 +383,8 @@ def measure(name: str, triggered: dict[int, datetime]) -> PhaseResult:
     downstream) follow each task's `upstream`, between the attempts that succeeded last."""
     from rq.job import Job
 
+    from orchestrator.foundation.redis_conn import get_redis
     from orchestrator.models import DagRun, TaskAttempt, TaskInstance, job_id_for
-    from orchestrator.redis_conn import get_redis
     from retries.states import RunState, TaskState
 
     run_ids = list(triggered)

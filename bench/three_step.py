@@ -370,7 +370,7 @@ def profile_in_process(top: int = 25) -> dict[str, list[str]]:
 
     from django.test import Client
 
-    from orchestrator.auth import create_token
+    from orchestrator.api.tokens import create_token
     from orchestrator.models import DagRun
 
     client = Client(HTTP_AUTHORIZATION=f"Bearer {create_token(_bench_user())}", headers={"host": "127.0.0.1"})

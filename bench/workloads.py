@@ -271,8 +271,8 @@ def trigger_wide(ctx: Context) -> dict[str, Any]:
     from django.db.models import Min
     from rq import Queue
 
+    from orchestrator.foundation.redis_conn import get_redis
     from orchestrator.models import DagRun, TaskInstance
-    from orchestrator.redis_conn import get_redis
     from retries.states import UNFINISHED_RUN_STATES, RunState, TaskState
 
     ensure_stack(ctx, ctx.args.concurrency)

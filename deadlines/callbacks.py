@@ -24,7 +24,7 @@ from deadlines import notifiers, queueing
 from deadlines.conf import int_setting, setting
 from deadlines.models import Deadline
 from deadlines.resolution import seconds_late
-from orchestrator.importing import import_object
+from orchestrator.foundation.importing import import_object
 from retries.backoff import Backoff, ceiling
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from deadlines import queueing, risk
 from deadlines.conf import int_setting, setting
 from deadlines.models import OPEN_STATES, Deadline
 from deadlines.resolution import after_misses, mark_missed_batch, settle_finished
-from orchestrator.redis_conn import job_statuses
+from orchestrator.foundation.redis_conn import job_statuses
 from retries.states import FINISHED_RUN_STATES, FINISHED_TASK_STATES
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from deadlines.models import (
     Reference,
 )
 from deadlines.resolution import settle_finished
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.models import DagRun, TaskInstance
 from retries.states import RunState
 

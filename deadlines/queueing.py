@@ -16,7 +16,7 @@ from django.db import transaction
 from rq import Queue
 
 from deadlines.conf import setting
-from orchestrator.redis_conn import get_redis
+from orchestrator.foundation.redis_conn import get_redis
 
 log = logging.getLogger(__name__)
 

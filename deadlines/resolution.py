@@ -17,7 +17,7 @@ from django.db.models.functions import Extract
 from deadlines import queueing
 from deadlines.conf import setting
 from deadlines.models import OPEN_STATES, Deadline
-from orchestrator import metrics
+from orchestrator.data import metrics
 from orchestrator.listeners import notify
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from deadlines.conf import int_setting
+from orchestrator.data.taskconfig import merge_args
 from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
-from orchestrator.taskconfig import merge_args
 from retries.budget import remaining_worst_case_seconds
 from retries.states import FINISHED_TASK_STATES, TaskState
 

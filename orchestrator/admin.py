@@ -11,8 +11,6 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from deadlines.models import DeadlineDefinition
-from orchestrator import actions
-from orchestrator.action_registry import DAG_ACTIONS
 from orchestrator.exceptions import ActionError
 from orchestrator.models import (
     ApiToken,
@@ -25,6 +23,8 @@ from orchestrator.models import (
     TaskAttempt,
     TaskInstance,
 )
+from orchestrator.operations import actions
+from orchestrator.operations.action_registry import DAG_ACTIONS
 from orchestrator.specs.budget import dag_verdicts
 from orchestrator.specs.forms import (
     DagForm,

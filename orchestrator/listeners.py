@@ -20,7 +20,7 @@ import pluggy
 from django.conf import settings
 from django.db import DatabaseError
 
-from orchestrator.importing import import_object
+from orchestrator.foundation.importing import import_object
 
 hookspec = pluggy.HookspecMarker("orchestrator")
 hookimpl = pluggy.HookimplMarker("orchestrator")

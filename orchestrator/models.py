@@ -11,12 +11,21 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from orchestrator.clock import shared_now
+from orchestrator.foundation.clock import shared_now
 from retries.states import UNFINISHED_TASK_STATES, AttemptKind, CircuitState, RunState, TaskState, TriggerRule, WaitFor, choices
 
 IDENTIFIER = RegexValidator(r"^[A-Za-z0-9_.\-]{1,250}$", "Use 1-250 letters, digits, '_', '.' or '-'.")
 OWNER = RegexValidator(r"^[A-Za-z0-9_.\-]{1,100}$", "Use 1-100 letters, digits, '_', '.' or '-'.")
 
+
+# The Django permissions an operator's actions need (the models' own, and those declared in
+# their Meta): triggering runs, acting on task instances, pausing DAGs, operating circuits,
+# approving a task that waits for an approval.
+TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
+ACT_PERMISSION = "orchestrator.change_taskinstance"
+PAUSE_PERMISSION = "orchestrator.change_dag"
+CIRCUIT_PERMISSION = "orchestrator.change_circuit"
+APPROVE_PERMISSION = "orchestrator.approve_taskinstance"
 
 class Dag(models.Model):
     dag_id = models.CharField(max_length=250, unique=True, validators=[IDENTIFIER])
@@ -33,7 +42,7 @@ class Dag(models.Model):
     max_active_tasks = models.PositiveIntegerField(blank=True, null=True)
     default_args = models.JSONField(default=dict, blank=True)
     # Run parameters: NAME -> a JSON Schema with an optional default and description
-    # (orchestrator.params); strict_params: a conf key that is not one of them is refused.
+    # (orchestrator.foundation.run_params); strict_params: a conf key that is not one of them is refused.
     params = models.JSONField(default=dict, blank=True, help_text="NAME: a JSON Schema with an optional default and description.")
     strict_params = models.BooleanField(default=False, help_text="Refuse a conf key that is not a declared param.")
     # The team that owns it: alert rules route on it, the DAG list and the failures filter by it.
@@ -124,7 +133,7 @@ class DagRun(models.Model):
 
 class Backfill(models.Model):
     """One run per logical date of a DAG's schedule in a range, started a few at a time by the
-    scheduler (`orchestrator.engine.backfills`)."""
+    scheduler (`orchestrator.engine.backfill_runs`)."""
 
     class State(models.TextChoices):
         RUNNING = "running"
@@ -153,7 +162,7 @@ class Backfill(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
-            # run_scheduler: the backfills whose runs it starts (engine.backfills.start_runs).
+            # run_scheduler: the backfills whose runs it starts (engine.backfill_runs.start_runs).
             models.Index(fields=["state"], name="backfill_running", condition=Q(state="running")),
         ]
 
@@ -391,7 +400,7 @@ class TaskWait(models.Model):
 class TaskStateEntry(models.Model):
     """One key of a task instance's own store, kept across its attempts (context["task_state"]).
 
-    Written only through `engine.taskstate.apply()`, fenced by the writing attempt's token.
+    Written only through `engine.task_state_store.apply()`, fenced by the writing attempt's token.
     """
 
     task_instance = models.ForeignKey(TaskInstance, on_delete=models.CASCADE, related_name="state_entries")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import environ
 
-from orchestrator.local import runtime as local_runtime
+from orchestrator.local import stack_file as local_runtime
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

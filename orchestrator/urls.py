@@ -4,7 +4,7 @@ from django.http import JsonResponse
 from django.urls import include, path, re_path
 
 from orchestrator.api import errors
-from orchestrator.api.metrics import metrics_view
+from orchestrator.api.prometheus import metrics_view
 
 # The admin's registrations are read here, where the pages are served, not as every process
 # starts (settings: SimpleAdminConfig): a worker or a scheduler imports no admin module, nor what

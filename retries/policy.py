@@ -32,7 +32,7 @@ MAX_RETRY_AFTER_SECONDS = 365 * 24 * 3600.0
 @dataclass(frozen=True)
 class RetryArgs:
     """The task's effective retry settings (default_args merged with its own). No defaults here:
-    they are `orchestrator.taskconfig.system_defaults()`, read into this by `retry_args()`."""
+    they are `orchestrator.data.taskconfig.system_defaults()`, read into this by `retry_args()`."""
 
     retry_delay: float
     retry_backoff: str

@@ -101,7 +101,7 @@ def empty_default_queue() -> Iterator[None]:
     """The `default` RQ queue empty before and after the test (jobs a dispatch enqueued)."""
     from rq import Queue
 
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     Queue("default", connection=get_redis()).empty()
     yield
@@ -114,8 +114,8 @@ def caches_held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     dispatch reads at most once a second (`engine/storms.py`) and the database clock's offset,
     measured once a minute (`clock.py`). A test that counts a step's statements warms them with
     a first step, and on a loaded machine their time may run out before the step it counts."""
-    from orchestrator import clock
     from orchestrator.engine import storms
+    from orchestrator.foundation import clock
 
     monkeypatch.setattr(storms, "CACHE_SECONDS", 3600.0)
     monkeypatch.setattr(clock, "OFFSET_TTL", 3600.0)
@@ -128,7 +128,7 @@ def caches_held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def fresh_queue_listeners() -> None:
     """Which queues live workers read is reused for up to a second (`queue_listeners`): each
     test asks Redis afresh, not a test before it."""
-    from orchestrator import queue_listeners
+    from orchestrator.data import queue_listeners
 
     queue_listeners.forget()
 

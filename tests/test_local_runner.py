@@ -17,9 +17,9 @@ import pytest
 import redis
 from django.contrib.auth import get_user_model
 
-from orchestrator.local import runtime
+from orchestrator.local import stack_file
 from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
-from orchestrator.local.runner import ensure_admin
+from orchestrator.local.stack import ensure_admin
 from tests.conftest import ROOT, wait_until
 
 
@@ -152,7 +152,7 @@ def test_it_runs_the_whole_stack_and_stops_every_process_on_sigterm(tmp_path):
         assert sum("run_scheduler" in cmd for cmd in names.values()) == 1, names
         redis_url = re.search(r"Redis: (redis://127\.0\.0\.1:\d+/0) \(embedded", runner.output).group(1)
         assert redis.Redis.from_url(redis_url).ping()
-        stack = runtime.read_live(runtime.runtime_file(tmp_path / "var"))  # what other terminals read
+        stack = stack_file.read_live(stack_file.runtime_file(tmp_path / "var"))  # what other terminals read
         assert stack is not None
         assert stack.pid == runner.process.pid
         assert stack.redis_url == redis_url
@@ -181,7 +181,7 @@ def test_it_runs_the_whole_stack_and_stops_every_process_on_sigterm(tmp_path):
         wait_until(lambda: not any(_alive(pid) for pid in descendants), timeout=5, message="every child to exit")
         assert _processes_mentioning(str(tmp_path)) == []
         assert "stopping the embedded Redis server" in runner.output
-        assert not runtime.runtime_file(tmp_path / "var").exists()
+        assert not stack_file.runtime_file(tmp_path / "var").exists()
     finally:
         runner.kill()
         for pid in descendants:

@@ -1,4 +1,4 @@
-"""orchestrator.sanitise: what a task or user wrote, made storable in either database."""
+"""orchestrator.foundation.sanitise: what a task or user wrote, made storable in either database."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.sanitise import REPLACEMENT, clean, clean_fields, clean_text
+from orchestrator.foundation.sanitise import REPLACEMENT, clean, clean_fields, clean_text
 
 # Any str Python can hold, surrogates included (hypothesis leaves them out unless asked).
 any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()))
@@ -62,20 +62,20 @@ def test_clean_fields_names_what_it_changed():
 
 @given(json_like)
 def test_first_unstorable_finds_nothing_in_a_cleaned_value(value):
-    from orchestrator.sanitise import first_unstorable
+    from orchestrator.foundation.sanitise import first_unstorable
 
     assert first_unstorable(clean(value)[0]) is None
 
 
 def test_first_unstorable_names_the_path():
-    from orchestrator.sanitise import first_unstorable
+    from orchestrator.foundation.sanitise import first_unstorable
 
     assert first_unstorable({"a": [1, {"b": "x\x00"}]}, "conf") == "conf.a[1].b"
     assert first_unstorable({"ok": "fine"}) is None
 
 
 def test_error_text_names_the_error_clipped_and_storable():
-    from orchestrator.sanitise import error_text
+    from orchestrator.foundation.sanitise import error_text
 
     assert error_text(ValueError("bad \x00 value")) == f"ValueError: bad {REPLACEMENT} value"
     assert error_text(ValueError("x" * 1000), limit=20) == "ValueError: " + "x" * 8

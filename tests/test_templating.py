@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.templating import (
+from orchestrator.foundation.templating import (
     MAX_ENV_STRING_BYTES,
     Quoting,
     Rendered,

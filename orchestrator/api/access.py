@@ -23,9 +23,9 @@ from django.http.multipartparser import MultiPartParserError
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from orchestrator.auth import InvalidToken, bearer_key, user_for_key
+from orchestrator.api.tokens import InvalidToken, bearer_key, user_for_key
 from orchestrator.exceptions import ActionError, BadRequest
-from orchestrator.sanitise import NotJson, parse_json
+from orchestrator.foundation.sanitise import NotJson, parse_json
 
 View = Callable[..., HttpResponse]
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")

@@ -25,7 +25,7 @@ from ninja.openapi.schema import OpenAPISchema
 from ninja.operation import Operation
 from ninja.parser import Parser
 
-from orchestrator.api import access, alerts, audit, backfills, deadline_history, inputs, pools_and_circuits, views, waits, workers_and_dead_letters
+from orchestrator.api import access, alerts, audit, backfill_endpoints, deadline_history, inputs, pools_and_circuits, views, waits, workers_and_dead_letters
 from orchestrator.api.responses import Error
 from orchestrator.api.routing import ERROR
 
@@ -180,6 +180,6 @@ def document() -> dict[str, Any]:
     return dict(api.get_openapi_schema())
 
 
-ROUTERS = (api.default_router, *(m.router for m in (views, backfills, deadline_history, workers_and_dead_letters, pools_and_circuits, audit, alerts, waits)))
+ROUTERS = (api.default_router, *(m.router for m in (views, backfill_endpoints, deadline_history, workers_and_dead_letters, pools_and_circuits, audit, alerts, waits)))
 for router in ROUTERS[1:]:
     api.add_router("", router)

@@ -15,8 +15,8 @@ from orchestrator.api.inputs import DagId, given, query_model
 from orchestrator.api.responses import Answer, Time
 from orchestrator.api.routing import router_answering_as_built
 from orchestrator.exceptions import NotFound
+from orchestrator.foundation.querystring import choice, integer, string
 from orchestrator.models import Dag
-from orchestrator.querystring import choice, integer, string
 
 Seconds = float | None
 

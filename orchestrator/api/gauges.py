@@ -1,5 +1,5 @@
 """Gauges /metrics reads at scrape time: states, not counts of events, so they come from the
-database and Redis as they are now (the counters live in orchestrator.metrics).
+database and Redis as they are now (the counters live in orchestrator.data.metrics).
 """
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from orchestrator.engine import circuits, storms, waits
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import Circuit, Pool, TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.circuits import current_state
 from retries.states import CIRCUIT_GAUGE, HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, TaskState
 

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic import ValidationError as Refused
 
 from orchestrator.exceptions import BadRequest
-from orchestrator.querystring import NO_NUL, Param, check_text
+from orchestrator.foundation.querystring import NO_NUL, Param, check_text
 
 
 def _no_nul(value: str) -> str:

@@ -7,17 +7,17 @@ from django.utils import timezone
 from ninja.params.functions import Path
 from pydantic import Field
 
-from orchestrator import actions
-from orchestrator.action_registry import CIRCUIT_ACTIONS, CIRCUIT_NOTE, CircuitAction
 from orchestrator.api.inputs import RequestBody, Text
 from orchestrator.api.responses import Answer, OneOf, Time
 from orchestrator.api.routing import add_actions, router_answering_as_built
-from orchestrator.documents import iso
 from orchestrator.engine import circuits
 from orchestrator.exceptions import NotFound
 from orchestrator.models import Circuit as CircuitRow
 from orchestrator.models import Pool as PoolRow
 from orchestrator.models import TaskInstance
+from orchestrator.operations import actions
+from orchestrator.operations.action_registry import CIRCUIT_ACTIONS, CIRCUIT_NOTE, CircuitAction
+from orchestrator.operations.documents import iso
 from retries.circuits import current_state
 from retries.states import HOLD_FROM, SLOT_HOLDING_STATES, CircuitState, WaitKind
 

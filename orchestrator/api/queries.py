@@ -1,6 +1,6 @@
-"""Query parameters of the read endpoints, and the API's failures query (its filter is `orchestrator.failure_filter`, the failures page's too).
+"""Query parameters of the read endpoints, and the API's failures query (its filter is `orchestrator.data.failure_filter`, the failures page's too).
 
-Parameters are declared once (orchestrator.querystring.Param) and read with those declarations by the
+Parameters are declared once (orchestrator.foundation.querystring.Param) and read with those declarations by the
 API and the pages alike. A bad parameter is a BadRequest naming the parameter and the value.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from django.db.models import Count, QuerySet
 from django.db.models.fields.json import KT
 from django.http import QueryDict
 
-from orchestrator import failure_filter as failure_filter_rule
-from orchestrator.documents import iso
+from orchestrator.data import failure_filter as failure_filter_rule
+from orchestrator.foundation.querystring import DEFAULT_LIMIT, LIMIT, choice, read_query, since, string
 from orchestrator.models import TaskAttempt
-from orchestrator.querystring import DEFAULT_LIMIT, LIMIT, choice, read_query, since, string
+from orchestrator.operations.documents import iso
 from retries.states import Category, Reason
 
 
@@ -53,7 +53,7 @@ def parse_failure_filter(params: QueryDict) -> FailureFilter:
 
 
 def failed_attempts(failure_filter: FailureFilter) -> QuerySet[TaskAttempt]:
-    """Failed attempts matching the filter (`orchestrator.failure_filter`), newest first (not yet limited)."""
+    """Failed attempts matching the filter (`orchestrator.data.failure_filter`), newest first (not yet limited)."""
     rows = failure_filter_rule.failed_attempts(
         category=failure_filter.category, reason=failure_filter.reason, dag_id=failure_filter.dag_id, owner=failure_filter.owner,
         since=failure_filter.since,

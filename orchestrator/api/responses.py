@@ -1,6 +1,6 @@
 """What the API answers with, as the models ninja checks each answer against and documents.
 
-The views answer with the dicts `orchestrator.documents` (and `api.queries`) build, the ones the
+The views answer with the dicts `orchestrator.operations.documents` (and `api.queries`) build, the ones the
 CLI prints too; ninja validates each against its model here before sending it, so a field a
 builder adds, drops or retypes fails the tests instead of drifting from the OpenAPI document.
 Fields are declared in the order the builders write them (the answer keeps that order), and a

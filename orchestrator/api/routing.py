@@ -1,6 +1,6 @@
 """How the API's modules declare operations on their ninja routers: the answers as the views build
 them, the errors only an operation gives, and the action endpoints (POST PATH/ACTION) declared
-in one loop from `orchestrator.action_registry`."""
+in one loop from `orchestrator.operations.action_registry`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping

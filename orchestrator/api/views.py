@@ -1,4 +1,4 @@
-"""DAGs, runs, task actions and failures: thin views around orchestrator.documents and orchestrator.actions."""
+"""DAGs, runs, task actions and failures: thin views around orchestrator.operations.documents and orchestrator.operations.actions."""
 
 from typing import Annotated, Any
 
@@ -6,17 +6,17 @@ from django.http import HttpRequest
 from ninja import Query, Status
 from pydantic import Field, StrictBool, StrictInt, create_model
 
-from orchestrator import actions
-from orchestrator.action_registry import DAG_ACTIONS, TASK_ACTIONS, TASK_MAP_INDEX, TASK_NOTE, TaskAction
 from orchestrator.api.access import Authenticated
 from orchestrator.api.inputs import DagId, JsonObject, LogicalDate, RequestBody, RunId, TaskId, Text, given, query_model
 from orchestrator.api.queries import FAILURE_PARAMS, FailureFilter, failed_attempts, failure_document
 from orchestrator.api.responses import Dag as DagAnswer
 from orchestrator.api.responses import DagList, FailureList, Run, RunList
 from orchestrator.api.routing import add_actions, errors, router_answering_as_built
-from orchestrator.documents import dag_document, run_document, run_summary
+from orchestrator.foundation.querystring import LIMIT, choice
 from orchestrator.models import Dag, DagRun
-from orchestrator.querystring import LIMIT, choice
+from orchestrator.operations import actions
+from orchestrator.operations.action_registry import DAG_ACTIONS, TASK_ACTIONS, TASK_MAP_INDEX, TASK_NOTE, TaskAction
+from orchestrator.operations.documents import dag_document, run_document, run_summary
 from retries.states import RunState
 
 router = router_answering_as_built()

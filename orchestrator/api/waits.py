@@ -8,14 +8,15 @@ from typing import Annotated, Any
 from django.http import HttpRequest
 from pydantic import Field, StrictInt
 
-from orchestrator import action_registry, actions
-from orchestrator.action_registry import APPROVAL_ACTIONS, APPROVAL_NOTE, ApprovalAction
 from orchestrator.api.access import Authenticated
 from orchestrator.api.inputs import DagId, RequestBody, RunId, TaskId, Text, check_no_nul
 from orchestrator.api.responses import Answer, Run
 from orchestrator.api.routing import add_actions, errors, router_answering_as_built
-from orchestrator.documents import run_document
 from orchestrator.engine import waits
+from orchestrator.models import TRIGGER_PERMISSION
+from orchestrator.operations import actions
+from orchestrator.operations.action_registry import APPROVAL_ACTIONS, APPROVAL_NOTE, ApprovalAction
+from orchestrator.operations.documents import run_document
 
 router = router_answering_as_built()
 
@@ -68,7 +69,7 @@ def _actor(request: HttpRequest) -> Any:
     summary="Send an event to a task waiting for it: it succeeds with the payload as its result",
     tags=["waits"],
     url_name="task_event",
-    auth=Authenticated(action_registry.TRIGGER_PERMISSION),
+    auth=Authenticated(TRIGGER_PERMISSION),
     response=Run,
     openapi_extra=errors({404: "No such DAG, run, task, or map_index.", 409: "The task is not waiting for that event: nothing changed."}),
 )
@@ -84,7 +85,7 @@ def task_event(request: HttpRequest, dag_id: DagId, run_id: RunId, task_id: Task
     summary="Send an event to every task waiting for it (of one DAG, when given)",
     tags=["waits"],
     url_name="events",
-    auth=Authenticated(action_registry.TRIGGER_PERMISSION),
+    auth=Authenticated(TRIGGER_PERMISSION),
     response=Delivered,
 )
 def broadcast_event(request: HttpRequest, body: EventBody) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import QueryDict
 
-from orchestrator.documents import iso
+from orchestrator.foundation.querystring import DEFAULT_LIMIT, LIMIT, Param, read_query, since, string
 from orchestrator.models import AuditLog
-from orchestrator.querystring import DEFAULT_LIMIT, LIMIT, Param, read_query, since, string
+from orchestrator.operations.documents import iso
 
 PARAMS: tuple[Param, ...] = (
     string("dag_id", "Only entries of this DAG."),

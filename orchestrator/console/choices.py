@@ -1,9 +1,9 @@
 """The operator actions as the pages offer them: one button (`ActionChoice`) per action a task
-allows now, with its label, its explanation and its options as `orchestrator.action_registry`
+allows now, with its label, its explanation and its options as `orchestrator.operations.action_registry`
 declares them; one (`BulkChoice`) per action a page offers on many task instances at once.
 
 Which actions a task allows, and whether the operator may act at all, is not decided here: the
-view asks `orchestrator.actions` and passes the answer in (`Operator`), so a page offers exactly
+view asks `orchestrator.operations.actions` and passes the answer in (`Operator`), so a page offers exactly
 what the action would accept.
 """
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.action_registry import TASK_ACTIONS, BulkOffer, Option
 from orchestrator.models import DagRun, TaskInstance
+from orchestrator.operations.action_registry import TASK_ACTIONS, BulkOffer, Option
 
 
 @dataclass(frozen=True)
 class Operator:
-    """What the person looking at a page may do, as `orchestrator.actions` decides it."""
+    """What the person looking at a page may do, as `orchestrator.operations.actions` decides it."""
 
     may_act: bool
     # the actions each task instance allows now, by primary key (empty when may_act is false)

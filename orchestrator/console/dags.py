@@ -8,9 +8,9 @@ from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 
 from orchestrator.console.paging import Span
+from orchestrator.data.taskconfig import merge_args
 from orchestrator.models import Dag, DagRun, TaskInstance
 from orchestrator.specs.budget import dag_verdicts
-from orchestrator.taskconfig import merge_args
 from retries.budget import Verdict
 from retries.states import TaskState
 

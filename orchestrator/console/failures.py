@@ -24,9 +24,9 @@ from django.utils import timezone
 from orchestrator.console.charts import StackedChart, failures_over_time
 from orchestrator.console.rootcause import spent_label
 from orchestrator.console.text import error_summary
-from orchestrator.failure_filter import failed_attempts
+from orchestrator.data.failure_filter import failed_attempts
+from orchestrator.foundation.querystring import choice, read_query, string
 from orchestrator.models import FailureCount, TaskAttempt
-from orchestrator.querystring import choice, read_query, string
 from retries.states import Category, Reason, TaskState
 
 # window name -> (length, bucket function, bucket label format)
@@ -145,7 +145,7 @@ def _hour_keys(flt: Filter, first_hour: datetime, trunc: Any) -> QuerySet:
 def _counted_by_hour(flt: Filter) -> bool:
     """Whether the hourly counts can answer this filter exactly. Not with minute buckets (the 1h
     window), and not with a reason: that filter also matches a dead-lettered task's attempts by
-    the task's own last reason (`orchestrator.failure_filter`), which no count of attempts knows. Those fall
+    the task's own last reason (`orchestrator.data.failure_filter`), which no count of attempts knows. Those fall
     back to scanning the window's attempts."""
     return WINDOWS[flt.window][1] is not TruncMinute and not flt.reason
 

@@ -18,10 +18,10 @@ from django.db.models import Count, Sum
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator import sql
 from orchestrator.console.mapped import counts_text, worst_state
 from orchestrator.console.paging import Span
 from orchestrator.console.text import attempt_label, duration, seconds_between
+from orchestrator.data import sql
 from orchestrator.models import Dag, DagRun, TaskInstance
 from retries.states import UNFINISHED_RUN_STATES, TaskState
 

@@ -13,11 +13,11 @@ from typing import Any
 
 from django.db.models import Count
 
-from orchestrator.action_registry import MAPPED_TASK_OFFERS
 from orchestrator.console.choices import BulkChoice, Operator, bulk_choice
 from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label
 from orchestrator.models import DagRun, TaskInstance
+from orchestrator.operations.action_registry import MAPPED_TASK_OFFERS
 from retries.states import TaskState
 
 # The state a mapped task's cell takes: the first of these any instance is in.
@@ -103,7 +103,7 @@ def bulk_choices(counts: Mapping[str, int], base_url: str, allowed_by_state: Map
     """Actions on every instance, or on the failed ones; each instance is acted on and audited
     on its own, and one whose state refuses the action is left as it is. A choice is offered
     when at least one instance of its scope allows the action (`allowed_by_state`: what an
-    instance in each state allows, as `orchestrator.actions` decides it), read from the counts:
+    instance in each state allows, as `orchestrator.operations.actions` decides it), read from the counts:
     the same work at 10 instances as at 10,000."""
     n = sum(counts.values())
     f = sum(counts.get(state, 0) for state in FAILED_STATES)

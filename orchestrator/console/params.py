@@ -1,7 +1,7 @@
 """The DAG page's run parameters: the table of what the DAG declares, and the trigger form's
 field per param (its description, default and allowed values), read back into a conf.
 
-What a conf may be is decided by `orchestrator.params.resolve_conf` when the run is created;
+What a conf may be is decided by `orchestrator.foundation.run_params.resolve_conf` when the run is created;
 this module only turns what was typed into JSON values and puts a refusal beside its field.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.exceptions import ActionError, BadRequest
-from orchestrator.params import ParamError, conf_from_text, described, schema_of
-from orchestrator.sanitise import NotJson, parse_json
+from orchestrator.foundation.run_params import ParamError, conf_from_text, described, schema_of
+from orchestrator.foundation.sanitise import NotJson, parse_json
 
 FIELD_PREFIX = "param."  # a param's input is named param.NAME
 

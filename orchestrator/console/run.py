@@ -9,16 +9,16 @@ from typing import Any
 from django.db.models import Count
 from django.urls import reverse
 
-from orchestrator.action_registry import RUN_OFFERS, BulkOffer
 from orchestrator.console import rootcause
 from orchestrator.console.attempts import AttemptView, attempt_view, dead_lettered_at
 from orchestrator.console.choices import ActionChoice, BulkChoice, Operator, bulk_choice, choice
 from orchestrator.console.grid import waiting_words
 from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label, pretty_json
-from orchestrator.documents import in_task_order, waiting_for
+from orchestrator.data.queue_listeners import listened_queues
 from orchestrator.models import DagRun, TaskInstance
-from orchestrator.queue_listeners import listened_queues
+from orchestrator.operations.action_registry import RUN_OFFERS, BulkOffer
+from orchestrator.operations.documents import in_task_order, waiting_for
 from retries.states import FINISHED_RUN_STATES, TaskState
 
 # Task rows per page of the run page.

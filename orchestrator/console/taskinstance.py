@@ -25,11 +25,11 @@ from orchestrator.console.choices import ActionChoice, Operator, choice
 from orchestrator.console.grid import waiting_words
 from orchestrator.console.paging import Span, page_count
 from orchestrator.console.text import attempt_label, context_rows, duration, excerpt, seconds_between
-from orchestrator.documents import waiting_for
-from orchestrator.engine import taskstate
+from orchestrator.data.queue_listeners import listened_queues
+from orchestrator.engine import task_state_store
+from orchestrator.foundation.outputstore import OutputStore, output_store
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance, TaskStateEntry
-from orchestrator.outputstore import OutputStore, output_store
-from orchestrator.queue_listeners import listened_queues
+from orchestrator.operations.documents import waiting_for
 from retries.states import IN_FLIGHT_TASK_STATES, TaskState
 
 # Bytes of each stream read from the database for the excerpt; the whole text is one link away.
@@ -164,9 +164,9 @@ STATE_KEYS_PER_PAGE = 100
 
 def task_state_page(ti: TaskInstance, attempts: list[AttemptView], page: int = 1) -> tuple[list[StateRow], Span]:
     """Page `page` (clamped) of the task state's entries, by key, and where it sits among them all."""
-    total = taskstate.count_of(ti.pk)
+    total = task_state_store.count_of(ti.pk)
     page = min(max(1, page), page_count(total, STATE_KEYS_PER_PAGE))
-    entries = taskstate.entries_of(ti.pk, (page - 1) * STATE_KEYS_PER_PAGE, STATE_KEYS_PER_PAGE) if total else []
+    entries = task_state_store.entries_of(ti.pk, (page - 1) * STATE_KEYS_PER_PAGE, STATE_KEYS_PER_PAGE) if total else []
     rows = task_state_rows(entries, attempts)
     return rows, Span.of(page, STATE_KEYS_PER_PAGE, total, len(rows))
 

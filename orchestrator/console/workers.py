@@ -15,8 +15,8 @@ from redis import Redis
 from rq import Queue, Worker
 from rq.job import Job
 
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import TaskInstance
-from orchestrator.redis_conn import get_redis
 from orchestrator.worker.host.spool import set_aside_entries
 from retries.states import ACTIVE_TASK_STATES
 

@@ -16,8 +16,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from orchestrator.clock import shared_now
 from orchestrator.engine.transitions import transition
+from orchestrator.foundation.clock import shared_now
 from orchestrator.listeners import notify
 from orchestrator.models import Circuit, TaskAttempt, TaskInstance
 from retries import admission

@@ -1,7 +1,7 @@
 """Clearing a task instance: back to `none` with fresh tries, fenced by the state and token read.
 
 An operator's clear (`actions.clear`) and a backfill's re-run of a finished run
-(`engine/backfills.py`) both clear through `clear_many()`, so a cleared task is the same
+(`engine/backfill_runs.py`) both clear through `clear_many()`, so a cleared task is the same
 whoever cleared it.
 
 A mapped task whose source is cleared with it is made unexpanded again (`unexpand`): its
@@ -17,13 +17,13 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from orchestrator.audit import audit
-from orchestrator.clock import shared_now
-from orchestrator.engine import taskstate
+from orchestrator.data.audit import audit
+from orchestrator.data.taskconfig import args_for
+from orchestrator.engine import task_state_store
 from orchestrator.engine.transitions import transition_many
 from orchestrator.exceptions import Conflict
+from orchestrator.foundation.clock import shared_now
 from orchestrator.models import DagRun, TaskInstance
-from orchestrator.taskconfig import args_for
 from retries.context import ExecutionContext
 from retries.policy import cleared_max_tries
 from retries.states import Reason, RunState, Source, TaskState
@@ -175,7 +175,7 @@ def clear_for_rerun(run: DagRun, states: Iterable[str], *, by: str, note: str) -
         return {**ExecutionContext.of(Reason.MANUAL_CLEAR, Source.API, user=by, note=note, prior_state=str(ti.state)).to_dict(), "at": now.isoformat()}
 
     changed = clear_with_sources(instances, rows, context_of)
-    taskstate.empty({ti.pk for ti in changed})
+    task_state_store.empty({ti.pk for ti in changed})
     touched = [{"task_id": ti.task_id, "prior_state": ti.state, "new_state": TaskState.NONE.value} for ti in instances]
     audit(None, "backfill_rerun", run.dag.dag_id, run.run_id, "", "", RunState.RUNNING, {"note": note, "cleared": touched}, username=by)
     details = {"note": note, "include_downstream": False, "keep_task_state": False}

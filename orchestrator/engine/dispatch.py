@@ -20,11 +20,11 @@ from django.utils import timezone
 from rq import Queue
 
 from deadlines import lifecycle
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.engine import enqueuing, handover
 from orchestrator.engine.transitions import CHUNK, fence_params, fenced, transition
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import TaskAttempt, TaskInstance, job_id_for
-from orchestrator.redis_conn import get_redis
 from retries.states import DISPATCH_FROM, AttemptKind, TaskState
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from deadlines import lifecycle
-from orchestrator import metrics, sql
+from orchestrator.data import metrics, sql
 from orchestrator.engine import tablestats
 from orchestrator.engine.clearing import parked_index
 from orchestrator.engine.transitions import transition

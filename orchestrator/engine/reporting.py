@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 from django.db import connection, transaction
 
 from deadlines import lifecycle
-from orchestrator import listeners, metrics, sql
-from orchestrator.clock import Now, shared_now
+from orchestrator import listeners
+from orchestrator.data import metrics, sql
+from orchestrator.data.taskconfig import AttemptArgs, args_for, attempt_args, merge_args, platform_settings, retry_args
 from orchestrator.engine import handover, upstream
 from orchestrator.engine.circuits import attempt_ended
 from orchestrator.engine.failure_counts import count as count_failure
@@ -36,10 +37,10 @@ from orchestrator.engine.run_reads import (
     run_is_over,
 )
 from orchestrator.engine.transitions import transition, transition_sql
+from orchestrator.foundation.clock import Now, shared_now
+from orchestrator.foundation.run_params import task_params
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, Task, TaskAttempt, TaskInstance
-from orchestrator.params import task_params
-from orchestrator.taskconfig import AttemptArgs, args_for, attempt_args, merge_args, platform_settings, retry_args
 from retries.context import ExecutionContext
 from retries.memory import MemoryArgs, after_failure
 from retries.policy import Budget, Decision, decide

@@ -47,11 +47,11 @@ from django.db import DatabaseError, InterfaceError, OperationalError, models, t
 from django.db.models import Model, Q, QuerySet
 
 from deadlines.models import Deadline
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.engine.failure_counts import uncount_task_instances
+from orchestrator.foundation.outputstore import OutputStore, output_store
+from orchestrator.foundation.sanitise import error_text
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
-from orchestrator.outputstore import OutputStore, output_store
-from orchestrator.sanitise import error_text
 from retries.states import RunState
 
 log = logging.getLogger(__name__)

@@ -15,16 +15,16 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from deadlines import lifecycle
-from orchestrator.clock import shared_now
 from orchestrator.engine import enqueuing, tablestats
 from orchestrator.engine.admission import dispatch_ready
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.run_reads import active_runs, instances_of, locked_run, outcome_counted
 from orchestrator.engine.run_rules import held_by_pause, may_start_run
 from orchestrator.engine.run_settling import Unwritten, is_due, settle_downstream_of, settle_whole_run
+from orchestrator.foundation.clock import shared_now
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.listeners import notify
 from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.states import RunState
 
 log = logging.getLogger(__name__)

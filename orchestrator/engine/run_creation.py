@@ -14,15 +14,15 @@ from zoneinfo import ZoneInfo
 from django.db import IntegrityError, connection, transaction
 
 from deadlines import lifecycle
-from orchestrator import sql
-from orchestrator.clock import shared_now
+from orchestrator.data import sql
+from orchestrator.data.taskconfig import merge_args
 from orchestrator.engine import tablestats
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.run_advance import advance_run_now
 from orchestrator.exceptions import BadRequest, Conflict
+from orchestrator.foundation.clock import shared_now
+from orchestrator.foundation.run_params import resolve_conf
 from orchestrator.models import Backfill, Dag, DagRun, TaskInstance
-from orchestrator.params import resolve_conf
-from orchestrator.taskconfig import merge_args
 from retries.states import RunState
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count
 
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.engine.graph import DagGraph
 from orchestrator.engine.rules import taking_part
 from orchestrator.engine.run_rules import ActiveRuns

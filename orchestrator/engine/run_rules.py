@@ -2,7 +2,7 @@
 (`max_active_runs`), and what a paused DAG holds. Pure.
 
 `max_active_runs` caps a DAG's RUNNING runs; a backfill's runs are not counted (a backfill has
-a limit of its own, `engine.backfills`). Two paths ask about it, and both read it from
+a limit of its own, `engine.backfill_runs`). Two paths ask about it, and both read it from
 `free_run_slots`, as Airflow does:
 
 - a queued run starts while a slot is free (`may_start_run`, `run_advance`): the other queued

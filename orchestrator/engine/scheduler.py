@@ -26,18 +26,18 @@ from rq import Queue
 from rq.registry import FailedJobRegistry
 from rq.utils import str_to_date
 
-from orchestrator import sql
-from orchestrator.clock import db_now, shared_now
-from orchestrator.engine import backfills, circuits, enqueuing, leases, retention, schedules, waits
+from orchestrator.data import sql
+from orchestrator.engine import backfill_runs, circuits, enqueuing, leases, retention, schedules, waits
 from orchestrator.engine.reporting import report_failure
 from orchestrator.engine.rules import Readiness, readiness
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_run
 from orchestrator.engine.run_reads import FEW_UPSTREAMS, UNFINISHED, UNFINISHED_PROBE, active_runs
 from orchestrator.engine.run_rules import may_create_scheduled_run, not_held_by_pause
+from orchestrator.foundation.clock import db_now, shared_now
+from orchestrator.foundation.redis_conn import get_redis
+from orchestrator.foundation.run_params import ParamError, fill_defaults, resolve_conf
 from orchestrator.models import Dag, DagRun, TaskInstance, job_id_for
-from orchestrator.params import ParamError, fill_defaults, resolve_conf
-from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
 from retries.states import (
     FAILED_TASK_STATES,
@@ -146,7 +146,7 @@ def scheduled_conf(dag: Dag) -> dict:
 
 
 def _start_backfill_runs(now: datetime, report: PassReport) -> None:
-    report.runs_created += backfills.start_runs(now)
+    report.runs_created += backfill_runs.start_runs(now)
 
 
 def _evaluate_circuits(now: datetime, report: PassReport) -> None:

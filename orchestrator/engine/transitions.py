@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.models import TaskInstance
 from retries.states import TaskState
 

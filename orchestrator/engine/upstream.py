@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.models import Task
 from retries.states import TaskState
 

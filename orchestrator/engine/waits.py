@@ -25,18 +25,17 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import F
 
-from orchestrator import sql
-from orchestrator.action_registry import APPROVE_PERMISSION
-from orchestrator.audit import User, audit, username_of
-from orchestrator.clock import shared_now
+from orchestrator.data import sql
+from orchestrator.data.audit import User, audit, username_of
+from orchestrator.data.taskconfig import args_for
 from orchestrator.engine import reporting, waitchecks
 from orchestrator.engine.run_advance import advance_run_now
 from orchestrator.engine.transitions import transition
 from orchestrator.engine.waitstart import waiting_for
 from orchestrator.exceptions import BadRequest, Conflict, Forbidden
-from orchestrator.models import TaskAttempt, TaskInstance, TaskWait
-from orchestrator.results import check_result, problem_message
-from orchestrator.taskconfig import args_for
+from orchestrator.foundation.clock import shared_now
+from orchestrator.foundation.results import check_result, problem_message
+from orchestrator.models import APPROVE_PERMISSION, TaskAttempt, TaskInstance, TaskWait
 from retries.context import ExecutionContext
 from retries.policy import WaitStep, check_phase, next_check, rescheduled
 from retries.states import (

@@ -13,10 +13,10 @@ from typing import Any
 from django.db import transaction
 
 from deadlines import lifecycle
+from orchestrator.data.taskconfig import args_for
 from orchestrator.engine.graph import graph_of
 from orchestrator.engine.transitions import transition
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance, TaskWait
-from orchestrator.taskconfig import args_for
 from retries.policy import wait_timeout_at
 from retries.states import WAITS_WITHOUT_CHECKS, AttemptKind, TaskState, WaitFor, WaitKind
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from orchestrator.taskconfig import merge_args
+from orchestrator.data.taskconfig import merge_args
 from retries.budget import Verdict, check_task, seconds
 
 

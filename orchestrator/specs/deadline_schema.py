@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 from deadlines import notifiers
 from deadlines.models import DAG_REFERENCES, TASK_REFERENCES, Reference
-from orchestrator.importing import import_object
-from orchestrator.specs.checks import (
+from orchestrator.foundation.importing import import_object
+from orchestrator.specs.value_checks import (
     Problems,
     check_mapping,
     is_number,

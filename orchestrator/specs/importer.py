@@ -25,15 +25,15 @@ from django.db.models import Model
 from django.utils import timezone
 
 from deadlines.models import DeadlineDefinition, Reference
+from orchestrator.data.sql import concrete_fields
 from orchestrator.models import Circuit, Dag, Task
 from orchestrator.specs.budget import spec_verdicts, warning_text
-from orchestrator.specs.checks import parse_datetime
 from orchestrator.specs.errors import SpecError, dag_label, located
 from orchestrator.specs.files import FileError, read_spec_file, spec_paths
 from orchestrator.specs.pools import known_pools, spec_pool_problems
 from orchestrator.specs.schema import DagSpec, validate_dag
+from orchestrator.specs.value_checks import parse_datetime
 from orchestrator.specs.wait_schema import dag_run_warnings
-from orchestrator.sql import concrete_fields
 
 # A change to any of these moves the DAG's next scheduled run: the scheduler recomputes it.
 SCHEDULE_FIELDS = frozenset({"schedule", "start_date", "timezone"})

@@ -1,6 +1,6 @@
 """Validation of what a task reads from other tasks: `expand` (a mapped task's source) and the
 templates of a bash command. Both may name only a direct upstream, and a template may not stand
-where the shell would not expand it (`orchestrator/templating.py`).
+where the shell would not expand it (`orchestrator/foundation/templating.py`).
 
 Called by `schema._validate_task` for files and the admin alike; the limit on a literal list is
 `ORCHESTRATOR_MAX_MAP_LENGTH`, read at call time.
@@ -14,8 +14,8 @@ from typing import Any
 from django.conf import settings
 
 from orchestrator.engine.mapping import RESULTS_PREFIX
-from orchestrator.specs.checks import Problems, join, show
-from orchestrator.templating import CONTEXT_NAMES, quoting_problems, result_references
+from orchestrator.foundation.templating import CONTEXT_NAMES, quoting_problems, result_references
+from orchestrator.specs.value_checks import Problems, join, show
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

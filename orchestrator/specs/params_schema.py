@@ -5,7 +5,7 @@ Each param is NAME: a JSON Schema (draft 2020-12) with an optional `default` and
 only to itself (`$ref: "#/..."`): nothing is fetched. A DAG with a schedule cannot have a
 param without a default, since a scheduled run has only the defaults. Called by
 `schema.validate_dag` for files and the admin alike; what a run's conf may be is
-`orchestrator.params.resolve_conf`.
+`orchestrator.foundation.run_params.resolve_conf`.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.params import MAX_DEPTH, depth_of, schema_of, value_problem
-from orchestrator.specs.checks import Problems, is_jsonable, join, show
+from orchestrator.foundation.run_params import MAX_DEPTH, depth_of, schema_of, value_problem
+from orchestrator.specs.value_checks import Problems, is_jsonable, join, show
 
 # A param's name is a conf key and a template's `{{ params.NAME }}`: no dots, no spaces.
 PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")

@@ -28,9 +28,16 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from orchestrator.data.taskconfig import (
+    ARG_KEYS,  # also the order the exporter writes them in
+)
 from orchestrator.engine.limit_args import LIMIT_KEYS
-from orchestrator.sanitise import unstorable
-from orchestrator.specs.checks import (
+from orchestrator.foundation.sanitise import unstorable
+from orchestrator.specs.deadline_schema import DeadlineSpec, validate_deadlines
+from orchestrator.specs.errors import Problem
+from orchestrator.specs.mapping_schema import check_expand, check_templates
+from orchestrator.specs.params_schema import check_params
+from orchestrator.specs.value_checks import (
     IDENTIFIER,
     Problems,
     check_args,
@@ -45,14 +52,7 @@ from orchestrator.specs.checks import (
     show,
     unknown_keys,
 )
-from orchestrator.specs.deadline_schema import DeadlineSpec, validate_deadlines
-from orchestrator.specs.errors import Problem
-from orchestrator.specs.mapping_schema import check_expand, check_templates
-from orchestrator.specs.params_schema import check_params
 from orchestrator.specs.wait_schema import check_wait_for
-from orchestrator.taskconfig import (
-    ARG_KEYS,  # also the order the exporter writes them in
-)
 from retries.states import TriggerRule
 
 DagSpec = dict[str, Any]

@@ -18,7 +18,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from deadlines.notifiers import NotifierError, allowed_host
-from orchestrator.specs.checks import IDENTIFIER, Problems, is_int, join, parse_datetime, show, unknown_keys
+from orchestrator.specs.value_checks import IDENTIFIER, Problems, is_int, join, parse_datetime, show, unknown_keys
 from retries.states import SPEC_WAIT_KINDS, WaitFor
 
 _KEYS = {

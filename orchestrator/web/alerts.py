@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET
 from alerts import documents
 from alerts.models import Incident
 from orchestrator.exceptions import BadRequest
-from orchestrator.querystring import read_query
+from orchestrator.foundation.querystring import read_query
 
 
 @login_required

@@ -12,12 +12,12 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_POST
 
-from orchestrator import actions
-from orchestrator.action_registry import APPROVAL_ACTIONS
 from orchestrator.console.taskinstance import task_url
 from orchestrator.engine import waits
 from orchestrator.exceptions import ActionError, Forbidden
 from orchestrator.models import TaskInstance
+from orchestrator.operations import actions
+from orchestrator.operations.action_registry import APPROVAL_ACTIONS
 from orchestrator.web.pages import lookup
 
 

@@ -28,13 +28,13 @@ def polled(request: HttpRequest, template: str, partial: str, context: dict[str,
 
 
 def require(allowed: bool, permission: str) -> None:
-    """403 unless `allowed` (an orchestrator.actions permission check)."""
+    """403 unless `allowed` (an orchestrator.operations.actions permission check)."""
     if not allowed:
         raise PermissionDenied(f"permission '{permission}' required")
 
 
 def lookup(find: Callable[..., T], *args: Any) -> T:
-    """An orchestrator.actions (or backfills) lookup, with NotFound as the 404 page."""
+    """An orchestrator.operations.actions (or backfills) lookup, with NotFound as the 404 page."""
     try:
         return find(*args)
     except NotFound as exc:

@@ -1,8 +1,8 @@
 """Operator pages (login required)."""
 from django.urls import path
 
-from orchestrator.action_registry import APPROVAL_ACTIONS, BACKFILL_ACTIONS, TASK_ACTIONS
-from orchestrator.web import alerts, approvals, backfills, views
+from orchestrator.operations.action_registry import APPROVAL_ACTIONS, BACKFILL_ACTIONS, TASK_ACTIONS
+from orchestrator.web import alerts, approvals, backfill_pages, views
 
 app_name = "web"
 
@@ -13,10 +13,10 @@ urlpatterns = [
     path("dags/<str:dag_id>/", views.dag_detail, name="dag_detail"),
     path("dags/<str:dag_id>/trigger", views.dag_trigger, name="dag_trigger"),
     path("dags/<str:dag_id>/pause", views.dag_pause, name="dag_pause"),
-    path("dags/<str:dag_id>/backfill", backfills.backfill_new, name="backfill_new"),
-    path("backfills/<str:backfill_id>/", backfills.backfill_detail, name="backfill_detail"),
+    path("dags/<str:dag_id>/backfill", backfill_pages.backfill_new, name="backfill_new"),
+    path("backfills/<str:backfill_id>/", backfill_pages.backfill_detail, name="backfill_detail"),
     *[
-        path(f"backfills/<str:backfill_id>/{action}", backfills.backfill_action, {"action": action}, name=f"backfill_{action}")
+        path(f"backfills/<str:backfill_id>/{action}", backfill_pages.backfill_action, {"action": action}, name=f"backfill_{action}")
         for action in BACKFILL_ACTIONS
     ],
     path(f"{RUN}/", views.run_detail, name="run_detail"),

@@ -15,15 +15,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from alerts import documents as alert_documents
 from deadlines.history import dag_deadline_history
-from orchestrator import actions
-from orchestrator.action_registry import (
-    ACT_PERMISSION,
-    DAG_ACTIONS,
-    DEAD_LETTER_OFFERS,
-    PAUSE_PERMISSION,
-    TASK_ACTIONS,
-    TRIGGER_PERMISSION,
-)
 from orchestrator.console import audit as audit_entries
 from orchestrator.console import charts, dags, deadletters, grid, mapped, taskinstance
 from orchestrator.console import failures as failure_pages
@@ -34,8 +25,16 @@ from orchestrator.console.choices import Operator, bulk_choice
 from orchestrator.console.text import pretty_json
 from orchestrator.exceptions import ActionError, BadRequest, Conflict, NotFound
 from orchestrator.models import Dag, DagRun
-from orchestrator.web import approvals
-from orchestrator.web import backfills as backfill_pages
+from orchestrator.operations import actions
+from orchestrator.operations.action_registry import (
+    ACT_PERMISSION,
+    DAG_ACTIONS,
+    DEAD_LETTER_OFFERS,
+    PAUSE_PERMISSION,
+    TASK_ACTIONS,
+    TRIGGER_PERMISSION,
+)
+from orchestrator.web import approvals, backfill_pages
 from orchestrator.web.pages import STOP_POLLING, is_htmx, lookup, polled, require
 from retries.states import Category, Reason
 
@@ -49,7 +48,7 @@ def run_url(run: DagRun) -> str:
 
 
 def operator(request: HttpRequest) -> Operator:
-    """What the requesting user may do, as orchestrator.actions decides it, for the console."""
+    """What the requesting user may do, as orchestrator.operations.actions decides it, for the console."""
     return Operator(
         may_act=actions.may_act(request.user),
         allowed=partial(actions.allowed_actions, user=request.user),

@@ -22,7 +22,7 @@ import select
 import time
 from typing import Any
 
-from orchestrator.results import MAX_DEPTH, deeper_than
+from orchestrator.foundation.results import MAX_DEPTH, deeper_than
 
 # How much more than the largest value it may carry (a result, a task state value) a task's
 # message may take: what an outcome says besides its result (an exception's message and

@@ -14,8 +14,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.results import check_result, problem_message
-from orchestrator.results import last_line as last_stdout_line
+from orchestrator.foundation.results import check_result, problem_message
+from orchestrator.foundation.results import last_line as last_stdout_line
 from orchestrator.worker.channel import MalformedMessage
 from orchestrator.worker.final import BashExited, Failed, Final, InvalidResult, StartupFailed, Succeeded, Terminated, is_outcome
 from retries.context import ExecutionContext

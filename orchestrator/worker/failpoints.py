@@ -104,7 +104,7 @@ def fire(name: str, *, task_instance_id: int, task_id: str) -> None:
 
 
 def _count(failpoint: Failpoint, task_instance_id: int) -> int:
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     key = failpoint.counter_key(task_instance_id)
     pipe = get_redis().pipeline()

@@ -191,7 +191,7 @@ def test_it_triggers_a_run(admin_client, pipeline) -> None:
     run = DagRun.objects.get(dag=pipeline)
     assert (run.run_type, run.triggered_by) == ("manual", "admin")
     assert run.task_instances.count() == 4
-    entry = AuditLog.objects.get(action="trigger")  # written once, as every trigger is (orchestrator.actions.trigger)
+    entry = AuditLog.objects.get(action="trigger")  # written once, as every trigger is (orchestrator.operations.actions.trigger)
     assert (entry.action, entry.dag_id, entry.run_id, entry.username) == ("trigger", "payments", run.run_id, "admin")
     assert (entry.new_state, entry.details) == (run.state, {"conf": {}})
 

@@ -25,7 +25,7 @@ def incidents_made():
     fail(run)
     succeed(run)
     from alerts.incidents import absorb, resolve_over
-    from orchestrator.clock import shared_now
+    from orchestrator.foundation.clock import shared_now
 
     absorb()  # the sender's count of the queued event
     resolve_over(shared_now())

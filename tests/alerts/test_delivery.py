@@ -10,8 +10,8 @@ import pytest
 
 from alerts import incidents, sending
 from alerts.models import Delivery, DeliveryTry, Incident
-from orchestrator import metrics
-from orchestrator.clock import shared_now
+from orchestrator.data import metrics
+from orchestrator.foundation.clock import shared_now
 from tests.alerts.helpers import Receiver, fail, rule, run_of, succeed, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ import pytest
 from alerts import incidents, rules_cache
 from alerts.models import AlertEvent, Delivery, Incident
 from orchestrator import listeners
-from orchestrator.clock import shared_now
+from orchestrator.foundation.clock import shared_now
 from orchestrator.models import TaskInstance
 from retries.states import Reason, RunState
 from tests.alerts.helpers import fail, rule, run_of, succeed, ti_of

@@ -13,7 +13,7 @@ import pytest
 
 from alerts.matching import Event, Rule, group_key, group_of
 from alerts.models import AlertEvent, AlertRule, Delivery, Incident
-from orchestrator.clock import shared_now
+from orchestrator.foundation.clock import shared_now
 from tests.alerts.helpers import rule, run_of
 from tests.conftest import ROOT
 
@@ -29,7 +29,7 @@ django.setup()
 from alerts import incidents
 from alerts.matching import group_key
 from alerts.models import AlertEvent, AlertRule
-from orchestrator.clock import shared_now
+from orchestrator.foundation.clock import shared_now
 
 go, rounds, run_pk = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rule_id = AlertRule.objects.get(name="race").pk

@@ -1,12 +1,13 @@
-"""orchestrator.actions: what clear, mark success, mark failed and reclassify do to tasks and runs."""
+"""orchestrator.operations.actions: what clear, mark success, mark failed and reclassify do to tasks and runs."""
 from __future__ import annotations
 
 import pytest
 
-from orchestrator import actions, metrics
+from orchestrator.data import metrics
 from orchestrator.engine.transitions import transition
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.models import AuditLog, Dag, DagRun, TaskAttempt
+from orchestrator.operations import actions
 from retries.states import Reason, TaskState
 from tests.api.factories import (
     chain_dag,
@@ -330,7 +331,7 @@ def test_actions_take_their_time_from_the_shared_clock(alice):
 
     from django.utils import timezone
 
-    from orchestrator import clock
+    from orchestrator.foundation import clock
 
     run = make_run(chain_dag("clocked"))
     pause(run.dag)

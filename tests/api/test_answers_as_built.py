@@ -1,4 +1,4 @@
-"""The API answers with the documents as `orchestrator.documents` builds them (the CLI prints the
+"""The API answers with the documents as `orchestrator.operations.documents` builds them (the CLI prints the
 same dicts): ninja checks each against its model and sends it byte for byte as Django's
 JsonResponse would, keys in the builder's order, a key the builder leaves out left out."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from django.core.serializers.json import DjangoJSONEncoder
 
 from orchestrator.api.queries import FailureFilter, failed_attempts, failure_document
-from orchestrator.documents import run_document
 from orchestrator.models import TaskAttempt
+from orchestrator.operations.documents import run_document
 from tests.api.factories import chain_dag, fail, make_run, succeed
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.engine import taskstate
+from orchestrator.engine import task_state_store
 from orchestrator.engine.reporting import report_success
 from tests.api.factories import chain_dag, make_run, start
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 def run():
     run = make_run(chain_dag("etl"))
     ti = start(run, "extract")
-    taskstate.apply(ti.pk, ti.attempt_token, [{"op": "set", "key": "offset", "value": 7}, {"op": "resume", "key": "", "value": "submitted"}])
+    task_state_store.apply(ti.pk, ti.attempt_token, [{"op": "set", "key": "offset", "value": 7}, {"op": "resume", "key": "", "value": "submitted"}])
     report_success(ti.pk, ti.attempt_token)
     return run
 

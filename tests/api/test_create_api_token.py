@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
-from orchestrator.auth import hash_key
+from orchestrator.api.tokens import hash_key
 from orchestrator.models import ApiToken
 from tests.conftest import ROOT
 

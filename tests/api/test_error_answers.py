@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from orchestrator.auth import create_token
+from orchestrator.api.tokens import create_token
 from orchestrator.models import Backfill, DagRun
 from tests.api.factories import chain_dag
 

@@ -39,7 +39,7 @@ def seed_data() -> None:
     fail(run, "transform", stderr="ValueError: bad row\n")
     chain_dag("paused_dag")
     # A scheduled DAG with a backfill, for the backfill endpoints.
-    from orchestrator import backfills
+    from orchestrator.operations import backfills
 
     daily = chain_dag("daily")
     daily.schedule = "@daily"

@@ -13,8 +13,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from deadlines.models import DeadlineDefinition
-from orchestrator.documents import run_document
 from orchestrator.models import AuditLog, Dag, DagRun
+from orchestrator.operations.documents import run_document
 from tests.api.factories import chain_dag
 from tests.conftest import ROOT
 

@@ -5,8 +5,8 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator import metrics
-from orchestrator.auth import create_token
+from orchestrator.api.tokens import create_token
+from orchestrator.data import metrics
 from retries.states import Reason
 from tests.api.factories import chain_dag, fail, make_run
 
@@ -22,7 +22,7 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 
 
 def test_it_serves_the_counters_that_any_process_incremented(bob_client):
-    """Counters incremented through orchestrator.metrics show up with their labels."""
+    """Counters incremented through orchestrator.data.metrics show up with their labels."""
     metrics.increment(metrics.TASK_FAILURES, dag_id="m1", task_id="t", category="application", reason="task_exception")
     metrics.increment(metrics.TASK_FAILURES, dag_id="m1", task_id="t", category="application", reason="task_exception")
     metrics.increment(metrics.INFRASTRUCTURE_RETRIES, dag_id="m1", task_id="t", reason="worker_lost")
@@ -73,7 +73,7 @@ def test_it_refuses_anonymous_scrapes(anonymous_client):
 def test_a_reclassification_is_counted_as_moved_not_taken_back(bob_client, alice):
     """The failure stays counted as it happened; its move to the platform has its own counter,
     so the failures page (which reads the attempt as it is now) and /metrics can be reconciled."""
-    from orchestrator import actions
+    from orchestrator.operations import actions
     from tests.api.factories import instance
 
     run = make_run(chain_dag("moved", retries=0))
@@ -91,8 +91,8 @@ def test_it_serves_the_gauges_of_what_runs_and_waits_now(bob_client, settings):
     orchestrator_circuit_state{circuit}, read at scrape time (a second scrape sees the change)."""
     from rq import Queue, Worker
 
+    from orchestrator.foundation.redis_conn import get_redis
     from orchestrator.models import Circuit, TaskInstance
-    from orchestrator.redis_conn import get_redis
 
     run = make_run(chain_dag("gauged"))
     first = run.task_instances.order_by("id").first()

@@ -8,7 +8,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
-from orchestrator.auth import create_token
+from orchestrator.api.tokens import create_token
 from retries.states import RunState
 from tests.api.factories import chain_dag
 

@@ -5,7 +5,7 @@ import pytest
 from django.test import Client, RequestFactory
 
 from orchestrator.api import errors
-from orchestrator.auth import create_token
+from orchestrator.api.tokens import create_token
 from orchestrator.models import DagRun
 from tests.api.factories import chain_dag
 

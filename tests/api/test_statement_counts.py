@@ -8,7 +8,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator.auth import create_token
+from orchestrator.api.tokens import create_token
 from orchestrator.models import TaskAttempt
 from tests.api.factories import chain_dag
 

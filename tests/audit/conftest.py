@@ -6,11 +6,11 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth.models import User
 
-from orchestrator import actions, backfills
 from orchestrator.engine import clearing
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Circuit, DagRun, TaskInstance
+from orchestrator.operations import actions, backfills
 from tests.api.factories import chain_dag, fail_until_failed, instance, make_run
 from tests.api.personas import (  # noqa: F401
     alice,

@@ -111,7 +111,7 @@ def test_anonymous_gets_401_json(anonymous_client):
 
 
 def test_a_bearer_token_reads_it(bob, client, history):
-    from orchestrator.auth import create_token
+    from orchestrator.api.tokens import create_token
 
     response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {create_token(bob)}")
     assert response.status_code == 200

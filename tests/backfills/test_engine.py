@@ -12,12 +12,12 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from deadlines.models import Deadline, DeadlineDefinition
-from orchestrator import backfills
-from orchestrator.engine import backfills as engine
+from orchestrator.engine import backfill_runs as engine
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_run
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import AuditLog, Backfill, BackfillDate, DagRun, TaskInstance
+from orchestrator.operations import backfills
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -346,7 +346,7 @@ def test_the_limit_on_dates_is_a_setting(settings):
 def test_a_backfill_run_cleared_after_the_end_runs_again_on_a_paused_dag():
     """An operator's clear of a finished backfill run reopens it, and the scheduler moves it on
     although the DAG is paused: nothing stuck."""
-    from orchestrator import actions
+    from orchestrator.operations import actions
 
     dag = daily_dag(paused=True)
     backfill = make(dag, "2026-03-27", "2026-03-27")
@@ -367,7 +367,7 @@ def test_a_rerun_clears_as_an_operator_does_emptying_the_task_state_each_clear_a
     """A re-run's clear is an operator's clear: fresh tries, the task state emptied (so a
     resumable task gets a new idempotency key and submits anew, instead of finding its old job
     and answering already_succeeded), and an audit entry per cleared task naming the creator."""
-    from orchestrator.engine import taskstate
+    from orchestrator.engine import task_state_store
     from orchestrator.models import TaskStateEntry
 
     dag = daily_dag()
@@ -378,12 +378,12 @@ def test_a_rerun_clears_as_an_operator_does_emptying_the_task_state_each_clear_a
     TaskStateEntry.objects.create(
         task_instance=extract, key="job_id", value="job-1", written_at=timezone.now(), attempt_token=1, try_number=1, infrastructure_try_number=0
     )
-    key_before = taskstate.start(extract.pk, dag.dag_id, run.run_id, "extract").idempotency_key
+    key_before = task_state_store.start(extract.pk, dag.dag_id, run.run_id, "extract").idempotency_key
     DagRun.objects.filter(pk=run.pk).update(state="success", end_date=timezone.now())
     backfill = make(dag, "2026-03-27", "2026-03-27", reprocess="completed")
     assert engine.start_batch(backfill.pk, timezone.now()) == 1
     assert not TaskStateEntry.objects.filter(task_instance__dag_run=run).exists()
-    assert taskstate.start(extract.pk, dag.dag_id, run.run_id, "extract").idempotency_key != key_before
+    assert task_state_store.start(extract.pk, dag.dag_id, run.run_id, "extract").idempotency_key != key_before
     clears = AuditLog.objects.filter(action="clear", run_id=run.run_id)
     assert sorted(clears.values_list("task_id", "username", "prior_state", "new_state")) == [
         ("extract", "tester", "success", "none"), ("load", "tester", "success", "none")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import backfills
 from orchestrator.models import Backfill, Dag, DagRun, TaskInstance
+from orchestrator.operations import backfills
 from tests.backfills.tasks import intervals, most_at_once
 from tests.conftest import ROOT, wait_until
 

@@ -16,9 +16,9 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 from rq import Worker
 
-from orchestrator import actions
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import AuditLog, TaskInstance
-from orchestrator.redis_conn import get_redis
+from orchestrator.operations import actions
 from orchestrator.worker.host.spool import SET_ASIDE_KEY
 from tests.api.factories import DagFactory, TaskFactory, chain_dag, fail, fail_until_failed, instance, make_run
 from tests.api.personas import PASSWORD

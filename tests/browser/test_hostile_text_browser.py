@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from orchestrator import actions, backfills
+from orchestrator.foundation.outputstore import output_store
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import Task, TaskInstance
-from orchestrator.outputstore import output_store
-from orchestrator.redis_conn import get_redis
+from orchestrator.operations import actions, backfills
 from orchestrator.worker.host.spool import SET_ASIDE_KEY
 from tests.api.factories import DagFactory, TaskFactory, fail, instance, make_run, succeed
 from tests.browser.conftest import own_connections

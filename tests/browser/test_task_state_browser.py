@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine import taskstate
+from orchestrator.engine import task_state_store
 from orchestrator.engine.reporting import report_failure, report_success
 from orchestrator.models import TaskStateEntry
 from retries.context import ExecutionContext
@@ -26,7 +26,7 @@ def test_an_operator_reads_the_task_state_and_clears_keeping_it(live_server, bro
         operator()
         run = make_run(chain_dag("warehouse", task_ids=("export", "load"), retries=1))
         ti = start(run, "export")
-        taskstate.apply(ti.pk, ti.attempt_token, [
+        task_state_store.apply(ti.pk, ti.attempt_token, [
             {"op": "set", "key": "remote_job_id", "value": "b7c41e09a2f3"},
             {"op": "resume", "key": "", "value": "submitted"},
         ])
@@ -34,7 +34,7 @@ def test_an_operator_reads_the_task_state_and_clears_keeping_it(live_server, bro
         assert report_failure(ti.pk, ti.attempt_token, lost, expected=(TaskState.RUNNING,))
         ti = start(run, "export")
         manifest = {"files": [f"s3://exports/2026-11-25/part-{n:04d}.parquet" for n in range(6)], "rows": 1_204_331}
-        taskstate.apply(ti.pk, ti.attempt_token, [
+        task_state_store.apply(ti.pk, ti.attempt_token, [
             {"op": "resume", "key": "", "value": "reattached"},
             {"op": "set", "key": "manifest", "value": manifest},
         ])

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from orchestrator import actions
 from orchestrator.models import AuditLog, TaskInstance
+from orchestrator.operations import actions
 from retries.states import Reason
 from tests.api.factories import chain_dag, fail, instance, make_run
 from tests.browser.conftest import own_connections

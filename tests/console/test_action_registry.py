@@ -14,8 +14,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator import backfills
-from orchestrator.action_registry import (
+from orchestrator.console.mapped import bulk_choices
+from orchestrator.models import Backfill, TaskInstance
+from orchestrator.operations import backfills
+from orchestrator.operations.action_registry import (
     APPROVAL_ACTIONS,
     APPROVAL_NOTE,
     BACKFILL_ACTIONS,
@@ -29,9 +31,7 @@ from orchestrator.action_registry import (
     TASK_MAP_INDEX,
     TASK_NOTE,
 )
-from orchestrator.actions import BULK_ACTIONS, IMPLEMENTATIONS
-from orchestrator.console.mapped import bulk_choices
-from orchestrator.models import Backfill, TaskInstance
+from orchestrator.operations.actions import BULK_ACTIONS, IMPLEMENTATIONS
 from tests.api.factories import chain_dag, fail_until_failed, make_run, start
 from tests.web.test_dead_letters_page import dead_letter
 
@@ -235,7 +235,7 @@ def test_no_module_or_template_but_the_registry_spells_an_action_s_label_or_word
     sources = [p for p in (ROOT / "orchestrator").rglob("*.py") if p.name != "action_registry.py"]
     sources += list((ROOT / "templates").rglob("*.html"))
     for path in sources:
-        assert not _spellings(path), f"{path} spells an action's words: declare them in orchestrator/action_registry.py"
+        assert not _spellings(path), f"{path} spells an action's words: declare them in orchestrator/operations/action_registry.py"
 
 
 def test_the_check_finds_a_label_written_in_a_template(tmp_path):

@@ -6,8 +6,8 @@ import getpass
 import pytest
 from django.core.management import call_command
 
-from orchestrator import actions
 from orchestrator.models import AuditLog, TaskAttempt
+from orchestrator.operations import actions
 from tests.api.factories import chain_dag, fail_until_failed, instance, make_run, start
 
 pytestmark = pytest.mark.django_db
@@ -99,7 +99,7 @@ def web_host_an_hour_fast(monkeypatch):
     from django.db import connection
     from django.utils import timezone
 
-    from orchestrator import clock
+    from orchestrator.foundation import clock
 
     if connection.vendor != "postgresql":
         pytest.skip("SQLite's clock is this machine's")
@@ -113,7 +113,7 @@ def web_host_an_hour_fast(monkeypatch):
 def test_an_action_and_its_audit_entry_keep_the_shared_clocks_time(alice, web_host_an_hour_fast):
     """The end date an action writes and the audit entry's time are the database's, not the
     web host's: the engine and the pages compare them with the times workers wrote."""
-    from orchestrator.clock import db_now
+    from orchestrator.foundation.clock import db_now
 
     run = make_run(chain_dag("etl"))
     entry = actions.mark_failed(instance(run, "extract"), alice)
@@ -123,8 +123,8 @@ def test_an_action_and_its_audit_entry_keep_the_shared_clocks_time(alice, web_ho
 
 
 def test_a_circuit_operated_by_hand_is_audited_once_on_the_shared_clock(alice, web_host_an_hour_fast):
-    from orchestrator.clock import db_now
     from orchestrator.engine import circuits
+    from orchestrator.foundation.clock import db_now
 
     circuit = circuits.get("payments")
     entry = actions.operate_circuit(circuit, "open", alice, note="downstream is down")

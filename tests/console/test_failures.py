@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator import actions
 from orchestrator.console import failures
 from orchestrator.engine import failure_counts
 from orchestrator.engine.reporting import report_failure
 from orchestrator.models import FailureCount, TaskAttempt, TaskInstance
+from orchestrator.operations import actions
 from retries.context import ExecutionContext
 from retries.states import Reason, Source
 from tests.api.factories import chain_dag, instance, make_run, start

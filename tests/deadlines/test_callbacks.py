@@ -19,7 +19,7 @@ from deadlines.callbacks import run_callback
 from deadlines.check import check_due
 from deadlines.models import Deadline
 from orchestrator.engine.run_creation import create_run
-from orchestrator.redis_conn import get_redis
+from orchestrator.foundation.redis_conn import get_redis
 from tests.deadlines.callables import read_calls
 from tests.deadlines.factories import DeadlineDefinitionFactory, chain_dag
 

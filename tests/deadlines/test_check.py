@@ -13,12 +13,13 @@ from rq import Queue
 from deadlines import check
 from deadlines.check import check_due
 from deadlines.models import Deadline
-from orchestrator import listeners, metrics
+from orchestrator import listeners
+from orchestrator.data import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_run
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import DagRun, TaskInstance
-from orchestrator.redis_conn import get_redis
 from tests.deadlines import recording_listener
 from tests.deadlines.factories import DeadlineDefinitionFactory, add_history, chain_dag
 

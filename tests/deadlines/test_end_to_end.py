@@ -21,8 +21,8 @@ from rq import Queue, Worker
 
 from deadlines.models import Deadline
 from orchestrator.engine.run_creation import create_manual_run, create_run
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import DagRun
-from orchestrator.redis_conn import get_redis
 from tests.conftest import wait_until
 from tests.deadlines.callables import read_calls
 from tests.deadlines.factories import DeadlineDefinitionFactory, add_history, chain_dag

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from deadlines.history import dag_deadline_history, history, summarize
 from deadlines.models import Deadline
-from orchestrator.auth import create_token
+from orchestrator.api.tokens import create_token
 from orchestrator.models import Dag, DagRun
 from tests.deadlines.factories import chain_dag
 

@@ -10,8 +10,8 @@ from rq.job import Job
 from orchestrator.engine import reporting
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_manual_run, create_run
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import DagRun, TaskInstance
-from orchestrator.redis_conn import get_redis
 from tests.deadlines.factories import DeadlineDefinitionFactory, chain_dag
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from orchestrator.liveness import Verdict, judge
+from orchestrator.foundation.liveness import Verdict, judge
 from tests.conftest import ROOT, wait_until
 
 
@@ -34,7 +34,7 @@ def check_alive(process_env):
 @pytest.fixture(autouse=True)
 def no_heartbeats_yet(process_env):
     """Forget the records of processes earlier tests ran on this host (this run's Redis database)."""
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     client = get_redis()
     for key in [*client.scan_iter("rq:worker:*"), *client.scan_iter("orchestrator:alive:*"), "rq:workers"]:

@@ -26,7 +26,7 @@ def _mapped_files(pid: int) -> str:
 
 
 def test_a_worker_starts_without_the_web_api(spawn):
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     name = f"footprint-{uuid.uuid4().hex[:8]}"
     worker = spawn("run_worker", name, "--name", name, "--concurrency", "1")  # a queue of its own
@@ -38,7 +38,7 @@ def test_a_worker_starts_without_the_web_api(spawn):
 
 
 def test_a_scheduler_starts_without_the_web_api(spawn):
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     client = get_redis()
     for key in client.scan_iter("orchestrator:alive:scheduler:*"):

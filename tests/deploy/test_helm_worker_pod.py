@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.redis_conn import get_redis
+from orchestrator.foundation.redis_conn import get_redis
 from tests.conftest import ROOT, wait_until
 from tests.deploy.test_helm_chart import env_of, of_kind, render
 from tests.deploy.test_helm_web_pod import free_port

@@ -12,8 +12,8 @@ from rq import Queue
 from orchestrator.engine import run_advance
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import DagRun, Pool, TaskAttempt, TaskInstance, job_id_for
-from orchestrator.redis_conn import get_redis
 from retries.states import TaskState, WaitKind
 from tests.conftest import wait_until
 from tests.engine.factories import DagFactory, TaskFactory

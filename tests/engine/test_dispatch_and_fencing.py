@@ -11,8 +11,8 @@ from orchestrator.engine import reporting
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import TaskInstance, job_id_for
-from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.engine.factories import DagFactory, TaskFactory, diamond

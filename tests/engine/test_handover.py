@@ -11,8 +11,8 @@ from rq import Queue
 
 from orchestrator.engine import handover, reporting
 from orchestrator.engine.run_creation import create_manual_run
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory
 

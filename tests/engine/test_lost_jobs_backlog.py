@@ -15,8 +15,8 @@ from rq.utils import utcformat
 from orchestrator.engine import enqueuing, scheduler
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import TaskInstance
-from orchestrator.redis_conn import get_redis
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

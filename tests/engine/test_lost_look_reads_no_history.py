@@ -10,11 +10,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rq import Queue
 
-from orchestrator.clock import shared_now
 from orchestrator.engine import scheduler
 from orchestrator.engine.run_creation import create_manual_run
+from orchestrator.foundation.clock import shared_now
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import DagRun, TaskInstance
-from orchestrator.redis_conn import get_redis
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

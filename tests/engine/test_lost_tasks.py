@@ -12,8 +12,8 @@ from rq.registry import FailedJobRegistry
 from orchestrator.engine import reporting, scheduler
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import TaskInstance
-from orchestrator.redis_conn import get_redis
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

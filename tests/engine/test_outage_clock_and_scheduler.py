@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from orchestrator import clock
 from orchestrator.engine.scheduler import _Reconnection
+from orchestrator.foundation import clock
 from orchestrator.models import TaskInstance
 from tests.conftest import wait_until
 from tests.worker.proxy import TcpProxy

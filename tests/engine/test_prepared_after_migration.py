@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from django.db import NotSupportedError, connection, transaction
 
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.engine import reporting
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance

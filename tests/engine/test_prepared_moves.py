@@ -181,7 +181,7 @@ def test_a_report_that_may_make_many_tasks_ready_reads_them_unprepared(postgresq
 
 
 def test_only_constant_names_are_written_into_a_statement():
-    from orchestrator.sql import literals
+    from orchestrator.data.sql import literals
 
     assert literals(["none", "up_for_retry"]) == "'none', 'up_for_retry'"
     for hostile in ("x'); DROP TABLE orchestrator_taskinstance; --", "a b", "it's"):

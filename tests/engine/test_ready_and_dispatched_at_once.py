@@ -8,8 +8,8 @@ from rq import Queue
 
 from orchestrator.engine import reporting, run_settling
 from orchestrator.engine.run_creation import create_manual_run
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import Circuit, Task, TaskAttempt, TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory
 

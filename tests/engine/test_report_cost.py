@@ -179,7 +179,7 @@ def test_the_claim_says_what_the_handshake_must_create_and_the_handshake_creates
     the claim's word for it creates the deadline in its own transaction; a task without one
     creates none. Task state stored by an earlier attempt is seen by the claim too."""
     from deadlines.models import Deadline, DeadlineDefinition
-    from orchestrator.engine import taskstate
+    from orchestrator.engine import task_state_store
     from orchestrator.models import TaskStateEntry
 
     dag = DagFactory(dag_id="start_deadlines")
@@ -196,8 +196,8 @@ def test_the_claim_says_what_the_handshake_must_create_and_the_handshake_creates
         assert reporting.mark_running(ti.pk, ti.attempt_token, pid=1, has_start_deadlines=claimed.has_start_deadlines)
         assert Deadline.objects.filter(task_instance=ti).exists() is expected
         # No task state stored: the start needs no read, and is the start a read would give.
-        started = taskstate.start_claimed(ti.pk, dag.dag_id, run.run_id, task_id, claimed.task_state_epoch, claimed.has_task_state)
-        assert started == taskstate.start(ti.pk, dag.dag_id, run.run_id, task_id)
+        started = task_state_store.start_claimed(ti.pk, dag.dag_id, run.run_id, task_id, claimed.task_state_epoch, claimed.has_task_state)
+        assert started == task_state_store.start(ti.pk, dag.dag_id, run.run_id, task_id)
 
     # A task whose earlier attempt stored task state (as a retry of it would find it).
     resumed = _ti(run, "resumed")
@@ -208,8 +208,8 @@ def test_the_claim_says_what_the_handshake_must_create_and_the_handshake_creates
     claimed = reporting.claim(resumed.pk, resumed.attempt_token, WORKER)
     assert claimed is not None
     assert claimed.has_task_state is True
-    assert taskstate.start_claimed(resumed.pk, dag.dag_id, run.run_id, "resumed", claimed.task_state_epoch, True) is None
-    assert taskstate.start(resumed.pk, dag.dag_id, run.run_id, "resumed").entries == {"cursor": 7}
+    assert task_state_store.start_claimed(resumed.pk, dag.dag_id, run.run_id, "resumed", claimed.task_state_epoch, True) is None
+    assert task_state_store.start(resumed.pk, dag.dag_id, run.run_id, "resumed").entries == {"cursor": 7}
     fresh = reporting.claim(_ti(run, "plain").pk, 0, WORKER)  # already claimed: stale, no second move
     assert fresh is None
 

@@ -129,7 +129,7 @@ def test_the_scheduler_cleans_when_retention_is_set(settings):
 
 def test_it_deletes_the_stored_output_of_the_attempts_it_deletes(settings, tmp_path):
     """The output store's files of deleted attempts go too; those of the runs kept stay."""
-    from orchestrator.outputstore import FileStore
+    from orchestrator.foundation.outputstore import FileStore
 
     settings.ORCHESTRATOR_TASK_OUTPUT_DIR = str(tmp_path / "output")
     store = FileStore(settings.ORCHESTRATOR_TASK_OUTPUT_DIR, 1 << 20)
@@ -228,8 +228,8 @@ def _run_with_every_dependent_row(dag, tmp_path, settings) -> tuple[DagRun, list
     """An old failed run with a row of every kind that hangs from a run (and an output file);
     returns it with the output store's keys of its attempts."""
     from deadlines.models import Deadline
+    from orchestrator.foundation.outputstore import FileStore
     from orchestrator.models import Backfill, BackfillDate, TaskStateEntry, TaskWait
-    from orchestrator.outputstore import FileStore
 
     settings.ORCHESTRATOR_TASK_OUTPUT_DIR = str(tmp_path / "output")
     run = _finished_run(dag, fail=True, ended_days_ago=40)
@@ -276,8 +276,8 @@ def test_the_test_makes_a_row_of_every_kind_that_hangs_from_a_run():
 def test_it_deletes_a_run_with_every_kind_of_row_that_can_hang_from_it(settings, tmp_path):
     """Task state, attempts, deadlines of the run and of its tasks, a backfill's date, failure
     counts and stored output: all deleted (the backfill's date let go of it), the audit kept."""
+    from orchestrator.foundation.outputstore import FileStore
     from orchestrator.models import BackfillDate, TaskStateEntry
-    from orchestrator.outputstore import FileStore
 
     dag = _dag()
     old, keys = _run_with_every_dependent_row(dag, tmp_path, settings)

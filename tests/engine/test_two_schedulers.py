@@ -8,8 +8,8 @@ from django.utils import timezone
 from rq import Queue
 
 from orchestrator.engine.run_creation import create_run
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
-from orchestrator.redis_conn import get_redis
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

@@ -8,11 +8,11 @@ import json
 import pytest
 from django.db import connection, transaction
 
-from orchestrator import actions
 from orchestrator.engine import reporting, upstream
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.upstream import KEEP_FROM_CHARS, _KeptResults, results_json, upstream_results
 from orchestrator.models import DagRun, TaskInstance
+from orchestrator.operations import actions
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]

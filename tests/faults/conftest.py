@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import redis as redis_lib
 
-from orchestrator import redis_conn
 from orchestrator.engine.scheduler import schedule_once
+from orchestrator.foundation import redis_conn
 from orchestrator.models import DagRun
 from tests.conftest import wait_until
 from tests.faults.invariants import SETTLED_TASK_STATES

@@ -223,7 +223,7 @@ def test_kill_9_between_taking_the_job_and_claiming_it(worker, make_dag, records
     """The worker has taken the job from Redis (RQ says `started`) but not yet claimed the attempt
     in the database (held here by a row lock) when it is killed with -9: the task must still be
     found and run again, within the queued timeout, not wait for RQ's own clean-up."""
-    from orchestrator.redis_conn import job_statuses
+    from orchestrator.foundation.redis_conn import job_statuses
 
     settings.ORCHESTRATOR_QUEUED_TIMEOUT = 3
     dag = make_dag([_recorded("t", records, 0)])

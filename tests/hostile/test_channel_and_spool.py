@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import metrics
+from orchestrator.data import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
+from orchestrator.foundation.results import MAX_DEPTH, check_result, deeper_than
 from orchestrator.models import TaskInstance
-from orchestrator.results import MAX_DEPTH, check_result, deeper_than
 from orchestrator.worker.channel import (
     MESSAGE_MARGIN_BYTES,
     MESSAGE_MAX_DEPTH,

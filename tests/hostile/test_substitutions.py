@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from orchestrator.engine.scheduler import schedule_once
+from orchestrator.foundation.results import last_line
 from orchestrator.models import Dag, DagRun, TaskInstance
-from orchestrator.results import last_line
 from tests.conftest import wait_until
 from tests.worker.conftest import make_dag, queue_name, scheduler_settings, trigger, worker  # noqa: F401  fixtures
 

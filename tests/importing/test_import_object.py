@@ -1,10 +1,10 @@
-"""orchestrator.importing.import_object: the one resolver of dotted paths, for every kind of path."""
+"""orchestrator.foundation.importing.import_object: the one resolver of dotted paths, for every kind of path."""
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.importing import ObjectImportError, import_object
-from orchestrator.specs.checks import check_callable
+from orchestrator.foundation.importing import ObjectImportError, import_object
+from orchestrator.specs.value_checks import check_callable
 from tests.worker import tasks
 
 

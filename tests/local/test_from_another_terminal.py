@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.local import runtime
+from orchestrator.local import stack_file
 from orchestrator.local.embedded_redis import free_port
 from tests.local.stack import Stack, commands, get, readme_block, readme_path_setup, readme_try_it, shell
 
@@ -33,7 +33,7 @@ def stack(checkout) -> Iterator[Stack]:
 
 def _not_running(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 1, result
-    assert result.stderr == f"error: {runtime.NOT_RUNNING}\n"
+    assert result.stderr == f"error: {stack_file.NOT_RUNNING}\n"
     assert result.stdout == ""
 
 
@@ -103,7 +103,7 @@ def test_the_banner_comes_last_and_debug_is_on_for_a_loopback_host(checkout, sta
 
 
 def test_with_the_stack_down_a_command_says_so_in_one_line_and_uses_no_other_redis(checkout):
-    runtime_path = runtime.runtime_file(checkout / "var")
+    runtime_path = stack_file.runtime_file(checkout / "var")
     stack = Stack(checkout, free_port())
     try:
         stack.wait_for_banner()
@@ -121,7 +121,7 @@ def test_with_the_stack_down_a_command_says_so_in_one_line_and_uses_no_other_red
 
 def test_a_stack_that_was_killed_outright_is_not_used(checkout):
     """SIGKILL leaves the runtime file behind; its dead owner makes it ignored."""
-    runtime_path = runtime.runtime_file(checkout / "var")
+    runtime_path = stack_file.runtime_file(checkout / "var")
     stack = Stack(checkout, free_port())
     try:
         stack.wait_for_banner()

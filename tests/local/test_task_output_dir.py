@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 
-from orchestrator.local.runner import LocalStack
+from orchestrator.local.stack import LocalStack
 
 
 def test_its_processes_share_an_output_store_in_the_state_directory(tmp_path, monkeypatch):

@@ -7,12 +7,12 @@ from urllib.parse import quote
 
 import pytest
 
-from orchestrator import actions
-from orchestrator.documents import run_document
 from orchestrator.engine import reporting
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
+from orchestrator.operations import actions
+from orchestrator.operations.documents import run_document
 from retries.states import TaskState
 from tests.engine.factories import DagFactory, TaskFactory
 

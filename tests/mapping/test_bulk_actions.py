@@ -7,12 +7,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator import actions
-from orchestrator.engine import reporting, taskstate
+from orchestrator.engine import reporting, task_state_store
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.exceptions import Conflict
 from orchestrator.models import AuditLog, DagRun, TaskAttempt, TaskInstance, TaskStateEntry
+from orchestrator.operations import actions
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.engine.factories import DagFactory, TaskFactory
@@ -78,7 +78,7 @@ def test_clearing_every_instance_has_each_effect_of_a_clear_and_audits_each(alic
         assert ti.task_state_epoch == 1
         assert ti.state in (TaskState.QUEUED, TaskState.SCHEDULED)
     assert not TaskStateEntry.objects.exists()
-    assert taskstate.of_instances(ids) == {}
+    assert task_state_store.of_instances(ids) == {}
     assert TaskInstance.objects.get(dag_run=run, task_id="report").state == TaskState.NONE
     assert DagRun.objects.get(pk=run.pk).state == "running"
 

@@ -10,13 +10,13 @@ from urllib.parse import quote
 
 import pytest
 
-from orchestrator import actions
-from orchestrator.documents import run_document
 from orchestrator.engine import reporting
 from orchestrator.engine.run_advance import advance_run
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.upstream import upstream_results
 from orchestrator.models import DagRun, TaskAttempt, TaskInstance
+from orchestrator.operations import actions
+from orchestrator.operations.documents import run_document
 from retries.context import ExecutionContext
 from retries.states import Reason, Source, TaskState
 from tests.engine.factories import DagFactory, TaskFactory

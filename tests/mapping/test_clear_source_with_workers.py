@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from orchestrator import actions
-from orchestrator.documents import run_document
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import DagRun, TaskInstance
+from orchestrator.operations import actions
+from orchestrator.operations.documents import run_document
 from tests.conftest import wait_until
 from tests.worker.conftest import trigger
 

@@ -10,8 +10,8 @@ from rq import Queue
 
 from orchestrator.engine import reporting
 from orchestrator.engine.run_creation import create_manual_run
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import AuditLog, TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.context import ExecutionContext
 from retries.states import Reason, Source
 from tests.api.personas import PASSWORD

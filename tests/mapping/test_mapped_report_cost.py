@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.engine import reporting, storms
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import TaskInstance

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.clock import shared_now
 from orchestrator.engine import reporting
 from orchestrator.engine.run_creation import create_manual_run
+from orchestrator.foundation.clock import shared_now
 from orchestrator.models import TaskInstance
 from orchestrator.worker.classify import Outcome, Verdict
 from orchestrator.worker.host.job import deliver_spooled

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from orchestrator.documents import run_document
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import DagRun, TaskInstance
+from orchestrator.operations.documents import run_document
 from tests.conftest import wait_until
 from tests.worker.conftest import trigger
 
@@ -120,7 +120,7 @@ def test_instances_run_again_after_a_clear_are_handed_the_new_result_not_the_one
 ):
     """A worker keeps a large result it read (not reading it again for each instance); cleared
     and run again, the source's new result is what every instance is handed."""
-    from orchestrator import actions
+    from orchestrator.operations import actions
 
     source = tmp_path / "source.json"
     source.write_text(json.dumps([f"first-{i:05d}" for i in range(150)]))  # 2.3 KB: large enough to keep

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from orchestrator.engine import backfills as backfill_engine
+from orchestrator.engine import backfill_runs as backfill_engine
 from orchestrator.engine.scheduler import create_due_run
 from orchestrator.models import AuditLog, Backfill, BackfillDate, Dag, DagRun, TaskInstance
 from tests.params.conftest import PARAMS

@@ -1,10 +1,10 @@
-"""orchestrator.params: the one rule for a run's conf, without a database."""
+"""orchestrator.foundation.run_params: the one rule for a run's conf, without a database."""
 from __future__ import annotations
 
 import pytest
 
 from orchestrator.exceptions import BadRequest
-from orchestrator.params import MAX_DEPTH, ParamError, fill_defaults, resolve_conf, task_params
+from orchestrator.foundation.run_params import MAX_DEPTH, ParamError, fill_defaults, resolve_conf, task_params
 from tests.params.conftest import PARAMS
 
 

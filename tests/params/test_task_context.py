@@ -6,10 +6,10 @@ from datetime import datetime, timezone
 
 import pytest
 
+from orchestrator.data.taskconfig import attempt_args, merge_args
 from orchestrator.engine.reporting import Claimed, claim
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.models import Dag, DagRun, Task
-from orchestrator.taskconfig import attempt_args, merge_args
 from orchestrator.worker.host.job import plan_for, worker_info
 from tests.params.conftest import PARAMS, imported
 from tests.worker.conftest import settle

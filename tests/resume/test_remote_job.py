@@ -7,8 +7,9 @@ import signal
 
 import pytest
 
-from orchestrator import actions, metrics
-from orchestrator.documents import run_document
+from orchestrator.data import metrics
+from orchestrator.operations import actions
+from orchestrator.operations.documents import run_document
 from tests.conftest import wait_until
 from tests.faults.conftest import alive, task_processes
 from tests.faults.invariants import assert_invariants, attempts_of, remote_job_violations
@@ -151,9 +152,9 @@ def test_a_backfill_rerun_empties_the_task_state_and_the_job_is_computed_anew(wo
     already_succeeded from its old one."""
     from django.utils import timezone
 
-    from orchestrator import backfills
-    from orchestrator.engine import backfills as engine
+    from orchestrator.engine import backfill_runs as engine
     from orchestrator.models import AuditLog, Dag, DagRun, TaskStateEntry
+    from orchestrator.operations import backfills
 
     dag = make_dag([_export(job_service, seconds=1)], retries=0)
     Dag.objects.filter(pk=dag.pk).update(schedule="@daily", timezone="UTC")

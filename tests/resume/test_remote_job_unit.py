@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.foundation.task_state import MemoryTaskState, validated
 from orchestrator.resumable import JOB_ID_KEY, RemoteJob, RemoteJobFailed
-from orchestrator.taskstate import MemoryTaskState, validated
 from retries.context import ExecutionContext
 from retries.states import Reason, Source
 

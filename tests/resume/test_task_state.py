@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from orchestrator import actions
-from orchestrator.documents import run_document
 from orchestrator.models import TaskStateEntry
+from orchestrator.operations import actions
+from orchestrator.operations.documents import run_document
 from tests.worker.conftest import instance, settle, trigger
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

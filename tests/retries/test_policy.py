@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import taskconfig
+from orchestrator.data import taskconfig
 from retries.backoff import ceiling
 from retries.context import ExecutionContext
 from retries.policy import Budget, Decision, PlatformSettings, RetryArgs, decide

@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from orchestrator import metrics
+from orchestrator.data import metrics
 from orchestrator.models import TaskInstance
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger

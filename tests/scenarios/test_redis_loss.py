@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import DagRun, TaskInstance
-from orchestrator.redis_conn import get_redis
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

@@ -9,10 +9,10 @@ from django.core.management import call_command
 
 from examples.jobservice import serve
 from examples.resumable import ExportJob, load_in_batches
-from orchestrator.local.runner import LocalStack
+from orchestrator.foundation.task_state import MemoryTaskState
+from orchestrator.local.stack import LocalStack
 from orchestrator.models import Dag
 from orchestrator.resumable import JOB_ID_KEY
-from orchestrator.taskstate import MemoryTaskState
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import actions
+from orchestrator.operations import actions
 from tests.api.factories import chain_dag, fail_until_failed, instance, make_run
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from urllib.parse import quote
 import pytest
 from django.urls import URLPattern, reverse
 
-from orchestrator import backfills
 from orchestrator.models import AuditLog, Backfill, Dag, DagRun, TaskInstance
+from orchestrator.operations import backfills
 from orchestrator.web import urls
 from tests.api.factories import chain_dag, fail, make_run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.engine import taskstate
+from orchestrator.engine import task_state_store
 from orchestrator.engine.reporting import report_success
 from orchestrator.models import TaskStateEntry
 from tests.api.factories import chain_dag, instance, make_run, start
@@ -27,7 +27,7 @@ def run_with_state():
         {"op": "set", "key": XSS, "value": {"note": XSS, "rows": list(range(40))}},
         {"op": "resume", "key": "", "value": "submitted"},
     ]
-    assert taskstate.apply(ti.pk, ti.attempt_token, changes)
+    assert task_state_store.apply(ti.pk, ti.attempt_token, changes)
     assert report_success(ti.pk, ti.attempt_token)
     return run
 
@@ -76,7 +76,7 @@ def test_it_shows_the_task_state_a_page_of_keys_at_a_time(bob_client):
     run = make_run(chain_dag("etl"))
     ti = start(run, "extract")
     n = STATE_KEYS_PER_PAGE * 2 + 5
-    assert taskstate.apply(ti.pk, ti.attempt_token, [{"op": "set", "key": f"k{i:04d}", "value": i} for i in range(n)])
+    assert task_state_store.apply(ti.pk, ti.attempt_token, [{"op": "set", "key": f"k{i:04d}", "value": i} for i in range(n)])
     html = bob_client.get(page(run)).content.decode()
     section = html.split('id="task-state"')[1].split("</section>")[0]
     assert f"{n} keys" in section

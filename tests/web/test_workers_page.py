@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from rq import Queue, Worker
 
-from orchestrator.redis_conn import get_redis
+from orchestrator.foundation.redis_conn import get_redis
 from tests.api.factories import chain_dag, make_run, start
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rq import Queue
 
-from orchestrator.redis_conn import get_redis
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.worker.host.procs import live_members
 from tests.conftest import wait_until
 from tests.worker.conftest import gone, instance, settle, trigger

@@ -92,8 +92,8 @@ def test_without_setpriv_there_is_no_direct_start(monkeypatch):
 def _claimed(**overrides):
     from datetime import datetime, timezone
 
+    from orchestrator.data.taskconfig import attempt_args, merge_args
     from orchestrator.engine.reporting import Claimed
-    from orchestrator.taskconfig import attempt_args, merge_args
 
     values = dict(
         pk=7, task_id="b", attempt_token=1, try_number=1, infrastructure_try_number=0, dag_id="d", run_id="r",

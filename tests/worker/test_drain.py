@@ -7,7 +7,7 @@ import signal
 import socket
 import time
 
-from orchestrator.redis_conn import get_redis
+from orchestrator.foundation.redis_conn import get_redis
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
 

@@ -7,8 +7,8 @@ import signal
 import pytest
 from rq.job import Job
 
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import job_id_for
-from orchestrator.redis_conn import get_redis
 from tests.worker.conftest import instance, settle, trigger
 
 T = "tests.worker.tasks."

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.liveness import Verdict
+from orchestrator.foundation.liveness import Verdict
 from orchestrator.worker.host import health
 from tests.conftest import wait_until
 
@@ -125,7 +125,7 @@ def test_garbage_and_silent_peers_do_not_hold_the_probe(verdict_server, monkeypa
 @pytest.fixture(autouse=False)
 def no_heartbeats_yet(process_env):
     """Forget the records of workers earlier tests ran on this host (this run's Redis database)."""
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     client = get_redis()
     for key in [*client.scan_iter("rq:worker:*"), "rq:workers"]:
@@ -134,7 +134,7 @@ def no_heartbeats_yet(process_env):
 
 @pytest.mark.timeout(180)
 def test_a_real_worker_answers_while_its_heartbeat_is_fresh(worker, process_env, no_heartbeats_yet):
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     port = free_port()
     proc = worker(ORCHESTRATOR_WORKER_HEALTH_PORT=port, ORCHESTRATOR_HEARTBEAT_TIMEOUT=2)

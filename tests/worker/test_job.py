@@ -7,8 +7,8 @@ import pytest
 from rq import Queue
 
 from orchestrator.engine.dispatch import enqueue
+from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import TaskInstance
-from orchestrator.redis_conn import get_redis
 from retries.fingerprint import bash_fingerprint
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
@@ -176,7 +176,7 @@ def test_it_runs_a_class_method_named_by_its_dotted_path(worker, make_dag):
 def test_a_worker_with_a_skewed_clock_schedules_retries_on_the_databases_time(worker, make_dag):
     """A worker whose clock is an hour ahead reports a failure: next_retry_at and the attempt's
     times are the database's, so the retry is due in seconds, not in an hour."""
-    from orchestrator.clock import db_now
+    from orchestrator.foundation.clock import db_now
 
     dag = make_dag([{"task_id": "flaky", "python_callable": "tests.worker.tasks.fail_until", "op_kwargs": {"succeed_on_try": 2}}], retries=1, retry_delay=0.5)
     run = trigger(dag)

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from orchestrator.outputstore import FileStore, cut_marker
+from orchestrator.foundation.outputstore import FileStore, cut_marker
 from tests.api.personas import alice, alice_client, anonymous_client, fast_password_hasher  # noqa: F401
 from tests.conftest import wait_until
 from tests.worker.conftest import settle, trigger

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from orchestrator import metrics
+from orchestrator.data import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.models import TaskAttempt, TaskInstance, TaskStateEntry
@@ -359,8 +359,8 @@ def test_the_heartbeat_finds_the_rows_that_refuse_it_among_many(refuse):
     from django.utils import timezone
 
     from orchestrator.engine import leases
+    from orchestrator.foundation.redis_conn import get_redis
     from orchestrator.models import Dag, DagRun
-    from orchestrator.redis_conn import get_redis
     from orchestrator.worker.host.heartbeat import Heartbeats
 
     dag = Dag.objects.create(dag_id="wide")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.db import OperationalError
 
-from orchestrator import metrics
+from orchestrator.data import metrics
 from orchestrator.engine import reporting
 from orchestrator.engine.reporting import WorkerInfo
 from orchestrator.models import TaskInstance

@@ -255,7 +255,7 @@ def test_mark_failed_on_a_running_task_stops_it_and_on_kill_hears_why(worker, ma
     with the operator's user_action context (on_kill gets it), and the task stays failed."""
     from django.contrib.auth.models import User
 
-    from orchestrator import actions
+    from orchestrator.operations import actions
 
     on_kill = tmp_path / "on_kill.json"
     dag = make_dag([{"task_id": "t", "python_callable": T + "GracefulSleeper", "op_kwargs": {"seconds": 60, "on_kill_file": str(on_kill)}}])

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from orchestrator.templating import render
+from orchestrator.foundation.templating import render
 from orchestrator.worker.task.runner import (
     PythonTask,
     accepts_context,

@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from orchestrator.documents import run_document
+from orchestrator.data.queue_listeners import is_live, listened
 from orchestrator.management.commands.trigger_dag import progress_of
-from orchestrator.queue_listeners import is_live, listened
+from orchestrator.operations.documents import run_document
 from tests.conftest import wait_until
 from tests.worker.conftest import instance, settle, trigger
 
@@ -59,7 +59,7 @@ def test_the_queue_of_a_worker_that_died_is_unattended_within_two_heartbeat_inte
 
 
 def _listened_now(queue: str) -> bool:
-    from orchestrator.queue_listeners import listened_queues
+    from orchestrator.data.queue_listeners import listened_queues
 
     return queue in (listened_queues() or set())
 

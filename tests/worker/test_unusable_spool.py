@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from django.db import connection
 
-from orchestrator import metrics
+from orchestrator.data import metrics
 from orchestrator.engine.scheduler import schedule_once
 from orchestrator.models import TaskAttempt
 from tests.conftest import wait_until

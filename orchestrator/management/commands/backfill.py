@@ -14,10 +14,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator import backfills
 from orchestrator.exceptions import ActionError
 from orchestrator.management.commands.trigger_dag import ProgressDisplay, parse_conf
 from orchestrator.models import Backfill, Dag
+from orchestrator.operations import backfills
 
 TIMEOUT_EXIT = 2
 INTERRUPTED_EXIT = 130

@@ -1,5 +1,5 @@
 """python manage.py check_alive scheduler|worker [--max-age S] [--ready]: a probe of this host's
-scheduler or worker heartbeat (orchestrator/liveness.py). Exit 0 alive, 1 not."""
+scheduler or worker heartbeat (orchestrator/foundation/liveness.py). Exit 0 alive, 1 not."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +8,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from orchestrator import liveness
+from orchestrator.foundation import liveness
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.auth import create_token
+from orchestrator.api.tokens import create_token
 
 
 class Command(BaseCommand):

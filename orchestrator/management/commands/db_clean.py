@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.clock import shared_now
 from orchestrator.engine import retention
+from orchestrator.foundation.clock import shared_now
 
 
 def _days(value: str) -> float:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.local.runner import LocalStack
-from orchestrator.management.checks import ENGINE_PROCESS_CHECKS
+from orchestrator.local.stack import LocalStack
+from orchestrator.management.system_checks import ENGINE_PROCESS_CHECKS
 
 
 class Command(BaseCommand):
@@ -14,7 +14,7 @@ class Command(BaseCommand):
         "Migrate, load the example DAGs, create the admin user, then run the web server, one scheduler "
         "and workers until Ctrl-C. Starts the bundled Redis server when REDIS_URL is not set."
     )
-    requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/checks.py
+    requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/system_checks.py
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="Address the web server listens on (default 127.0.0.1).")

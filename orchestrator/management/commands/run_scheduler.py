@@ -13,18 +13,18 @@ from django.db import close_old_connections, connection
 
 from alerts.sending import Sender
 from deadlines.check import check_due
-from orchestrator import liveness
-from orchestrator.clock import shared_now
 from orchestrator.engine.scheduler import schedule_once
-from orchestrator.management.checks import ENGINE_PROCESS_CHECKS
-from orchestrator.redis_conn import get_redis
+from orchestrator.foundation import liveness
+from orchestrator.foundation.clock import shared_now
+from orchestrator.foundation.redis_conn import get_redis
+from orchestrator.management.system_checks import ENGINE_PROCESS_CHECKS
 
 log = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
     help = "Create due runs, dispatch ready tasks, find lost workers and jobs, check deadlines, send alert notifications."
-    requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/checks.py
+    requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/system_checks.py
 
     def add_arguments(self, parser):
         parser.add_argument("--once", action="store_true", help="Run one pass and exit.")

@@ -5,8 +5,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.documents import run_document
 from orchestrator.models import Dag, DagRun
+from orchestrator.operations.documents import run_document
 
 LATEST = "latest"
 

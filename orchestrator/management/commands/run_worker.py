@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator import redis_conn
-from orchestrator.management.checks import ENGINE_PROCESS_CHECKS
+from orchestrator.foundation import redis_conn
+from orchestrator.management.system_checks import ENGINE_PROCESS_CHECKS
 from orchestrator.worker import failpoints
 from orchestrator.worker.host import health
 from orchestrator.worker.host.launcher import LaunchError
@@ -18,7 +18,7 @@ from orchestrator.worker.host.taskuser import TaskUserError, resolve
 
 class Command(BaseCommand):
     help = "Run task instances from the given RQ queues (default: 'default')."
-    requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/checks.py
+    requires_system_checks = ENGINE_PROCESS_CHECKS  # not the URL checks: see orchestrator/management/system_checks.py
 
     def add_arguments(self, parser):
         parser.add_argument("queues", nargs="*", metavar="QUEUE", help="Queues to take jobs from, in priority order.")

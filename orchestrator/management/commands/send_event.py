@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator import actions
 from orchestrator.engine import waits
 from orchestrator.exceptions import ActionError
+from orchestrator.operations import actions
 
 
 class Command(BaseCommand):

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db.models import Count
 
-from orchestrator import actions, params
+from orchestrator.data.queue_listeners import listened_queues
 from orchestrator.engine.run_wait import wait_outcome
 from orchestrator.exceptions import ActionError, BadRequest
+from orchestrator.foundation import run_params
+from orchestrator.foundation.run_params import conf_from_text
 from orchestrator.models import Dag, DagRun
-from orchestrator.params import conf_from_text
-from orchestrator.queue_listeners import listened_queues
+from orchestrator.operations import actions
 from retries.states import FINISHED_TASK_STATES, TaskState
 
 EXIT_CODES = {"success": 0, "failed": 1, "dead_letter": 3}
@@ -82,7 +83,7 @@ def parse_conf(conf: str | None) -> dict | None:
     except BadRequest as exc:
         raise CommandError(str(exc)) from None
     if not isinstance(value, dict):
-        raise CommandError(f"--conf must be a JSON object, got {type(value).__name__}: {params.show(value)}")
+        raise CommandError(f"--conf must be a JSON object, got {type(value).__name__}: {run_params.show(value)}")
     return value
 
 

@@ -73,7 +73,7 @@ def preload(modules: list[str]) -> None:
     if settings.ORCHESTRATOR_FAILPOINTS:
         # A failpoint's count is kept in Redis; without failpoints no task process needs Redis,
         # and every fork would copy the page tables of its 4 MiB.
-        import orchestrator.redis_conn
+        import orchestrator.foundation.redis_conn
     import orchestrator.worker.task.runner  # noqa: F401  the runner itself
     import retries.context  # noqa: F401  what a stopped task's on_kill hears
 
@@ -478,7 +478,7 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
         _become_environment(request["env"])
         if request.get("user"):
             _become_task_user(request["user"], server_pid)
-        redis_conn = sys.modules.get("orchestrator.redis_conn")
+        redis_conn = sys.modules.get("orchestrator.foundation.redis_conn")
         if redis_conn is not None:
             redis_conn._clients.clear()  # never share a Redis socket with the fork server (it has none)
         code = run_forked(control_fd, message_fd)

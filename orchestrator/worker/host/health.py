@@ -7,7 +7,7 @@ gets the container's whole environment (`DATABASE_URL` with its password, `SECRE
 it runs. An HTTP probe is made by the kubelet (or the compose healthcheck's `env -i` client)
 from outside: nothing with a secret starts where a task can see it.
 
-The rule is check_alive's (orchestrator/liveness.py): this host's newest worker heartbeat in
+The rule is check_alive's (orchestrator/foundation/liveness.py): this host's newest worker heartbeat in
 Redis is at most ORCHESTRATOR_HEARTBEAT_TIMEOUT old. `/livez` also answers 200 when Redis is out
 of reach (a restart would not bring it back), `/readyz` does not. A frozen worker answers
 nothing, which a probe's timeout counts as a failure. An answer holds the verdict's message
@@ -30,7 +30,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from orchestrator import liveness
+from orchestrator.foundation import liveness
 
 log = logging.getLogger(__name__)
 

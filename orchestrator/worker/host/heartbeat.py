@@ -39,8 +39,8 @@ import redis
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from orchestrator.engine import leases, reporting
-from orchestrator.redis_conn import get_redis
-from orchestrator.sanitise import error_text
+from orchestrator.foundation.redis_conn import get_redis
+from orchestrator.foundation.sanitise import error_text
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from orchestrator import metrics
-from orchestrator.clock import shared_now
-from orchestrator.engine import claimgate, handover, leases, reporting, taskstate, waits
+from orchestrator.data import metrics
+from orchestrator.engine import claimgate, handover, leases, reporting, task_state_store, waits
 from orchestrator.engine.reporting import Claimed, WorkerInfo
-from orchestrator.outputstore import output_store
-from orchestrator.redis_conn import get_redis
-from orchestrator.sanitise import error_text
-from orchestrator.templating import RenderError, render
+from orchestrator.foundation.clock import shared_now
+from orchestrator.foundation.outputstore import output_store
+from orchestrator.foundation.redis_conn import get_redis
+from orchestrator.foundation.sanitise import error_text
+from orchestrator.foundation.templating import RenderError, render
 from orchestrator.worker import failpoints
 from orchestrator.worker.classify import Outcome, Stop, Verdict, classify, db_connection_failure
 from orchestrator.worker.host.report import Report, Rescheduled, Success, refused, report_of
@@ -76,9 +76,9 @@ def run_claimed(ti: Claimed, *, handed: bool = False, on_started: Callable[[], N
         return _report(shared, ti.pk, token, classify(outcome), Supervised(superseded=False, outcome=outcome))
     state = None
     if ti.python_callable:
-        state = taskstate.start_claimed(ti.pk, ti.dag_id, ti.run_id, ti.task_id, ti.task_state_epoch, ti.has_task_state)
+        state = task_state_store.start_claimed(ti.pk, ti.dag_id, ti.run_id, ti.task_id, ti.task_state_epoch, ti.has_task_state)
     if ti.python_callable and state is None:
-        load = lambda: shared.db.call(taskstate.start, ti.pk, ti.dag_id, ti.run_id, ti.task_id)  # noqa: E731
+        load = lambda: shared.db.call(task_state_store.start, ti.pk, ti.dag_id, ti.run_id, ti.task_id)  # noqa: E731
         try:
             state = _with_db_retries(load, patience=float(settings.ORCHESTRATOR_DB_OUTAGE_TOLERANCE))
         except (OperationalError, InterfaceError):
@@ -171,7 +171,7 @@ def supervisor_settings() -> SupervisorSettings:
     )
 
 
-def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
+def plan_for(claimed: Claimed, state: task_state_store.Start | None = None) -> Plan:
     """What the supervisor runs. Raises `RenderError` for a bash command that cannot be given its
     values: rendered here whichever way it starts, so that such a command starts no process."""
     context = {
@@ -206,7 +206,7 @@ def plan_for(claimed: Claimed, state: taskstate.Start | None = None) -> Plan:
     # A bash task is started directly (no Python in its process) unless a failpoint is set to
     # fire in its process.
     direct = bool(claimed.bash_command) and not failpoints.in_task_process(claimed.task_id)
-    # Its values travel in its environment, never in its text (`orchestrator/templating.py`).
+    # Its values travel in its environment, never in its text (`orchestrator/foundation/templating.py`).
     rendered = render(claimed.bash_command, {**context, "results": claimed.results}, claimed.mapped) if claimed.bash_command else None
     return Plan(
         task_instance_id=claimed.pk,
@@ -321,7 +321,7 @@ def deliver(shared: WorkerRuntime, report: Report, offer: handover.Offer | None 
     memory = {"memory_limit_mib": report.memory.limit_mib, "peak_memory_mib": report.memory.peak_mib} if report.memory else {}
     if report.task_state_changes:
         # Kept while the database was away: stored before the outcome, fenced like it.
-        shared.db.call(taskstate.apply, ti_id, token, list(report.task_state_changes))
+        shared.db.call(task_state_store.apply, ti_id, token, list(report.task_state_changes))
     if isinstance(ending, Success):
         won = shared.db.call(handover.call_offering, offer, reporting.report_success, ti_id, token, result=ending.result, now=now, **output, **memory)
         return "success" if won else "stale"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from orchestrator.outputstore import AttemptKey, OutputStore, OutputWriter
+from orchestrator.foundation.outputstore import AttemptKey, OutputStore, OutputWriter
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.sanitise import clean, error_text
+from orchestrator.foundation.sanitise import clean, error_text
 from orchestrator.worker.classify import Verdict
 from retries.context import ExecutionContext
 from retries.states import REPORT_SUCCESS_FROM, Reason, Source, TaskState

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection
 
-from orchestrator import sql
+from orchestrator.data import sql
 from orchestrator.engine.reporting import Claimed
 from orchestrator.worker.host.heartbeat import Heartbeats
 from orchestrator.worker.host.launcher import Launcher

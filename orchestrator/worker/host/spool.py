@@ -275,7 +275,7 @@ class Spool:
         _write_durably(_reason_file(target), reason + "\n")
         os.replace(path, target)
         log.warning("spooled file %s was %s (%s): set aside as %s, not delivered", path.name, NOT_OURS, why, target.name)
-        from orchestrator import metrics
+        from orchestrator.data import metrics
 
         metrics.increment(metrics.SPOOL_FILES_REFUSED, worker_name=self.worker_name)
         return self._noted(target, reason, {}, counted=False)
@@ -328,8 +328,8 @@ class Spool:
 def note_set_aside(entry: dict[str, Any], counted: bool = True) -> None:
     """Count the set-aside report (unless it was counted as refused) and list it for the
     workers page; Redis being away only loses the note."""
-    from orchestrator import metrics
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.data import metrics
+    from orchestrator.foundation.redis_conn import get_redis
 
     if counted:
         metrics.increment(metrics.SPOOL_SET_ASIDE, worker_name=str(entry.get("worker_name")))
@@ -345,7 +345,7 @@ def note_set_aside(entry: dict[str, Any], counted: bool = True) -> None:
 
 def set_aside_entries() -> list[dict[str, Any]]:
     """The newest set-aside reports, newest first (for the workers page)."""
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     entries = []
     # redis-py types a reply as maybe-awaitable, for its async client too.

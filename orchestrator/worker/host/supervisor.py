@@ -18,12 +18,12 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
-from orchestrator import taskstate
 from orchestrator.engine import reporting
-from orchestrator.engine import taskstate as stored_state
+from orchestrator.engine import task_state_store as stored_state
 from orchestrator.engine.reporting import WorkerInfo
-from orchestrator.outputstore import NoStore, OutputStore
-from orchestrator.sanitise import error_text
+from orchestrator.foundation import task_state
+from orchestrator.foundation.outputstore import NoStore, OutputStore
+from orchestrator.foundation.sanitise import error_text
 from orchestrator.worker.channel import LineReader, message_max_bytes, send, send_json_text
 from orchestrator.worker.classify import Outcome, Stop, handshake_refused_context, message_problem, stop_context
 from orchestrator.worker.final import BashExited, Final, Succeeded, Terminated, final_of, is_outcome
@@ -143,7 +143,7 @@ class Supervisor:
         passthrough: tuple[str, ...] = (),
         deny: tuple[str, ...] = (),
         keep_changes: Callable[[int, int, list[dict[str, Any]]], Any] | None = None,
-        task_state_max_bytes: int = taskstate.DEFAULT_MAX_BYTES,
+        task_state_max_bytes: int = task_state.DEFAULT_MAX_BYTES,
         output_store: OutputStore | None = None,
         on_started: Callable[[], None] | None = None,
         memory_limits: MemoryLimits | None = None,
@@ -571,48 +571,48 @@ class Supervisor:
                 self.final = final
                 self.final_at = time.monotonic()
                 self.final_before_stop = self.stopping is None
-        elif kind == taskstate.STATE_MESSAGE:
-            send(self.control_fd, {"type": taskstate.STATE_REPLY, **self._store_task_state(message)})
+        elif kind == task_state.STATE_MESSAGE:
+            send(self.control_fd, {"type": task_state.STATE_REPLY, **self._store_task_state(message)})
 
     def _store_task_state(self, message: dict[str, Any]) -> dict[str, Any]:
         """Make one task state change durable, fenced by the attempt token, and say how: in the
         database; or, while the database is away, on the worker's disk, to be stored before the
         attempt's outcome (in order: later changes queue behind it)."""
         try:
-            key, value = taskstate.validated(str(message.get("op")), message.get("key"), message.get("value"), max_bytes=self.task_state_max_bytes)
+            key, value = task_state.validated(str(message.get("op")), message.get("key"), message.get("value"), max_bytes=self.task_state_max_bytes)
         except ValueError as exc:
-            return {"status": taskstate.INVALID, "error": str(exc)}
+            return {"status": task_state.INVALID, "error": str(exc)}
         if self.superseded or (self.lease is not None and self.lease.refused) or not self.handshake.recorded:
-            return {"status": taskstate.STALE}
+            return {"status": task_state.STALE}
         self.unstored_changes.append({"op": message["op"], "key": key, "value": value})
         try:
             stored = self.db(stored_state.apply, self.plan.task_instance_id, self.plan.token, self.unstored_changes)
         except (OperationalError, InterfaceError):
             if self.keep_changes is None:
                 self.unstored_changes.pop()
-                return {"status": taskstate.STALE}
+                return {"status": task_state.STALE}
             try:
                 self.keep_changes(self.plan.task_instance_id, self.plan.token, self.unstored_changes)
             except OSError:
                 log.exception("%s: could not keep a task state change on disk", self._label())
                 self.unstored_changes.pop()
-                return {"status": taskstate.STALE}
+                return {"status": task_state.STALE}
             log.warning("%s: the database is away; its task state change waits on the worker's disk", self._label())
-            return {"status": taskstate.KEPT}
+            return {"status": task_state.KEPT}
         except Exception as exc:
             # Refused for what it is (not for want of a connection): the task hears it as a
             # ValueError, as for any value it may not store, and nothing changed.
             self.unstored_changes.pop()
             log.exception("%s: the database refused a task state change", self._label())
-            return {"status": taskstate.INVALID, "error": f"the database refused it: {error_text(exc)}"}
+            return {"status": task_state.INVALID, "error": f"the database refused it: {error_text(exc)}"}
         if not stored:
             self.unstored_changes.clear()
             log.warning("%s: a task state change was refused: the attempt was superseded", self._label())
-            return {"status": taskstate.STALE}
+            return {"status": task_state.STALE}
         self.unstored_changes.clear()
         if self.keep_changes is not None:
             self.keep_changes(self.plan.task_instance_id, self.plan.token, [])
-        return {"status": taskstate.STORED}
+        return {"status": task_state.STORED}
 
     def _handshake(self) -> None:
         assert self.proc is not None

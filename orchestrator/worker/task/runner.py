@@ -22,10 +22,10 @@ from typing import Any, NoReturn
 
 from django.core.exceptions import AppRegistryNotReady
 
-from orchestrator.importing import ObjectImportError, import_object
-from orchestrator.results import check_result
-from orchestrator.taskstate import DEFAULT_MAX_KEYS, STATE_REPLY, TaskStateStore
-from orchestrator.templating import TEMPLATE_NAMES, render
+from orchestrator.foundation.importing import ObjectImportError, import_object
+from orchestrator.foundation.results import check_result
+from orchestrator.foundation.task_state import DEFAULT_MAX_KEYS, STATE_REPLY, TaskStateStore
+from orchestrator.foundation.templating import TEMPLATE_NAMES, render
 from orchestrator.worker.channel import LineReader, send
 from orchestrator.worker.classify import exception_facts
 

@@ -8,8 +8,8 @@ page, a run's page or the dead letters' page: `BulkOffer`), an approval a task w
 The console (buttons, confirmations, explanations, routes), the API (routes, summaries, request
 bodies, permissions) and the admin read these declarations; none of them names an action's
 words itself. The rules of what an action does are its implementing function: for a task
-action in `orchestrator.actions` (`IMPLEMENTATIONS`), which also refuses by `allowed_from` here;
-for a backfill `orchestrator.backfills.act`; for an approval `engine.waits.decide`; for a
+action in `orchestrator.operations.actions` (`IMPLEMENTATIONS`), which also refuses by `allowed_from` here;
+for a backfill `orchestrator.operations.backfills.act`; for an approval `engine.waits.decide`; for a
 circuit `actions.operate_circuit`. Adding an action is one declaration below, and its function.
 """
 from __future__ import annotations
@@ -18,8 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from orchestrator.models import Backfill
-from orchestrator.taskconfig import args_for
+from orchestrator.data.taskconfig import args_for
+from orchestrator.models import (
+    ACT_PERMISSION,
+    APPROVE_PERMISSION,
+    CIRCUIT_PERMISSION,
+    PAUSE_PERMISSION,
+    TRIGGER_PERMISSION,
+    Backfill,
+)
 from retries.budget import platform_retry_label
 from retries.policy import cleared_max_tries
 from retries.states import (
@@ -34,12 +41,6 @@ from retries.states import (
 if TYPE_CHECKING:
     from orchestrator.models import TaskInstance
 
-# Django permissions: triggering runs, acting on task instances, pausing DAGs, operating circuits.
-TRIGGER_PERMISSION = "orchestrator.trigger_dagrun"
-ACT_PERMISSION = "orchestrator.change_taskinstance"
-PAUSE_PERMISSION = "orchestrator.change_dag"
-CIRCUIT_PERMISSION = "orchestrator.change_circuit"
-APPROVE_PERMISSION = "orchestrator.approve_taskinstance"
 
 # What a task action's API body carries besides its options.
 TASK_NOTE = "Why: kept in the audit log and the task's context."

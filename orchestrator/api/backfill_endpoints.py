@@ -7,13 +7,14 @@ from ninja import Status
 from ninja.params.functions import Path
 from pydantic import Field, StrictBool, StrictInt
 
-from orchestrator import action_registry, actions, backfills
-from orchestrator.action_registry import BACKFILL_ACTIONS, BackfillAction
 from orchestrator.api.access import Authenticated, require_perm
 from orchestrator.api.inputs import DagId, JsonObject, RequestBody, Text
 from orchestrator.api.responses import Answer, OneOf, Time
 from orchestrator.api.routing import add_actions, errors, router_answering_as_built
+from orchestrator.models import TRIGGER_PERMISSION
 from orchestrator.models import Backfill as BackfillRow
+from orchestrator.operations import actions, backfills
+from orchestrator.operations.action_registry import BACKFILL_ACTIONS, BackfillAction
 
 router = router_answering_as_built()
 
@@ -84,7 +85,7 @@ class NoFields(RequestBody):
     summary="Backfill a date range: one run per logical date of the DAG's schedule",
     tags=["backfills"],
     url_name="backfill_create",
-    auth=Authenticated(action_registry.TRIGGER_PERMISSION),
+    auth=Authenticated(TRIGGER_PERMISSION),
     response={201: Backfill, 200: BackfillPreview},
 )
 def create_backfill(request: HttpRequest, dag_id: DagId, body: CreateBody) -> Status[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Counters kept in Redis, so that every process (workers, schedulers, web) adds to the same total.
 
-/metrics renders them in the Prometheus text format (see orchestrator.api.metrics), beside the
+/metrics renders them in the Prometheus text format (see orchestrator.api.prometheus), beside the
 gauges it reads at scrape time (orchestrator.api.gauges).
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import logging
 from typing import cast
 
-from orchestrator.redis_conn import get_redis
+from orchestrator.foundation.redis_conn import get_redis
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.exceptions import BadRequest
-from orchestrator.sanitise import NotJson, first_not_finite, first_unstorable, parse_json
+from orchestrator.foundation.sanitise import NotJson, first_not_finite, first_unstorable, parse_json
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError

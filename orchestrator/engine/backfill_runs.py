@@ -26,8 +26,8 @@ from django.db.models import Count
 from orchestrator.engine import clearing, schedules
 from orchestrator.engine.run_advance import advance_run_now
 from orchestrator.engine.run_creation import create_run
+from orchestrator.foundation.run_params import fill_defaults
 from orchestrator.models import Backfill, BackfillDate, Dag, DagRun
-from orchestrator.params import fill_defaults
 from retries.states import FINISHED_RUN_STATES, UNFINISHED_RUN_STATES, RunState, TaskState
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""GET /metrics: the Redis counters of orchestrator.metrics in the Prometheus text format.
+"""GET /metrics: the Redis counters of orchestrator.data.metrics in the Prometheus text format.
 
 The counters live in Redis, so every process's increments show up here, whichever web
 process serves the scrape.
@@ -13,15 +13,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from orchestrator import metrics
 from orchestrator.api import gauges
 from orchestrator.api.access import api_view, json_error
+from orchestrator.data import metrics
 
 log = logging.getLogger(__name__)
 
 
 class RedisCounterCollector:
-    """Yields one counter family per entry of orchestrator.metrics.METRICS, read at scrape time."""
+    """Yields one counter family per entry of orchestrator.data.metrics.METRICS, read at scrape time."""
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         for name, (help_text, label_names) in metrics.METRICS.items():

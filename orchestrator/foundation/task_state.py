@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from orchestrator.exceptions import StaleAttempt
-from orchestrator.results import MAX_DEPTH, deeper_than
+from orchestrator.foundation.results import MAX_DEPTH, deeper_than
 
 # Message types on the task process's pipes.
 STATE_MESSAGE = "task_state"
@@ -88,7 +88,7 @@ def validated(op: str, key: Any, value: Any = None, *, max_bytes: int = DEFAULT_
 
 def too_many_keys(key: str, count: int, max_keys: int) -> ValueError:
     """What `set` raises for a new key when the store already holds `count` >= `max_keys` keys:
-    the task's own store and the database (`engine.taskstate.apply`) say it alike."""
+    the task's own store and the database (`engine.task_state_store.apply`) say it alike."""
     return ValueError(
         f"task state: cannot add key {key[:40]!r}: it holds {count} keys, at most ORCHESTRATOR_TASK_STATE_MAX_KEYS"
         f" ({max_keys}); set an existing key, or delete keys no longer needed"

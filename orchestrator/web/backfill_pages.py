@@ -1,5 +1,5 @@
 """Backfill pages: the form's preview (nothing created yet), creating it, its progress page and
-its pause, unpause and cancel buttons. Thin views around orchestrator.backfills."""
+its pause, unpause and cancel buttons. Thin views around orchestrator.operations.backfills."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,22 +11,22 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from orchestrator import action_registry, actions, backfills
-from orchestrator.action_registry import BackfillAction
 from orchestrator.exceptions import ActionError, BadRequest
-from orchestrator.models import Backfill, BackfillDate
-from orchestrator.params import ParamError, conf_from_text
+from orchestrator.foundation.run_params import ParamError, conf_from_text
+from orchestrator.models import TRIGGER_PERMISSION, Backfill, BackfillDate
+from orchestrator.operations import actions, backfills
+from orchestrator.operations.action_registry import BackfillAction
 from orchestrator.web.pages import lookup, polled, require
 
 FORM_FIELDS = ("from", "to", "reprocess", "max_active_runs", "backwards", "conf")
 
 
 def _require_trigger(request: HttpRequest) -> None:
-    require(actions.may_trigger(request.user), action_registry.TRIGGER_PERMISSION)
+    require(actions.may_trigger(request.user), TRIGGER_PERMISSION)
 
 
 def _checked(dag: Any, form: dict[str, str]) -> backfills.Request:
-    """The form's fields as backfill arguments (checked by orchestrator.backfills)."""
+    """The form's fields as backfill arguments (checked by orchestrator.operations.backfills)."""
     try:
         conf = conf_from_text(form["conf"])
     except BadRequest as exc:

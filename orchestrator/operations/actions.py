@@ -9,7 +9,7 @@ operator may do to a run or task. Each action:
 - sets the task's `last_failure_context` to a `user_action` context (source `api`, metadata
   `user`, `note`, `prior_state`, plus `at`);
 - writes one `AuditLog` row (who, what, the prior and new state, and what else it touched)
-  through `orchestrator.audit.audit()`, the one writer of the audit log;
+  through `orchestrator.data.audit.audit()`, the one writer of the audit log;
 - reopens a finished run when the change means the run is no longer finished, then calls
   `advance_run()`, which settles downstream tasks, dispatches ready ones and ends the run.
 
@@ -20,7 +20,7 @@ heartbeat is refused and it kills the task's group. Other actions on them: `Conf
 Which actions a task allows now, and why not, is `refusal()`: the actions refuse by it and the
 pages offer their buttons by it (`allowed_actions()`), so a page never offers what an action
 refuses. Each task action is declared, with the states it acts from and the permission it
-needs, in `orchestrator.action_registry`; its function here is named in `IMPLEMENTATIONS`.
+needs, in `orchestrator.operations.action_registry`; its function here is named in `IMPLEMENTATIONS`.
 Who may act is `may_*()` here.
 """
 from __future__ import annotations
@@ -36,18 +36,18 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from deadlines import lifecycle
-from orchestrator import metrics
-from orchestrator.action_registry import ACT_PERMISSION, PAUSE_PERMISSION, TASK_ACTIONS, TRIGGER_PERMISSION
-from orchestrator.audit import User, audit, audit_many, username_of
-from orchestrator.clock import shared_now
-from orchestrator.engine import circuits, clearing, failure_counts, taskstate, waits
+from orchestrator.data import metrics
+from orchestrator.data.audit import User, audit, audit_many, username_of
+from orchestrator.engine import circuits, clearing, failure_counts, task_state_store, waits
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.run_advance import advance_run_now
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.transitions import transition, transition_many
 from orchestrator.exceptions import ActionError, Conflict, NotFound
-from orchestrator.models import AuditLog, Circuit, Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.foundation.clock import shared_now
+from orchestrator.models import ACT_PERMISSION, PAUSE_PERMISSION, TRIGGER_PERMISSION, AuditLog, Circuit, Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.operations.action_registry import TASK_ACTIONS
 from retries.context import ExecutionContext
 from retries.policy import reclassified
 from retries.states import (
@@ -304,7 +304,7 @@ def _clear(
         unexpanded = sorted({other.task_id for other in downstream if clearing.source_of(other) in cleared_tasks})
         touched += _reset_upstream_failed(first)
         if not keep_task_state:
-            taskstate.empty(changed_ids)
+            task_state_store.empty(changed_ids)
         _reopen_if_unfinished(first.dag_run)
         details = {"note": note, "include_downstream": include_downstream, "keep_task_state": keep_task_state}
         if unexpanded:

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from orchestrator.engine.schedules import PRESETS
-from orchestrator.importing import import_object
+from orchestrator.foundation.importing import import_object
 from orchestrator.specs.errors import Problem
 from retries import memory
 

@@ -6,7 +6,7 @@ starts the processes with their output prefixed by name, prints the URL and the 
 they are up, and on Ctrl-C or SIGTERM stops every child: workers get SIGTERM and their
 shutdown grace, Redis stops last so that workers can still report. While it runs, a runtime
 file in the state directory tells commands in other terminals where its database and Redis
-are (see `orchestrator.local.runtime`).
+are (see `orchestrator.local.stack_file`).
 """
 from __future__ import annotations
 
@@ -30,14 +30,14 @@ from django.contrib.auth import get_user_model
 from django.core.management import get_commands
 from django.db import connections
 
-from orchestrator.local import runtime
+from orchestrator.data.taskconfig import merge_args
+from orchestrator.local import stack_file
 from orchestrator.local.embedded_redis import (
     EmbeddedRedis,
     EmbeddedRedisError,
     die_with_parent,
 )
 from orchestrator.models import Dag
-from orchestrator.taskconfig import merge_args
 
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
 ADMIN_USERNAME = "admin"
@@ -140,7 +140,7 @@ class LocalStack:
         self.concurrency = concurrency
         self.state_dir = Path(state_dir) if state_dir else base / "var"
         self.dags_dir = Path(dags_dir or settings.ORCHESTRATOR_DAGS_FOLDER or base / "dags")
-        self.runtime_path = runtime.runtime_file(self.state_dir)
+        self.runtime_path = stack_file.runtime_file(self.state_dir)
         self.out = Output(stream or sys.stdout)
         self.children: list[Child] = []
         self.redis: EmbeddedRedis | None = None
@@ -182,7 +182,7 @@ class LocalStack:
             return 1
         finally:
             # First, so that no command from another terminal starts on a stack going away.
-            runtime.remove_if_ours(self.runtime_path)
+            stack_file.remove_if_ours(self.runtime_path)
             self.stop_children()
             if self.job_service is not None:
                 self.job_service.server_close()
@@ -206,7 +206,7 @@ class LocalStack:
 
     def _check_not_running(self) -> None:
         """Two stacks on one state directory would share the Redis data and the runtime file."""
-        other = runtime.read_live(self.runtime_path)
+        other = stack_file.read_live(self.runtime_path)
         if other is not None and other.pid != os.getpid():
             raise LocalRunError(
                 f"the local stack is already running (pid {other.pid}, {other.web_url}): stop it first, or use another --state-dir"
@@ -257,7 +257,7 @@ class LocalStack:
             env["REDIS_URL"] = self.redis.start()
             self.say(f"Redis: {env['REDIS_URL']} (embedded redis-server, data in {self.redis.data_dir})")
         # Explicit, so that the children never look for a runtime file, ours or another's.
-        env["DATABASE_URL"] = runtime.database_url(os.environ, None, Path(settings.BASE_DIR) / "var")
+        env["DATABASE_URL"] = stack_file.database_url(os.environ, None, Path(settings.BASE_DIR) / "var")
         database = settings.DATABASES["default"]
         self.say(f"Database: {database['ENGINE'].rsplit('.', 1)[-1]} {database['NAME']}")
         env["DEBUG"] = child_debug(self.host, os.environ)
@@ -278,8 +278,8 @@ class LocalStack:
 
     def _publish(self) -> None:
         """Tell commands in other terminals of this checkout where the database and Redis are."""
-        info = runtime.info_for_this_process(self.env["DATABASE_URL"], self.env["REDIS_URL"], self.url)
-        runtime.write(self.runtime_path, info)
+        info = stack_file.info_for_this_process(self.env["DATABASE_URL"], self.env["REDIS_URL"], self.url)
+        stack_file.write(self.runtime_path, info)
 
     def prepare(self) -> None:
         """Migrate, load the example DAGs and make sure there is an admin user."""

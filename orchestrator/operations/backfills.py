@@ -3,7 +3,7 @@
 Every argument is checked before anything is written; a bad one raises `BackfillError`, which
 names the argument (`from`, `to`, `reprocess`, ...), or, for a conf the DAG's params refuse,
 `params.ParamError`, which names the key (`conf.KEY`); and nothing is created. The runs
-themselves are started by the scheduler (`orchestrator.engine.backfills.start_runs`). Each
+themselves are started by the scheduler (`orchestrator.engine.backfill_runs.start_runs`). Each
 action is audited with who did it.
 """
 from __future__ import annotations
@@ -17,14 +17,14 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import connection, transaction
 
-from orchestrator.action_registry import ACT_PERMISSION, BACKFILL_ACTIONS, TRIGGER_PERMISSION, BackfillAction
-from orchestrator.audit import User, audit, username_of
-from orchestrator.clock import shared_now
-from orchestrator.documents import iso
-from orchestrator.engine import backfills as engine
+from orchestrator.data.audit import User, audit, username_of
+from orchestrator.engine import backfill_runs as engine
 from orchestrator.exceptions import BadRequest, Conflict, NotFound
-from orchestrator.models import Backfill, BackfillDate, Dag
-from orchestrator.params import resolve_conf
+from orchestrator.foundation.clock import shared_now
+from orchestrator.foundation.run_params import resolve_conf
+from orchestrator.models import ACT_PERMISSION, TRIGGER_PERMISSION, Backfill, BackfillDate, Dag
+from orchestrator.operations.action_registry import BACKFILL_ACTIONS, BackfillAction
+from orchestrator.operations.documents import iso
 
 DEFAULT_MAX_ACTIVE_RUNS = 10
 MAX_ACTIVE_RUNS_LIMIT = 10_000

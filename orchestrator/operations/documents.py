@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 from django.db import connection
 
 from deadlines.models import Deadline
-from orchestrator import sql
+from orchestrator.data import sql
+from orchestrator.data.queue_listeners import listened_queues, unattended_wait
 from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance, TaskStateEntry
-from orchestrator.queue_listeners import listened_queues, unattended_wait
 from retries.states import HOLD_FROM, TaskState
 
 

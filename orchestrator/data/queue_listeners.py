@@ -73,7 +73,7 @@ def listened_queues(now: datetime | None = None) -> set[str] | None:
 def _read_listened(now: datetime, interval: float) -> set[str] | None:
     from rq import Worker
 
-    from orchestrator.redis_conn import get_redis
+    from orchestrator.foundation.redis_conn import get_redis
 
     try:
         workers = [(w.last_heartbeat, w.queue_names()) for w in Worker.all(connection=get_redis())]

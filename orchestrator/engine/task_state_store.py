@@ -17,10 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from orchestrator import metrics
-from orchestrator.clock import shared_now
+from orchestrator.data import metrics
+from orchestrator.foundation.clock import shared_now
+from orchestrator.foundation.task_state import too_many_keys
 from orchestrator.models import TaskAttempt, TaskInstance, TaskStateEntry
-from orchestrator.taskstate import too_many_keys
 from retries.states import TaskState
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""The data layer above the models: the hot statements as written SQL, a task's effective settings, the audit log's writer, the failures filter, the Redis counters, which queues a live worker reads."""

@@ -1,0 +1,1 @@
+"""Process-free rules and helpers every floor above uses: the database's clock, user text made storable, bash templates, results, run parameters, the task state's rules, dotted-path imports, the Redis connection, the output store, liveness, query strings. None imports the models."""
