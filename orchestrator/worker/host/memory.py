@@ -381,6 +381,12 @@ class WatchedAttempt(AttemptMemory):
         self.next_check = 0.0
         self.peak_bytes = 0
 
+    def started(self, pid: int) -> None:
+        # Measured once at once: a task killed from outside before the loop's first round still
+        # has a peak to report.
+        super().started(pid)
+        self.peak_bytes = process_memory(pid)  # just handed over: it has no children yet
+
     def check(self, now: float) -> bool:
         if self.report.exceeded or self.pgid == 0 or now < self.next_check:
             return False
