@@ -180,6 +180,7 @@ def _database_url() -> str:
     return f"postgres://{db.get('USER') or 'postgres'}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the TCP cut needs the database on a socket")
 def test_a_database_outage_keeps_tasks_running_and_their_outcomes(worker, make_dag, scheduler_settings, settings, tmp_path):
     """Cut off from the database but not from Redis, a worker keeps its task running on a lease
     in Redis (no scheduler presumes it lost), spools the outcome it cannot report, and delivers
@@ -211,6 +212,7 @@ def test_a_database_outage_keeps_tasks_running_and_their_outcomes(worker, make_d
         proxy.cut()
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the TCP cut needs the database on a socket")
 def test_a_worker_cut_off_from_database_and_redis_stops_its_task_before_it_is_presumed_lost(
     worker, make_dag, scheduler_settings
 ):
