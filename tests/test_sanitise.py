@@ -6,7 +6,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.foundation.sanitise import REPLACEMENT, clean, clean_fields, clean_text
+from orchestrator.foundation.sanitise import REPLACEMENT, clean, clean_text
 
 # Any str Python can hold, surrogates included (hypothesis leaves them out unless asked).
 any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()))
@@ -52,12 +52,6 @@ def test_it_replaces_nul_surrogates_and_invalid_utf8():
     assert clean(b"ok \xff\xfe") == (f"ok {REPLACEMENT}{REPLACEMENT}", True)
     assert clean(b"plain") == ("plain", False)
     assert clean({"k\x00": ["v\x00", 1, None]}) == ({f"k{REPLACEMENT}": [f"v{REPLACEMENT}", 1, None]}, True)
-
-
-def test_clean_fields_names_what_it_changed():
-    record = {"result": "a\x00", "output": {"stdout": "fine", "stderr": "\udc80"}, "error": None}
-    assert clean_fields(record, ("result", "error", "output.stdout", "output.stderr", "missing.field")) == ["result", "output.stderr"]
-    assert record == {"result": f"a{REPLACEMENT}", "output": {"stdout": "fine", "stderr": REPLACEMENT}, "error": None}
 
 
 @given(json_like)

@@ -146,21 +146,3 @@ def clean(value: Any) -> tuple[Any, bool]:
             items.append(new_item)
         return (items if isinstance(value, list) else tuple(items)), changed
     return value, False
-
-
-def clean_fields(record: dict[str, Any], fields: tuple[str, ...]) -> list[str]:
-    """Clean the named fields of `record` in place (dotted names reach into dicts); the names of
-    those that changed, in the order given."""
-    changed = []
-    for name in fields:
-        *path, last = name.split(".")
-        holder: Any = record
-        for part in path:
-            holder = holder.get(part) if isinstance(holder, dict) else None
-        if not isinstance(holder, dict) or last not in holder:
-            continue
-        cleaned, was_changed = clean(holder[last])
-        if was_changed:
-            holder[last] = cleaned
-            changed.append(name)
-    return changed
