@@ -86,19 +86,17 @@ def test_an_outage_holds_tasks_and_recovery_releases_them_over_the_ramp(spawn, w
     # The downstream is down: a handful of failures open the circuit.
     wait_until(lambda: _circuit().state == "open", timeout=30, message="the circuit to open")
     opened_at = _circuit().opened_at
-    in_flight = ("queued", "running")
-    wait_until(lambda: not TaskInstance.objects.filter(dag_run=run, state__in=in_flight).exists(), timeout=15, message="attempts dispatched before the open to end")
-    # Held, not failed: every unfinished task waits for the circuit with its budget untouched.
+    # Held, not failed: once what was dispatched before the open has ended (or been put back at
+    # its claim), every unfinished task waits for the circuit with its budget untouched. Both
+    # are read in one condition: a task dispatched just before the open is queued for a moment
+    # after the first of them alone holds.
+    wait_until(
+        lambda: _all_held_by_circuit(run),
+        timeout=20,
+        message="attempts dispatched before the open to end and every waiting task to show the circuit",
+    )
     before = dict(TaskInstance.objects.filter(dag_run=run).values_list("task_id", "try_number"))
     attempts_before = TaskAttempt.objects.filter(task_instance__dag_run=run).count()
-    wait_until(
-        lambda: all(
-            (ti.waiting_for or {}).get("kind") == "circuit"
-            for ti in TaskInstance.objects.filter(dag_run=run, state__in=("scheduled", "up_for_retry"))
-        ),
-        timeout=5,
-        message="every waiting task to show the circuit",
-    )
     time.sleep(1.0)
     assert dict(TaskInstance.objects.filter(dag_run=run).values_list("task_id", "try_number")) == before
     assert TaskAttempt.objects.filter(task_instance__dag_run=run).count() == attempts_before
@@ -120,6 +118,13 @@ def test_an_outage_holds_tasks_and_recovery_releases_them_over_the_ramp(spawn, w
     assert span >= 0.6 * RAMP, span
     peak = max(peak_per_second([_at(t) for t in released]), 0)
     assert peak <= 2 * TASKS / RAMP + 3, peak
+
+
+def _all_held_by_circuit(run: DagRun) -> bool:
+    tis = list(TaskInstance.objects.filter(dag_run=run).values_list("state", "waiting_for"))
+    if any(state in ("queued", "running") for state, _ in tis):
+        return False
+    return all((waiting_for or {}).get("kind") == "circuit" for state, waiting_for in tis if state in ("scheduled", "up_for_retry"))
 
 
 def _at(timestamp: float):
