@@ -32,7 +32,7 @@ def run_created(dag_run: DagRun, now: datetime) -> None:
     """A run was queued: create its DAG-level deadlines."""
     definitions = [
         d
-        for d in DeadlineDefinition.objects.filter(dag_id=dag_run.dag_id, task__isnull=True)
+        for d in _dag_level_definitions(dag_run.dag_id)
         if d.reference in DAG_REFERENCES
         # A backfill's run gets only the deadlines measured from its own queue time: one
         # from its logical date (long past) or a fixed time would be missed at once.
@@ -50,6 +50,19 @@ def run_created(dag_run: DagRun, now: datetime) -> None:
         else (),
     )
     _create(dag_run, None, definitions, facts)
+
+
+def _dag_level_definitions(dag_id: int) -> list[DeadlineDefinition]:
+    """The DAG's own deadline definitions (not a task's), in their order. Written SQL: every
+    trigger reads them, and the model's ordering would join the DAG and the task tables."""
+    fields = sql.concrete_fields(DeadlineDefinition)
+    rows = sql.fetch(
+        f"SELECT {sql.columns('d', fields)} FROM {DeadlineDefinition._meta.db_table} d"
+        " WHERE d.dag_id = %s AND d.task_id IS NULL ORDER BY d.position, d.id",
+        [dag_id],
+        fields,
+    )
+    return [sql.instances(DeadlineDefinition, fields, row) for row in rows]
 
 
 def task_queued(task_instance: TaskInstance, now: datetime) -> None:

@@ -5,10 +5,13 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, User
+from django.db import connection
 from django.http import HttpRequest
 from django.utils import timezone
 
+from orchestrator.data import sql
 from orchestrator.models import ApiToken
 
 BEARER_PREFIX = "bearer "
@@ -46,10 +49,28 @@ def bearer_key(request: HttpRequest) -> str | None:
 def user_for_key(key: str) -> AbstractBaseUser:
     """The active user owning `key`; records when the token was last used, to the minute (a write
     on every request would cost each API call a round trip and a commit)."""
-    token = ApiToken.objects.select_related("user").filter(key_hash=hash_key(key)).first()
+    token = _token_with_user(hash_key(key))
     if token is None or not token.user.is_active:
         raise InvalidToken("invalid or revoked API token")
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token.user
+
+
+def _token_with_user(key_hash: str) -> ApiToken | None:
+    """The token of that hash with its user, in one read. Written SQL: every request of the API
+    pays for it, and the ORM took longer to build it than the database to answer."""
+    user_model = get_user_model()
+    token_fields, user_fields = sql.concrete_fields(ApiToken), sql.concrete_fields(user_model)
+    rows = sql.fetch(
+        f"SELECT {sql.columns('t', token_fields)}, {sql.columns('u', user_fields)} FROM {ApiToken._meta.db_table} t"
+        f" JOIN {user_model._meta.db_table} u ON u.{connection.ops.quote_name(user_model._meta.pk.column)} = t.user_id WHERE t.key_hash = %s",
+        [key_hash],
+        token_fields + user_fields,
+    )
+    if not rows:
+        return None
+    token = sql.instances(ApiToken, token_fields, rows[0][: len(token_fields)])
+    token.user = sql.instances(user_model, user_fields, rows[0][len(token_fields) :])
+    return token

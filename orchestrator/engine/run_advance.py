@@ -15,6 +15,7 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from deadlines import lifecycle
+from orchestrator.data import sql
 from orchestrator.engine import enqueuing, tablestats
 from orchestrator.engine.admission import dispatch_ready
 from orchestrator.engine.rules import run_outcome
@@ -24,7 +25,7 @@ from orchestrator.engine.run_settling import Unwritten, is_due, settle_downstrea
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.listeners import notify
-from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance
+from orchestrator.models import DagRun, TaskAttempt, TaskInstance
 from retries.states import RunState
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,18 @@ def advance_after_report(
     return _advance(dag_run_id, now or shared_now(), settling, skip_locked=False, savepoint=savepoint)
 
 
+def start_created_run(run: DagRun, now: datetime) -> None:
+    """Start a run created in the current transaction, and dispatch its first tasks, before that
+    transaction commits: one commit for a trigger instead of two. Nobody else sees the run before
+    the commit, so it is not read again nor locked. In a savepoint: if the start fails, the run
+    is committed queued, and the scheduler's next pass starts it (the failure is logged)."""
+    try:
+        _advance(run.pk, now, _whole_run, skip_locked=False, created=run)
+    except Exception:
+        log.exception("could not start run %s; the next scheduler pass will", run.pk)
+        run.refresh_from_db(fields=["state", "start_date", "end_date"])  # as the savepoint left it
+
+
 def advance_run_now(dag_run_id: int, *, ended: str | None = None) -> None:
     """Move a run on right after a report (`ended`: the task that ended) or an operator action,
     instead of at the next pass.
@@ -75,8 +88,11 @@ def advance_run_now(dag_run_id: int, *, ended: str | None = None) -> None:
         log.exception("could not advance run %s; the next scheduler pass will", dag_run_id)
 
 
-def _advance(dag_run_id: int, now: datetime, settling: Settling, *, skip_locked: bool, savepoint: bool = True) -> tuple[int, bool]:
+def _advance(
+    dag_run_id: int, now: datetime, settling: Settling, *, skip_locked: bool, savepoint: bool = True, created: DagRun | None = None
+) -> tuple[int, bool]:
     """Start the run, settle (`settling`), dispatch the due tasks, end the run if it is over.
+    `created`: the run, created in the caller's transaction (not read again).
 
     The first FIRST_DISPATCH_CHUNK due tasks are dispatched in this transaction, the rest once it
     commits (`dispatch_later`), so a wide run's first jobs are on Redis before the rest are
@@ -85,7 +101,7 @@ def _advance(dag_run_id: int, now: datetime, settling: Settling, *, skip_locked:
     dispatched_later: list[int] = []
     unwritten = Unwritten()
     with transaction.atomic(savepoint=savepoint):
-        run = locked_run(dag_run_id, skip_locked=skip_locked)
+        run = created or locked_run(dag_run_id, skip_locked=skip_locked)
         if run is None or run.state not in (RunState.QUEUED, RunState.RUNNING):
             return 0, False
         if run.state == RunState.QUEUED and not _start_run(run, now):
@@ -112,12 +128,12 @@ def _advance(dag_run_id: int, now: datetime, settling: Settling, *, skip_locked:
 
 
 def _whole_run(run: DagRun, now: datetime, unwritten: Unwritten) -> tuple[list[TaskInstance], RunState | None]:
-    """`advance_run`'s settling: every task read and decided, every decision written (nothing
-    is left in `unwritten`)."""
+    """`advance_run`'s settling: every task read and decided; the tasks it makes ready for the
+    dispatch alone are left in `unwritten`, every other decision is written."""
     instances = instances_of(run)
     for ti in instances:
         ti.dag_run = run
-    settle_whole_run(instances, now)  # adds the instances of the mapped tasks it expands
+    settle_whole_run(run, instances, now, unwritten)  # adds the instances of the mapped tasks it expands
     return [ti for ti in instances if is_due(ti, now)], run_outcome([ti.state for ti in instances])
 
 
@@ -131,13 +147,15 @@ def _downstream_of(
 
 
 def _start_run(run: DagRun, now: datetime) -> bool:
-    # The DAG row is locked while counting and starting: two schedulers (or a trigger and a
-    # scheduler) starting runs of one DAG at once would each count the same running runs.
-    if connection.vendor == "postgresql":
-        Dag.objects.select_for_update().filter(pk=run.dag_id).values_list("pk", flat=True).first()
-    if not may_start_run(run.dag.max_active_runs, active_runs(run.dag_id)):
+    # The DAG row is locked while counting and starting (`active_runs`): two schedulers
+    # (or a trigger and a scheduler) starting runs of one DAG at once would each count the same
+    # running runs.
+    if not may_start_run(run.dag.max_active_runs, active_runs(run.dag_id, locked=True)):
         return False
-    started = DagRun.objects.filter(pk=run.pk, state=RunState.QUEUED).update(state=RunState.RUNNING, start_date=now)
+    started = sql.execute(
+        f"UPDATE orchestrator_dagrun SET state = '{RunState.RUNNING}', start_date = %s WHERE id = %s AND state = '{RunState.QUEUED}'",
+        [connection.ops.adapt_datetimefield_value(now), run.pk],
+    )
     if started:
         run.state, run.start_date = RunState.RUNNING, now
         return True

@@ -5,6 +5,7 @@ trigger's (an operator's, the API's), which checks what it is given and moves th
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from datetime import timezone as dt_timezone
@@ -18,11 +19,11 @@ from orchestrator.data import sql
 from orchestrator.data.taskconfig import merge_args
 from orchestrator.engine import tablestats
 from orchestrator.engine.limit_args import limit_args
-from orchestrator.engine.run_advance import advance_run_now
+from orchestrator.engine.run_advance import advance_run_now, start_created_run
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.run_params import resolve_conf
-from orchestrator.models import Backfill, Dag, DagRun, TaskInstance
+from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
 from retries.states import RunState
 
 
@@ -46,6 +47,23 @@ def create_run(
     now = now or shared_now()
     # Inside a caller's transaction, no savepoint of its own: a caller that catches an
     # IntegrityError (a run id or logical date taken) takes its own.
+    return _create_run(
+        dag, run_type=run_type, logical_date=logical_date, conf=conf, now=now, triggered_by=triggered_by, backfill=backfill, run_id=run_id
+    )[0]
+
+
+def _create_run(
+    dag: Dag,
+    *,
+    run_type: str,
+    logical_date: datetime,
+    conf: dict[str, Any] | None,
+    now: datetime,
+    triggered_by: str,
+    backfill: Backfill | None = None,
+    run_id: str | None = None,
+) -> tuple[DagRun, int]:
+    """`create_run`, and how many task instances the run has."""
     with transaction.atomic(savepoint=False):
         run = DagRun.objects.create(
             dag=dag,
@@ -58,12 +76,12 @@ def create_run(
             triggered_by=triggered_by,
             backfill=backfill,
         )
-        _insert_instances(run)
+        instances = _insert_instances(run)
         lifecycle.run_created(run, now)
-    return run
+    return run, instances
 
 
-def _insert_instances(run: DagRun) -> None:
+def _insert_instances(run: DagRun) -> int:
     """One task instance (state none) per task of the run's DAG.
 
     `bulk_create` builds a model object per row and prepares every column of every row: most of
@@ -78,7 +96,12 @@ def _insert_instances(run: DagRun) -> None:
             "definition", "task_id", "max_tries", "infrastructure_retry_limit", "queue", "pool", "pool_slots", "priority_weight", "circuit"
         )
     }
-    for pk, task_id, task_args in dag.tasks.order_by("position", "id").values_list("pk", "task_id", "args"):
+    tasks = sql.fetch(
+        f"SELECT t.id, t.task_id, t.args FROM {Task._meta.db_table} t WHERE t.dag_id = %s ORDER BY t.position, t.id",
+        [dag.pk],
+        [None, None, Task._meta.get_field("args")],
+    )
+    for pk, task_id, task_args in tasks:
         args = merge_args(dag.default_args, task_args)
         limits = limit_args(task_args, dag.default_args)
         row = {
@@ -95,7 +118,7 @@ def _insert_instances(run: DagRun) -> None:
         for name, value in row.items():
             varying[name].append(value)
     if not varying["task_id"]:
-        return
+        return 0
     fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
     template = TaskInstance(dag_run=run)
     constants = {
@@ -123,6 +146,7 @@ def _insert_instances(run: DagRun) -> None:
             ]
             cursor.executemany(f"{insert} VALUES ({sql.placeholders(len(fields))})", rows)
     tablestats.grew(TaskInstance._meta.db_table, len(varying["task_id"]))
+    return len(varying["task_id"])
 
 
 def _array_type(field: Any) -> str:
@@ -148,7 +172,10 @@ def create_manual_run(
     DAG: Conflict. Nothing is created for any of them.
 
     `record(run)` is called in the run's transaction (the trigger's audit entry): both are
-    committed, or neither.
+    committed, or neither. The run is started in that transaction too, its first tasks
+    dispatched (one commit for the trigger), unless it is big enough for its instances to be
+    analyzed first (`tablestats`): then once they are committed, as the planner's statistics
+    must know of them before the first attempt's statements are planned.
     """
     given_date = parse_logical_date(logical_date, dag.timezone) if logical_date is not None else None
     if conf is not None and not isinstance(conf, dict):
@@ -165,18 +192,21 @@ def create_manual_run(
     for tries_left in reversed(range(5)):
         try:
             with transaction.atomic():
-                run = create_run(
+                run, instances = _create_run(
                     dag, run_type=DagRun.RunType.MANUAL, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, run_id=run_id
                 )
                 if record is not None:
                     record(run)
+                # Started at once, instead of at the next scheduler pass.
+                if tablestats.analyzed_after_commit(instances):
+                    transaction.on_commit(functools.partial(advance_run_now, run.pk))
+                else:
+                    start_created_run(run, now)
             break
         except IntegrityError:  # another trigger took that id meanwhile: take the next one
             if not tries_left or not DagRun.objects.filter(dag=dag, run_id=run_id).exists():
                 raise
             run_id = _free_run_id(dag, base)
-    # Start it at once instead of waiting for the next scheduler pass.
-    transaction.on_commit(lambda: advance_run_now(run.pk))
     return run
 
 

@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count
 
 from orchestrator.data import sql
 from orchestrator.engine.graph import DagGraph
@@ -56,16 +55,25 @@ PREPARED_READ_TASKS = 8
 
 def locked_run(dag_run_id: int, *, skip_locked: bool) -> DagRun | None:
     """The run with its DAG, its row locked on PostgreSQL (None: gone, or held and skipped)."""
-    run_fields, dag_fields = sql.concrete_fields(DagRun), sql.concrete_fields(Dag)
     lock = ""
     if connection.vendor == "postgresql":
         lock = " FOR UPDATE OF r SKIP LOCKED" if skip_locked else " FOR UPDATE OF r"
+    return _run_with_dag(f"r.id = %s{lock}", [dag_run_id], prepare=True)  # by primary key (`sql.cursor`)
+
+
+def run_named(dag_id: str, run_id: str) -> DagRun | None:
+    """The run `run_id` of the DAG `dag_id` with its DAG, in one read (None: no such run)."""
+    return _run_with_dag("d.dag_id = %s AND r.run_id = %s", [dag_id, run_id])
+
+
+def _run_with_dag(where: str, params: list[Any], *, prepare: bool = False) -> DagRun | None:
+    run_fields, dag_fields = sql.concrete_fields(DagRun), sql.concrete_fields(Dag)
     rows = sql.fetch(
         f"SELECT {sql.columns('r', run_fields)}, {sql.columns('d', dag_fields)}"
-        f" FROM orchestrator_dagrun r JOIN orchestrator_dag d ON d.id = r.dag_id WHERE r.id = %s{lock}",
-        [dag_run_id],
+        f" FROM orchestrator_dagrun r JOIN orchestrator_dag d ON d.id = r.dag_id WHERE {where}",
+        params,
         run_fields + dag_fields,
-        prepare=True,  # by primary keys (`sql.cursor`)
+        prepare=prepare,
     )
     if not rows:
         return None
@@ -256,12 +264,19 @@ def run_is_over(dag_run_id: int) -> bool:
     )
 
 
-def active_runs(dag_id: int) -> ActiveRuns:
-    """The DAG's running and queued runs, counted in one query (a backfill's left out: `run_rules`)."""
-    counts = dict(
-        DagRun.objects.filter(dag_id=dag_id, state__in=[RunState.QUEUED, RunState.RUNNING], backfill__isnull=True)
-        .order_by()
-        .values_list("state")
-        .annotate(runs=Count("pk"))
+def active_runs(dag_id: int, *, locked: bool = False) -> ActiveRuns:
+    """The DAG's running and queued runs, counted in one query (a backfill's left out: `run_rules`).
+    `locked`: the DAG's row locked for the rest of the transaction on PostgreSQL, so that two
+    processes starting its runs do not both count the same slot free (SQLite's transactions take
+    the database's write lock). `FOR NO KEY UPDATE`: a trigger that inserted a run of the DAG
+    holds a key share of its row, which `FOR UPDATE` would wait for."""
+    lock = " FOR NO KEY UPDATE OF d" if locked and connection.vendor == "postgresql" else ""
+    count = "(SELECT COUNT(*) FROM orchestrator_dagrun r WHERE r.dag_id = d.id AND r.state = '{}' AND r.backfill_id IS NULL)"
+    rows = sql.fetch(
+        f"SELECT {count.format(RunState.RUNNING)}, {count.format(RunState.QUEUED)} FROM orchestrator_dag d WHERE d.id = %s{lock}",
+        [dag_id],
+        [None, None],
+        prepare=True,
     )
-    return ActiveRuns(running=counts.get(RunState.RUNNING, 0), queued=counts.get(RunState.QUEUED, 0))
+    running, queued = rows[0] if rows else (0, 0)
+    return ActiveRuns(running=running, queued=queued)

@@ -71,20 +71,25 @@ class Unwritten:
             transition_many([(ti.pk, ti.attempt_token, TaskState.NONE) for ti in left], state=TaskState.SCHEDULED)
 
 
-def settle_whole_run(instances: list[TaskInstance], now: datetime) -> None:
+def settle_whole_run(run: DagRun, instances: list[TaskInstance], now: datetime, unwritten: Unwritten) -> None:
     """Decide the waiting tasks whose upstreams allow it: ready (scheduled), upstream_failed,
     skipped or removed; a mapped task that may run expands instead (`mapping.expand_ready`), and
     its new instances join `instances`. A task removed from its DAG while it waited to run
     (scheduled, or up_for_retry) is removed too, not dispatched to fail for want of a definition
     and spend the user's retries. One statement per kind of decision; settling one task can
-    decide its downstream, so it repeats (in memory) until nothing changes."""
+    decide its downstream, so it repeats (in memory) until nothing changes.
+
+    A task made ready that nothing but the dispatch's own fence can hold is made ready in
+    `unwritten` only, as `settle_downstream_of` does: a run's first tasks are written once, at
+    their dispatch."""
+    defer = functools.partial(_dispatched_at_once, run, now)
     while True:
         states = _states_by_task(instances)
         waiting = [ti for ti in instances if ti.state == TaskState.NONE or removed_while_waiting(ti)]
         decided = _decide(waiting, functools.partial(_known_upstream_states, states))
         expanded, created = _expand_decided(decided, now)
         instances += created
-        if not (_apply(decided, now) or expanded):
+        if not (_apply(decided, now, defer=defer, unwritten=unwritten) or expanded):
             return
 
 

@@ -32,10 +32,16 @@ def needs_analyze(added: int, known_rows: float) -> bool:
     return added >= ANALYZE_FROM_ROWS and known_rows < added
 
 
+def analyzed_after_commit(added: int) -> bool:
+    """Whether `added` rows written to a table may have it analyzed once they are committed
+    (`grew`): what plans the next statements on it must wait for that commit."""
+    return connection.vendor == "postgresql" and added >= ANALYZE_FROM_ROWS
+
+
 def grew(table: str, added: int) -> None:
     """`added` rows were written to `table` (in the current transaction, if any): once they are
     committed, analyze the table if its statistics do not know of as many rows."""
-    if connection.vendor != "postgresql" or added < ANALYZE_FROM_ROWS:
+    if not analyzed_after_commit(added):
         return
     transaction.on_commit(functools.partial(_analyze_if_outgrown, table, added), robust=True)
 

@@ -101,7 +101,7 @@ def test_it_creates_task_deadlines_at_the_first_dispatch_and_start_only():
     task = dag.tasks.get()
     DeadlineDefinitionFactory(dag=dag, task=task, reference="task_queued_at", interval=30)
     DeadlineDefinitionFactory(dag=dag, task=task, reference="task_started_at", interval=600, callback="notifier:email")
-    run = create_manual_run(dag)
+    run = create_run(dag, run_type="manual", logical_date=timezone.now())  # created, not started
     assert not run.deadlines.exists()
     advance_run(run.pk)
     ti = TaskInstance.objects.get(dag_run=run)

@@ -1,6 +1,7 @@
 """A report whose run cannot be moved on still records the task's end: the advance shares the
 report's transaction (no savepoint), so its failure rolls back both, and the report is recorded
-again alone; the next scheduler pass moves the run on."""
+again alone; the next scheduler pass moves the run on. A trigger whose run cannot be started
+still creates the run, queued, with its audit entry; the next pass starts it."""
 from __future__ import annotations
 
 import functools
@@ -12,9 +13,9 @@ from django.db import connection
 from orchestrator.engine import handover, reporting
 from orchestrator.engine.run_creation import create_manual_run
 from orchestrator.engine.scheduler import schedule_once
-from orchestrator.models import TaskInstance
+from orchestrator.models import TaskAttempt, TaskInstance
 from retries.context import ExecutionContext
-from retries.states import Reason, Source, TaskState
+from retries.states import Reason, RunState, Source, TaskState
 from tests.engine.factories import DagFactory, TaskFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_default_queue")]
@@ -23,9 +24,11 @@ WORKER = reporting.WorkerInfo(hostname="test-host", worker_name="test-worker", p
 
 
 @contextmanager
-def attempts_refused_for(task_instance_id: int):
-    """The database refuses any new attempt row of this task instance (a real error, raised by
-    the database inside the dispatch's statement)."""
+def attempts_refused_for(task_instance_id: int | None):
+    """The database refuses any new attempt row of this task instance (None: of any), a real
+    error, raised by the database inside the dispatch's statement."""
+    pg_when = "" if task_instance_id is None else f" WHEN (NEW.task_instance_id = {int(task_instance_id)})"
+    sqlite_when = "" if task_instance_id is None else f" WHEN NEW.task_instance_id = {int(task_instance_id)}"
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
@@ -33,13 +36,12 @@ def attempts_refused_for(task_instance_id: int):
                 " BEGIN RAISE EXCEPTION 'attempt refused by the test'; END $$ LANGUAGE plpgsql"
             )
             cursor.execute(
-                "CREATE TRIGGER test_refuse_attempt BEFORE INSERT ON orchestrator_taskattempt FOR EACH ROW"
-                f" WHEN (NEW.task_instance_id = {int(task_instance_id)}) EXECUTE FUNCTION test_refuse_attempt()"
+                f"CREATE TRIGGER test_refuse_attempt BEFORE INSERT ON orchestrator_taskattempt FOR EACH ROW{pg_when}"
+                " EXECUTE FUNCTION test_refuse_attempt()"
             )
         else:
             cursor.execute(
-                "CREATE TRIGGER test_refuse_attempt BEFORE INSERT ON orchestrator_taskattempt"
-                f" WHEN NEW.task_instance_id = {int(task_instance_id)}"
+                f"CREATE TRIGGER test_refuse_attempt BEFORE INSERT ON orchestrator_taskattempt{sqlite_when}"
                 " BEGIN SELECT RAISE(ABORT, 'attempt refused by the test'); END"
             )
     try:
@@ -98,3 +100,19 @@ def test_a_failure_is_recorded_when_its_run_cannot_move_on(caplog):
     assert "could not advance run" in caplog.text
     schedule_once()
     assert _ti(run, "b").state == TaskState.QUEUED  # all_done: it runs after a failure too
+
+
+def test_a_trigger_creates_its_run_when_the_run_cannot_start(caplog):
+    dag = DagFactory(dag_id="start_fails")
+    TaskFactory(dag=dag, task_id="a")
+    with attempts_refused_for(None):
+        run = create_manual_run(dag, triggered_by="alice")
+    assert "could not start run" in caplog.text
+    run.refresh_from_db()
+    assert (run.state, run.start_date) == (RunState.QUEUED, None)
+    assert _ti(run, "a").state == TaskState.NONE
+    assert not TaskAttempt.objects.filter(task_instance__dag_run=run).exists()
+    schedule_once()  # the next pass starts it
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING
+    assert _ti(run, "a").state == TaskState.QUEUED

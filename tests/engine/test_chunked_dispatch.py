@@ -1,6 +1,7 @@
 """A wide run's due tasks are dispatched in committed chunks: the first chunk's jobs reach Redis
-before the next chunk is written, what a failure between chunks leaves (scheduled, or after a
-report `none` and ready) is dispatched by the next scheduler pass, never lost and never twice,
+before the next chunk is written, what a failure between chunks leaves (`none` and ready: a
+task the dispatch alone decides on is written once, when it goes) is dispatched by the next
+scheduler pass, never lost and never twice,
 and the pass leaves a run to the dispatcher of its chunks while they go."""
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def test_the_scheduler_pass_counts_every_chunk():
     _assert_dispatched_once(run)
 
 
-def test_a_failure_between_chunks_leaves_the_rest_scheduled_for_the_next_pass(monkeypatch):
+def test_a_failure_between_chunks_leaves_the_rest_ready_for_the_next_pass(monkeypatch):
     """The second chunk's transaction fails after writing its dispatches (as a crash before its
     commit would): they roll back, the trigger still returns, the first chunk's jobs are on
     Redis, and the next scheduler pass dispatches the rest, each task once."""
@@ -116,10 +117,10 @@ def test_a_failure_between_chunks_leaves_the_rest_scheduled_for_the_next_pass(mo
     run = create_manual_run(dag)
     states = sorted(TaskInstance.objects.filter(dag_run=run).values_list("state", flat=True))
     assert states.count(TaskState.QUEUED) == 10
-    assert states.count(TaskState.SCHEDULED) == 15
+    assert states.count(TaskState.NONE) == 15
     assert len(_jobs()) == 10
     assert TaskAttempt.objects.filter(task_instance__dag_run=run).count() == 10
-    assert set(TaskInstance.objects.filter(dag_run=run, state=TaskState.SCHEDULED).values_list("attempt_token", flat=True)) == {0}
+    assert set(TaskInstance.objects.filter(dag_run=run, state=TaskState.NONE).values_list("attempt_token", flat=True)) == {0}
 
     monkeypatch.setattr(run_advance, "dispatch_ready", real)
     schedule_once()
@@ -141,10 +142,16 @@ def test_a_pool_admits_exactly_its_slots_across_chunks():
 def test_the_rest_waits_when_the_dag_is_paused_between_chunks(monkeypatch):
     dag = _wide_dag(25)
     # Paused in the first chunk's transaction: committed with it.
-    sizes, _ = _at_chunk(monkeypatch, 1, lambda run: type(dag).objects.filter(pk=dag.pk).update(paused=True), written=True)
+    sizes, real = _at_chunk(monkeypatch, 1, lambda run: type(dag).objects.filter(pk=dag.pk).update(paused=True), written=True)
     run = create_manual_run(dag)
     assert sizes == [10]
-    assert TaskInstance.objects.filter(dag_run=run, state=TaskState.SCHEDULED).count() == 15
+    assert TaskInstance.objects.filter(dag_run=run, state=TaskState.NONE).count() == 15
+    assert len(_jobs()) == 10
+    # Unpaused, the next pass dispatches them, each once.
+    type(dag).objects.filter(pk=dag.pk).update(paused=False)
+    monkeypatch.setattr(run_advance, "dispatch_ready", real)
+    schedule_once()
+    _assert_dispatched_once(run)
 
 
 # --- a report that makes a wide fan-out ready ------------------------------------------------------
