@@ -171,8 +171,8 @@ def create_manual_run(
     BadRequest naming the key); a logical date that is not ISO 8601: LogicalDateError; a paused
     DAG: Conflict. Nothing is created for any of them.
 
-    `record(run)` is called in the run's transaction (the trigger's audit entry): both are
-    committed, or neither. The run is started in that transaction too, its first tasks
+    `record(run)` is called in the run's transaction (the trigger's audit entry), after its
+    start: both are committed, or neither. The run is started in that transaction too, its first tasks
     dispatched (one commit for the trigger), unless it is big enough for its instances to be
     analyzed first (`tablestats`): then once they are committed, as the planner's statistics
     must know of them before the first attempt's statements are planned.
@@ -195,13 +195,13 @@ def create_manual_run(
                 run, instances = _create_run(
                     dag, run_type=DagRun.RunType.MANUAL, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, run_id=run_id
                 )
-                if record is not None:
-                    record(run)
                 # Started at once, instead of at the next scheduler pass.
                 if tablestats.analyzed_after_commit(instances):
                     transaction.on_commit(functools.partial(advance_run_now, run.pk))
                 else:
                     start_created_run(run, now)
+                if record is not None:
+                    record(run)  # as the trigger leaves it: running, or queued for a slot
             break
         except IntegrityError:  # another trigger took that id meanwhile: take the next one
             if not tries_left or not DagRun.objects.filter(dag=dag, run_id=run_id).exists():
