@@ -246,19 +246,31 @@ M = TypeVar("M", bound=models.Model)
 
 def instances(model: type[M], fields: Sequence[models.Field], values: Sequence[Any]) -> M:
     """A model instance from already converted column values, as the ORM builds one (fields not
-    given are deferred: reading one queries it).
+    given are deferred: reading one queries it). For many rows, `builder`."""
+    return builder(model, fields)(values)
+
+
+def builder(model: type[M], fields: Sequence[models.Field]) -> Callable[[Sequence[Any]], M]:
+    """What builds `instances` of `model` from rows of `fields`, its look at the model done once
+    for all the rows of one read (a run's 10,000).
 
     Built as `Model.from_db` would leave it, without running `Model.__init__` (its checks of
     every field cost more than the query when a run's 10,000 rows are read); a model with its
     own `from_db` or init signals is built by the ORM."""
+    attnames = [field.attname for field in fields]
+    alias = connection.alias
     if model.from_db.__func__ is not _BASE_FROM_DB or pre_init.has_listeners(model) or post_init.has_listeners(model):  # type: ignore[attr-defined]  # a classmethod has __func__; the stubs do not say
-        return model.from_db(connection.alias, [field.attname for field in fields], values)
-    instance = model.__new__(model)
-    state = ModelState()
-    state.adding, state.db = False, connection.alias
-    instance._state = state
-    instance.__dict__.update(zip([field.attname for field in fields], values))
-    return instance
+        return lambda values: model.from_db(alias, attnames, values)
+
+    def build(values: Sequence[Any]) -> M:
+        instance = model.__new__(model)
+        state = ModelState()
+        state.adding, state.db = False, alias
+        instance._state = state
+        instance.__dict__.update(zip(attnames, values))
+        return instance
+
+    return build
 
 
 _BASE_FROM_DB = models.Model.from_db.__func__  # type: ignore[attr-defined]  # likewise

@@ -103,10 +103,13 @@ def instances_of(run: DagRun, where: str = "", params: Iterable[Any] = (), *, pr
         prepare=prepare,
     )
     instances = []
+    new_ti, new_task, split = sql.builder(TaskInstance, ti_fields), sql.builder(Task, task_fields), len(ti_fields)
+    # As `ti.definition = task` leaves it, without the descriptor's checks of every assignment.
+    cache_definition = TaskInstance._meta.get_field("definition").set_cached_value
     for row in rows:
-        ti = sql.instances(TaskInstance, ti_fields, row[: len(ti_fields)])
-        definition = row[len(ti_fields) :]
-        ti.definition = sql.instances(Task, task_fields, definition) if definition[0] is not None else None
+        ti = new_ti(row[:split])
+        definition = row[split:]
+        cache_definition(ti, new_task(definition) if definition[0] is not None else None)
         instances.append(ti)
     return instances
 

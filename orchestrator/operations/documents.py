@@ -168,7 +168,8 @@ def _rows_of_run(model: type[M], where: str, order_by: str, run: DagRun) -> list
     selects, in the order of `order_by`, as model instances."""
     fields = sql.concrete_fields(model)
     rows = sql.fetch(f"SELECT {sql.columns('t', fields)} FROM {model._meta.db_table} t WHERE {where} ORDER BY {order_by}", [run.pk], fields)
-    return [sql.instances(model, fields, row) for row in rows]
+    build = sql.builder(model, fields)
+    return [build(row) for row in rows]
 
 
 Owned = TypeVar("Owned", TaskAttempt, TaskStateEntry)
