@@ -19,7 +19,7 @@ from orchestrator.data import sql
 from orchestrator.engine import enqueuing, tablestats
 from orchestrator.engine.admission import dispatch_ready
 from orchestrator.engine.rules import run_outcome
-from orchestrator.engine.run_reads import active_runs, instances_of, locked_run, outcome_counted
+from orchestrator.engine.run_reads import active_runs, first_without_upstream, instances_of, locked_run, outcome_counted
 from orchestrator.engine.run_rules import held_by_pause, may_start_run
 from orchestrator.engine.run_settling import Unwritten, is_due, settle_downstream_of, settle_whole_run
 from orchestrator.foundation.clock import shared_now
@@ -70,6 +70,18 @@ def start_created_run(run: DagRun, now: datetime) -> None:
     except Exception:
         log.exception("could not start run %s; the next scheduler pass will", run.pk)
         run.refresh_from_db(fields=["state", "start_date", "end_date"])  # as the savepoint left it
+
+
+def start_big_run(dag_run_id: int) -> None:
+    """Start a big run once its creation is committed (and its table analyzed): its first tasks
+    dispatched from a chunk's worth of rows (`_first_ready`), then the whole run moved on as any
+    other, the rest of its ready tasks dispatched in chunks. The first tasks run while the rest
+    are read. Never raises: what fails is left to the scheduler's next pass."""
+    try:
+        _advance(dag_run_id, shared_now(), _first_ready, skip_locked=False)
+    except Exception:
+        log.exception("could not start run %s; the next scheduler pass will", dag_run_id)
+    advance_run_now(dag_run_id)
 
 
 def advance_run_now(dag_run_id: int, *, ended: str | None = None) -> None:
@@ -135,6 +147,17 @@ def _whole_run(run: DagRun, now: datetime, unwritten: Unwritten) -> tuple[list[T
         ti.dag_run = run
     settle_whole_run(run, instances, now, unwritten)  # adds the instances of the mapped tasks it expands
     return [ti for ti in instances if is_due(ti, now)], run_outcome([ti.state for ti in instances])
+
+
+def _first_ready(run: DagRun, now: datetime, unwritten: Unwritten) -> tuple[list[TaskInstance], RunState | None]:
+    """`start_big_run`'s settling: in a run none of whose tasks has begun, only the tasks without
+    upstreams may be ready; the first chunk of them by priority is read and settled, nothing
+    else of the run. The run is not over (the whole run's settling, next, decides that)."""
+    first = first_without_upstream(run, FIRST_DISPATCH_CHUNK)
+    for ti in first:
+        ti.dag_run = run
+    settle_whole_run(run, first, now, unwritten)  # a mapped task among them expands
+    return [ti for ti in first if is_due(ti, now)], None
 
 
 def _downstream_of(

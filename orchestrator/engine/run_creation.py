@@ -19,7 +19,7 @@ from orchestrator.data import sql
 from orchestrator.data.taskconfig import merge_args
 from orchestrator.engine import tablestats
 from orchestrator.engine.limit_args import limit_args
-from orchestrator.engine.run_advance import advance_run_now, start_created_run
+from orchestrator.engine.run_advance import start_big_run, start_created_run
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.run_params import resolve_conf
@@ -175,7 +175,8 @@ def create_manual_run(
     start: both are committed, or neither. The run is started in that transaction too, its first tasks
     dispatched (one commit for the trigger), unless it is big enough for its instances to be
     analyzed first (`tablestats`): then once they are committed, as the planner's statistics
-    must know of them before the first attempt's statements are planned.
+    must know of them before the first attempt's statements are planned, its first tasks from a
+    chunk's worth of rows (`start_big_run`).
     """
     given_date = parse_logical_date(logical_date, dag.timezone) if logical_date is not None else None
     if conf is not None and not isinstance(conf, dict):
@@ -197,7 +198,7 @@ def create_manual_run(
                 )
                 # Started at once, instead of at the next scheduler pass.
                 if tablestats.analyzed_after_commit(instances):
-                    transaction.on_commit(functools.partial(advance_run_now, run.pk))
+                    transaction.on_commit(functools.partial(start_big_run, run.pk))
                 else:
                     start_created_run(run, now)
                 if record is not None:

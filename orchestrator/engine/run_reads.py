@@ -88,16 +88,18 @@ _DEFINITION_FIELDS = ("id", "dag", "task_id", "upstream", "trigger_rule", "args"
 _UNREAD_TI_FIELDS = ("result", "map_item")
 
 
-def instances_of(run: DagRun, where: str = "", params: Iterable[Any] = (), *, prepare: bool = False) -> list[TaskInstance]:
-    """The run's task instances (all, or those `where` selects) with their definitions, in one
-    written query: the ORM's select_related cost a run's every move more CPU than the database
-    spent on it. `prepare`: see `sql.cursor`."""
+def instances_of(
+    run: DagRun, where: str = "", params: Iterable[Any] = (), *, prepare: bool = False, order_by: str = "ti.id", limit: int | None = None
+) -> list[TaskInstance]:
+    """The run's task instances (all, or those `where` selects; the first `limit` of them by
+    `order_by`) with their definitions, in one written query: the ORM's select_related cost a
+    run's every move more CPU than the database spent on it. `prepare`: see `sql.cursor`."""
     ti_fields = [field for field in sql.concrete_fields(TaskInstance) if field.name not in _UNREAD_TI_FIELDS]
     task_fields = sql.concrete_fields(Task, _DEFINITION_FIELDS)
     rows = sql.fetch(
         f"SELECT {sql.columns('ti', ti_fields)}, {sql.columns('t', task_fields)}"
         " FROM orchestrator_taskinstance ti LEFT JOIN orchestrator_task t ON t.id = ti.definition_id"
-        f" WHERE ti.dag_run_id = %s{where} ORDER BY ti.id",
+        f" WHERE ti.dag_run_id = %s{where} ORDER BY {order_by}{'' if limit is None else f' LIMIT {int(limit)}'}",
         [run.pk, *params],
         ti_fields + task_fields,
         prepare=prepare,
@@ -113,6 +115,18 @@ def instances_of(run: DagRun, where: str = "", params: Iterable[Any] = (), *, pr
         instances.append(ti)
     return instances
 
+
+
+def first_without_upstream(run: DagRun, limit: int) -> list[TaskInstance]:
+    """The first `limit` of the run's waiting tasks that have no upstream task, highest priority
+    first: in a run none of whose tasks has begun, the only ones that may be ready."""
+    empty = "jsonb_array_length(t.upstream) = 0" if connection.vendor == "postgresql" else "json_array_length(t.upstream) = 0"
+    return instances_of(
+        run,
+        f" AND ti.state = {sql.literals([str(TaskState.NONE)])} AND {empty}",
+        order_by="ti.priority_weight DESC, ti.id",
+        limit=limit,
+    )
 
 
 def waiting_and_due_instances(run: DagRun, task_ids: list[str], now: datetime) -> tuple[list[TaskInstance], list[TaskInstance]]:
