@@ -82,6 +82,10 @@ def test_a_database_outage_of_minutes_loses_no_outcome_and_charges_nothing(tmp_p
             cluster.start()
         outage = time.monotonic() - outage_started
         wait_until(lambda: states().get("after", ("",))[0] == "success", timeout=180, message="the run to go on after the outage")
+        # The spool delivers its outcomes one after another: `after` may succeed before the last.
+        wait_until(
+            lambda: all(s[0] != "running" for s in states().values()), timeout=60, message="every spooled outcome to be delivered"
+        )
         final = states()
         for task_id, (state, try_number, infra, attempts) in final.items():
             assert (state, try_number, infra, attempts) == ("success", 1, 0, 1), (task_id, final[task_id])
