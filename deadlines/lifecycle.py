@@ -62,7 +62,8 @@ def _dag_level_definitions(dag_id: int) -> list[DeadlineDefinition]:
         [dag_id],
         fields,
     )
-    return [sql.instances(DeadlineDefinition, fields, row) for row in rows]
+    build = sql.builder(DeadlineDefinition, fields)
+    return [build(row) for row in rows]
 
 
 def task_queued(task_instance: TaskInstance, now: datetime) -> None:

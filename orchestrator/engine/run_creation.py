@@ -45,8 +45,6 @@ def create_run(
     """Insert the run and one task instance per task, in one transaction: a run is never seen
     with only some of its task instances. Its id is `run_id`, or made of its type and logical date."""
     now = now or shared_now()
-    # Inside a caller's transaction, no savepoint of its own: a caller that catches an
-    # IntegrityError (a run id or logical date taken) takes its own.
     return _create_run(
         dag, run_type=run_type, logical_date=logical_date, conf=conf, now=now, triggered_by=triggered_by, backfill=backfill, run_id=run_id
     )[0]
@@ -64,6 +62,8 @@ def _create_run(
     run_id: str | None = None,
 ) -> tuple[DagRun, int]:
     """`create_run`, and how many task instances the run has."""
+    # Inside a caller's transaction, no savepoint of its own: a caller that catches an
+    # IntegrityError (a run id or logical date taken) takes its own.
     with transaction.atomic(savepoint=False):
         run = DagRun.objects.create(
             dag=dag,
