@@ -69,6 +69,9 @@ def _read(path: Path | str) -> str | None:
         return None
 
 
+_OOM_KILL_LINE = re.compile(r"^oom_kill\s+(\d+)\s*$", re.MULTILINE)
+
+
 def _keyed(text: str | None) -> dict[str, int]:
     """`key value` lines (memory.events, memory.oom_control, memory.stat) as a dict."""
     values: dict[str, int] = {}
@@ -95,8 +98,10 @@ def start_time(pid: int) -> int | None:
 
 
 def machine_oom_kills() -> int | None:
-    """The machine's OOM kills since boot (/proc/vmstat `oom_kill`), or None."""
-    return _keyed((_read("/proc/vmstat") or "").replace("\t", " ")).get("oom_kill")
+    """The machine's OOM kills since boot (/proc/vmstat `oom_kill`), or None. Read twice for
+    every attempt: the one line is looked for, not the whole file parsed."""
+    found = _OOM_KILL_LINE.search(_read("/proc/vmstat") or "")
+    return int(found.group(1)) if found else None
 
 
 # --- the cgroup filesystem ------------------------------------------------------------------------

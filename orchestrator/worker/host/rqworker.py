@@ -35,6 +35,7 @@ from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
 from rq.timeouts import BaseDeathPenalty
+from rq.utils import now
 from rq.worker import SimpleWorker, WorkerStatus
 
 from orchestrator.engine.reporting import Claimed
@@ -70,6 +71,10 @@ DEQUEUE_TIMEOUT = 5
 HAND_ON_HEAD_START = 0.2
 # How often the worker removes memory cgroups left behind (by its attempts, by dead workers).
 SWEEP_INTERVAL = 5.0
+# RQ beats the worker's key (three round trips) twice for every job it takes, for a key that
+# lives for minutes; the heartbeat thread beats it every interval anyway (the beat by which
+# others judge its liveness). RQ's own beats: at most once a second, in one round trip.
+RQ_HEARTBEAT_EVERY = 1.0
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -100,6 +105,7 @@ class OrchestratorWorker(SimpleWorker):
         self._dequeuing = False
         self._handed: set[threading.Thread] = set()  # slots running a task handed to them, not an RQ job
         self._slot_local = threading.local()  # per slot: whether it passed its place on
+        self._rq_beat_at = float("-inf")
 
     # --- start and stop ---------------------------------------------------------------------------
 
@@ -203,6 +209,40 @@ class OrchestratorWorker(SimpleWorker):
             log.warning("worker %s: %s; taking no new job, running tasks may go on for the shutdown grace", self.name, name)
         if self._dequeuing or not self._slots:
             raise StopRequested()  # leave the blocking wait for a job or a slot at once
+
+    # --- RQ's own records -------------------------------------------------------------------------
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """RQ's heartbeat of the worker's key: in a pipeline of the caller's, or in one round trip
+        of its own at most once every RQ_HEARTBEAT_EVERY."""
+        if pipeline is not None:
+            super().heartbeat(timeout, pipeline=pipeline)
+            return
+        if time.monotonic() - self._rq_beat_at >= RQ_HEARTBEAT_EVERY:
+            self._beat_rq(timeout)
+
+    def _beat_rq(self, timeout: int | None = None) -> None:
+        """RQ's heartbeat now, in one round trip (the heartbeat thread's: other workers judge
+        this one's liveness by it)."""
+        self._rq_beat_at = time.monotonic()
+        with self.connection.pipeline(transaction=False) as pipe:
+            super().heartbeat(timeout, pipeline=pipe)
+            pipe.execute()
+
+    def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
+        """The job's end time, without RQ's extra beat of a job whose end it writes next, in the
+        same pipeline (RQ beats it to keep it alive through success callbacks: ours have none)."""
+        job.ended_at = now()
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        """RQ says "idle" each time it waits for a job; while a slot still runs one the worker is
+        busy, and stays so in RQ's records (one round trip fewer for every job)."""
+        if state == WorkerStatus.IDLE and pipeline is None:
+            with self._busy_lock:
+                busy = bool(self._running or self._handed)
+            if busy:
+                return
+        super().set_state(state, pipeline=pipeline)
 
     # --- taking jobs ------------------------------------------------------------------------------
 
@@ -328,7 +368,7 @@ class OrchestratorWorker(SimpleWorker):
         """Keep RQ's records of every running job alive (its registries, its dashboards)."""
         with self._busy_lock:
             running = list(self._running.values())
-        self.heartbeat()
+        self._beat_rq()
         for job, execution in running:
             self.maintain_heartbeats(job, execution)
         if time.monotonic() - self._swept_at >= SWEEP_INTERVAL:
