@@ -92,15 +92,16 @@ def _csrf_failure(request: HttpRequest) -> str | None:
     return check.reason if check.process_view(request, _checked_view, (), {}) is not None else None
 
 
-def authenticate(request: HttpRequest) -> Any:
+def authenticate(request: HttpRequest, *, checks_permissions: bool = False) -> Any:
     """The user of a bearer token, else the session's (CSRF-checked when it changes something).
+    `checks_permissions`: a permission will be checked, so a token's user comes with them.
 
     Raises NotAuthenticated (401) or, for a session request failing the CSRF check, 403.
     """
     try:
         key = bearer_key(request)
         if key is not None:
-            request.user = cast(User, user_for_key(key))  # any user model; Django types it as its own
+            request.user = cast(User, user_for_key(key, with_permissions=checks_permissions))  # any user model; Django types it as its own
             return request.user
     except InvalidToken as exc:
         raise NotAuthenticated(str(exc)) from None
@@ -125,7 +126,7 @@ class Authenticated:
         self.permission = permission
 
     def __call__(self, request: HttpRequest) -> Any:
-        user = authenticate(request)
+        user = authenticate(request, checks_permissions=bool(self.permission))
         if self.permission:
             require_perm(request, self.permission)
         return user

@@ -136,3 +136,35 @@ def test_it_answers_404_json_for_an_unknown_api_path(bob_client):
     response = bob_client.get("/api/v1/nope")
     assert response.status_code == 404
     assert "/api/v1/nope" in response.json()["error"]
+
+
+def _trigger_as(user) -> int:
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {create_token(user)}")
+    return client.post("/api/v1/dags/etl/runs", content_type="application/json").status_code
+
+
+def test_a_tokens_permissions_are_its_users_own_and_its_groups(bob, etl_run):
+    """Read with the token in one statement: a permission of the user's own, one of a group it
+    belongs to, or none, each decides the action as Django's own check would."""
+    from django.contrib.auth.models import Group, Permission
+
+    trigger = Permission.objects.get(codename="trigger_dagrun", content_type__app_label="orchestrator")
+    assert _trigger_as(bob) == 403
+    operators = Group.objects.create(name="operators")
+    operators.permissions.add(trigger)
+    bob.groups.add(operators)
+    assert _trigger_as(bob) == 201
+    bob.groups.remove(operators)
+    assert _trigger_as(bob) == 403
+    bob.user_permissions.add(trigger)
+    assert _trigger_as(bob) == 201
+
+
+def test_a_tokens_user_and_permissions_are_one_read(alice, etl_run):
+    key = create_token(alice)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    client.get("/api/v1/dags")  # the token's use recorded: a write of its own, once a minute
+    with CaptureQueriesContext(connection) as captured:
+        assert client.post("/api/v1/dags/etl/runs", content_type="application/json").status_code == 201
+    statements = [query["sql"] for query in captured.captured_queries]
+    assert not [sql for sql in statements if "auth_permission" in sql and "orchestrator_apitoken" not in sql], statements

@@ -14,12 +14,12 @@ from tests.api.factories import chain_dag
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# The token with its user and the user's permissions (3 reads), the DAG; in one transaction
+# The token with its user and the user's permissions (one read), the DAG; in one transaction
 # the run and its task instances inserted, the tasks and the deadline definitions read, the
 # audit entry (5), the run started and its first task dispatched (4: the DAG's lock with its
 # running runs counted, the run's start, its task instances read, the dispatch with its attempt
 # row; on SQLite the attempt row is a statement of its own); the document's four reads.
-TRIGGER_STATEMENTS = 17
+TRIGGER_STATEMENTS = 15
 SQLITE_ATTEMPT_INSERT = 1
 TRIGGER_TRANSACTIONS = 1
 # The token, the run with its DAG, its task instances, their attempts, task state, deadlines.
