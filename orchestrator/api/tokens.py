@@ -76,6 +76,7 @@ def _token_with_user(key_hash: str, with_permissions: bool = False) -> ApiToken 
         f" JOIN {user_model._meta.db_table} u ON u.{connection.ops.quote_name(user_model._meta.pk.column)} = t.user_id WHERE t.key_hash = %s",
         [key_hash],
         token_fields + user_fields,
+        prepare=True,  # by its unique key, on every request: planned once per connection
     )
     if not rows:
         return None
