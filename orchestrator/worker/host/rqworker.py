@@ -230,8 +230,9 @@ class OrchestratorWorker(SimpleWorker):
             pipe.execute()
 
     def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
-        """The job's end time, without RQ's extra beat of a job whose end it writes next, in the
-        same pipeline (RQ beats it to keep it alive through success callbacks: ours have none)."""
+        """The job's end time, without RQ's extra beat of a job whose end it writes next, in one
+        pipeline (RQ beats it to keep it alive through its success or failure callbacks: ours
+        have none)."""
         job.ended_at = now()
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
