@@ -95,8 +95,13 @@ def test_a_spawned_reply_after_the_launcher_gave_up_kills_that_process(tmp_path)
         marker = "4242.4242"
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        with pytest.raises(LaunchError):
-            launcher.spawn([out_w, err_w], {"PATH": os.environ["PATH"]}, ["sleep", marker])
+        (server,) = launcher.server_pids()
+        os.kill(server, signal.SIGSTOP)  # its reply cannot come before the slot gives up
+        try:
+            with pytest.raises(LaunchError):
+                launcher.spawn([out_w, err_w], {"PATH": os.environ["PATH"]}, ["sleep", marker])
+        finally:
+            os.kill(server, signal.SIGCONT)
         for fd in (out_w, err_w):
             os.close(fd)
 
