@@ -1,6 +1,7 @@
 """Bearer tokens for API clients: only the SHA-256 of a key is stored, the key is shown once."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -70,7 +71,7 @@ def _token_with_user(key_hash: str, with_permissions: bool = False) -> ApiToken 
     reads the user's own and its groups' when the first is checked, and keeps them on the user)."""
     user_model = get_user_model()
     token_fields, user_fields = sql.concrete_fields(ApiToken), sql.concrete_fields(user_model)
-    permissions = _permission_columns(user_model) if with_permissions else ""
+    permissions = _permission_columns(user_model, connection.vendor) if with_permissions else ""
     rows = sql.fetch(
         f"SELECT {sql.columns('t', token_fields)}, {sql.columns('u', user_fields)}{permissions} FROM {ApiToken._meta.db_table} t"
         f" JOIN {user_model._meta.db_table} u ON u.{connection.ops.quote_name(user_model._meta.pk.column)} = t.user_id WHERE t.key_hash = %s",
@@ -93,10 +94,11 @@ def _token_with_user(key_hash: str, with_permissions: bool = False) -> ApiToken 
     return token
 
 
-def _permission_columns(user_model: Any) -> str:
+@functools.lru_cache(maxsize=4)
+def _permission_columns(user_model: Any, vendor: str) -> str:
     """Two more columns for `_token_with_user`: the user's own permissions and its groups', each
     a JSON array of "app_label.codename", as ModelBackend names them; none for a user model
-    without Django's permissions."""
+    without Django's permissions. Written once per process (and database vendor)."""
     try:
         own_field: Any = user_model._meta.get_field("user_permissions")
         groups_field: Any = user_model._meta.get_field("groups")
@@ -104,7 +106,7 @@ def _permission_columns(user_model: Any) -> str:
         return ""
     group_field: Any = Group._meta.get_field("permissions")
     quote = connection.ops.quote_name
-    aggregate = "json_agg" if connection.vendor == "postgresql" else "json_group_array"
+    aggregate = "json_agg" if vendor == "postgresql" else "json_group_array"
     name = f"{aggregate}(ct.{quote('app_label')} || '.' || p.{quote('codename')})"
     named = (
         f"SELECT {name} FROM {quote(Permission._meta.db_table)} p"
