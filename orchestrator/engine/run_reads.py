@@ -286,11 +286,16 @@ def active_runs(dag_id: int, *, locked: bool = False) -> ActiveRuns:
     `locked`: the DAG's row locked for the rest of the transaction on PostgreSQL, so that two
     processes starting its runs do not both count the same slot free (SQLite's transactions take
     the database's write lock). `FOR NO KEY UPDATE`: a trigger that inserted a run of the DAG
-    holds a key share of its row, which `FOR UPDATE` would wait for."""
-    lock = " FOR NO KEY UPDATE OF d" if locked and connection.vendor == "postgresql" else ""
+    holds a key share of its row, which `FOR UPDATE` would wait for.
+
+    The lock is its own statement, taken before the count: a statement that waited for a lock
+    still counts with the snapshot it took before the wait, so a count in the locking statement
+    missed the run that the lock's last holder had just started."""
+    if locked and connection.vendor == "postgresql":
+        sql.fetch("SELECT d.id FROM orchestrator_dag d WHERE d.id = %s FOR NO KEY UPDATE", [dag_id], [None], prepare=True)
     count = "(SELECT COUNT(*) FROM orchestrator_dagrun r WHERE r.dag_id = d.id AND r.state = '{}' AND r.backfill_id IS NULL)"
     rows = sql.fetch(
-        f"SELECT {count.format(RunState.RUNNING)}, {count.format(RunState.QUEUED)} FROM orchestrator_dag d WHERE d.id = %s{lock}",
+        f"SELECT {count.format(RunState.RUNNING)}, {count.format(RunState.QUEUED)} FROM orchestrator_dag d WHERE d.id = %s",
         [dag_id],
         [None, None],
         prepare=True,

@@ -16,11 +16,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # The token with its user and the user's permissions (one read), the DAG; in one transaction
 # the run and its task instances inserted, the tasks and the deadline definitions read, the
-# audit entry (5), the run started and its first task dispatched (4: the DAG's lock with its
+# audit entry (5), the run started and its first task dispatched (5: the DAG's lock, its
 # running runs counted, the run's start, its task instances read, the dispatch with its attempt
 # row; on SQLite the attempt row is a statement of its own); the document's two reads (its
 # task instances, their attempts: no task state nor deadline to read).
-TRIGGER_STATEMENTS = 13
+TRIGGER_STATEMENTS = 14
 SQLITE_ATTEMPT_INSERT = 1
 TRIGGER_TRANSACTIONS = 1
 # The token, the run with its DAG, its task instances (with whether it has task state or deadlines), their attempts.

@@ -84,3 +84,58 @@ def test_the_two_rules_agree(running, queued):
     assert may_start_run(MAX, active) == (running < MAX)
     assert may_create_scheduled_run(MAX, active) == (running + queued < MAX)
     assert not may_create_scheduled_run(MAX, active) or may_start_run(MAX, active)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_start_that_waited_for_the_dags_lock_counts_the_run_its_holder_started():
+    """Two processes starting runs of one DAG at once: the second waits for the DAG's lock while
+    the first starts a run, and must then count that run (a count read in the locking statement
+    would use the snapshot taken before the wait, and see a slot free that is not)."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from orchestrator.engine.run_reads import active_runs
+    from tests.conftest import wait_until
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite's transactions take the database's write lock: no row lock to wait for")
+    dag = _dag()
+    (first,) = _runs(dag, RunState.QUEUED, 1, first=0)
+    holding, release = threading.Event(), threading.Event()
+    counted: list[ActiveRuns] = []
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                assert active_runs(dag.pk, locked=True).running == 0
+                DagRun.objects.filter(pk=first.pk).update(state=RunState.RUNNING)
+                holding.set()
+                release.wait(20)
+        finally:
+            connection.close()
+
+    def waiter() -> None:
+        try:
+            with transaction.atomic():
+                counted.append(active_runs(dag.pk, locked=True))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    assert holding.wait(20)
+    threads.append(threading.Thread(target=waiter))
+    threads[1].start()
+
+    def waiter_blocked() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+            return cursor.fetchone()[0] >= 1
+
+    wait_until(waiter_blocked, timeout=20, message="the second start waiting for the DAG's lock")
+    release.set()
+    for thread in threads:
+        thread.join(20)
+    assert len(counted) == 1
+    assert counted[0].running == 1
