@@ -99,5 +99,5 @@ def gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
+    except OSError:  # gone before the open, or between the open and the read (ESRCH)
         return True
