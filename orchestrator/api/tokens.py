@@ -65,10 +65,11 @@ def user_for_key(key: str, *, with_permissions: bool = False) -> AbstractBaseUse
 
 
 def _token_with_user(key_hash: str, with_permissions: bool = False) -> ApiToken | None:
-    """The token of that hash with its user and the user's permissions, in one read. Written
-    SQL: every request of the API pays for it, and the ORM took longer to build it than the
-    database to answer; the permissions would have been two more reads (Django's ModelBackend
-    reads the user's own and its groups' when the first is checked, and keeps them on the user)."""
+    """The token of that hash with its user (`with_permissions`: and the user's permissions), in
+    one read. Written SQL: every request of the API pays for it, and the ORM took longer to build
+    it than the database to answer; the permissions would have been two more reads (Django's
+    ModelBackend reads the user's own and its groups' when the first is checked, and keeps them
+    on the user)."""
     user_model = get_user_model()
     token_fields, user_fields = sql.concrete_fields(ApiToken), sql.concrete_fields(user_model)
     permissions = _permission_columns(user_model, connection.vendor) if with_permissions else ""
