@@ -1,6 +1,7 @@
 """What RQ's own records say of a worker of many slots, and what writing them costs: its
 heartbeat in one round trip at most once a second however many jobs it takes, and "busy" while
-any slot still runs, not "idle" each time it waits for the next job."""
+any slot still runs, not "idle" each time it waits for the next job; an attempt's job recorded
+when a slot takes it and when it ends, in RQ's formats, one round trip each."""
 from __future__ import annotations
 
 import threading
@@ -8,10 +9,12 @@ import uuid
 
 import pytest
 from rq import Queue
+from rq.job import Job, JobStatus
 from rq.worker import WorkerStatus
 
+from orchestrator.engine.dispatch import QueuedJob, enqueue_all
 from orchestrator.foundation.redis_conn import get_redis
-from orchestrator.worker.host import rqworker
+from orchestrator.worker.host import rqrecords, rqworker
 from orchestrator.worker.host.rqworker import OrchestratorWorker
 
 
@@ -24,6 +27,8 @@ def rq_worker():
     yield worker
     worker.register_death()
     connection.delete(worker.key)
+    for key in connection.scan_iter(f"rq:*{queue.name}*"):
+        connection.delete(key)
 
 
 def _recorded(worker: OrchestratorWorker, field: str) -> str | None:
@@ -73,3 +78,80 @@ def test_the_heartbeat_threads_beat_is_never_held_back(rq_worker):
     first = _recorded(rq_worker, "last_heartbeat")
     rq_worker._rq_heartbeats()
     assert _recorded(rq_worker, "last_heartbeat") != first
+
+
+# --- an attempt's job: one round trip when taken, one when it ends ---------------------------------
+
+
+@pytest.fixture
+def attempt_job(rq_worker):
+    """An attempt's job as the dispatch enqueues it, taken from its queue as RQ's pop takes it."""
+    connection = rq_worker.connection
+    enqueue_all([QueuedJob(rq_worker.queues[0].name, uuid.uuid4().int % 10**12, 1, None)])
+    job, queue = Queue.dequeue_any(rq_worker.queues, None, connection=connection)
+    assert rqrecords.is_attempt(job)
+    yield job, queue
+    connection.delete(job.key, f"rq:results:{job.id}")
+
+
+def test_an_attempts_job_taken_is_started_by_its_worker_and_out_of_the_intermediate_list(rq_worker, attempt_job):
+    job, queue = attempt_job
+    assert rq_worker.connection.lrange(queue.intermediate_queue_key, 0, -1) == [job.id.encode()]
+    with rq_worker.connection.pipeline(transaction=False) as pipe:
+        rqrecords.record_taken(pipe, job, queue, rq_worker.name)
+        pipe.execute()
+    stored = Job.fetch(job.id, connection=rq_worker.connection)
+    assert stored.get_status() == JobStatus.STARTED
+    assert stored.worker_name == rq_worker.name
+    assert stored.last_heartbeat is not None
+    assert rq_worker.connection.ttl(job.key) == -1
+    assert rq_worker.connection.llen(queue.intermediate_queue_key) == 0
+    assert job.id not in queue.started_job_registry  # RQ never retries nor fails it behind the engine
+
+
+def test_an_attempts_job_ended_keeps_its_result_for_its_result_ttl(rq_worker, attempt_job):
+    job, queue = attempt_job
+    with rq_worker.connection.pipeline(transaction=False) as pipe:
+        rqrecords.record_taken(pipe, job, queue, rq_worker.name)
+        pipe.execute()
+    with rq_worker.connection.pipeline(transaction=False) as pipe:
+        rqrecords.record_finished(pipe, job, "success", rq_worker.name)
+        pipe.execute()
+    stored = Job.fetch(job.id, connection=rq_worker.connection)
+    assert stored.get_status() == JobStatus.FINISHED
+    assert stored.ended_at is not None
+    assert stored.return_value() == "success"
+    assert job.id in queue.finished_job_registry
+    assert 0 < rq_worker.connection.ttl(job.key) <= 600
+
+
+def test_an_attempts_job_that_raises_in_a_slot_is_failed_with_its_traceback(rq_worker, attempt_job):
+    """No runtime is installed (no `work()`): the job function raises outside any task, and the
+    job lands in RQ's failed registry, where the scheduler looks for attempts never claimed."""
+    job, queue = attempt_job
+    rq_worker.execute_job(job, queue)
+    for slot in list(rq_worker._slots):
+        slot.join(timeout=10)
+    stored = Job.fetch(job.id, connection=rq_worker.connection)
+    assert stored.get_status() == JobStatus.FAILED
+    assert "runs only in a worker started by run_worker" in stored.latest_result().exc_string
+    assert job.id in queue.failed_job_registry
+    assert job.id not in queue.started_job_registry
+    assert rq_worker.connection.llen(queue.intermediate_queue_key) == 0
+    assert _recorded(rq_worker, "failed_job_count") == "1"
+
+
+def test_the_heartbeat_thread_beats_a_running_attempts_job(rq_worker, attempt_job):
+    """Between its worker's pop and its claim, the job's heartbeat is what tells the scheduler
+    its worker is alive."""
+    job, queue = attempt_job
+    with rq_worker.connection.pipeline(transaction=False) as pipe:
+        rqrecords.record_taken(pipe, job, queue, rq_worker.name)
+        pipe.execute()
+    first = rq_worker.connection.hget(job.key, "last_heartbeat")
+    rq_worker._running[job.id] = (job, None)
+    rq_worker._rq_heartbeats()
+    assert rq_worker.connection.hget(job.key, "last_heartbeat") != first
+    rq_worker.connection.delete(job.key)  # the job deleted while it runs: a beat does not bring it back
+    rq_worker._rq_heartbeats()
+    assert not rq_worker.connection.exists(job.key)

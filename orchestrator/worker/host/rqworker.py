@@ -5,9 +5,10 @@ in Redis for other workers. Each job runs in a slot (a thread) that claims the a
 supervises its task process; task processes come from the worker's fork server (`launcher.py`),
 which is also its watchdog. One heartbeat thread beats for every attempt at once, and every
 database call of the slots goes through a pool of two connections (`runtime.DatabasePool`), so the
-number of connections does not grow with the concurrency. RQ's registries (started, finished,
-failed), `rq info` and django-rq keep telling the truth with N jobs in flight: each job has its
-own RQ execution.
+number of connections does not grow with the concurrency. An attempt's job is recorded in RQ in
+one round trip when a slot takes it and one when it ends (`rqrecords.py`: what the engine reads
+of it, without RQ's executions and started registry); any other job goes through RQ's own
+handling, with its own execution.
 
 It replaces RQ's signal handling: RQ's warm shutdown waits for the jobs forever and its cold
 shutdown kills them without a word. Here SIGTERM or SIGINT stops taking jobs and lets the
@@ -24,12 +25,15 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq.exceptions import StopRequested
 from rq.executions import Execution
 from rq.job import Job
@@ -40,7 +44,7 @@ from rq.worker import SimpleWorker, WorkerStatus
 
 from orchestrator.engine.reporting import Claimed
 from orchestrator.worker.classify import signal_name
-from orchestrator.worker.host import procs
+from orchestrator.worker.host import procs, rqrecords
 from orchestrator.worker.host.environment import fork_server_environment
 from orchestrator.worker.host.heartbeat import Heartbeats
 from orchestrator.worker.host.job import deliver_spooled, run_claimed
@@ -75,6 +79,9 @@ SWEEP_INTERVAL = 5.0
 # lives for minutes; the heartbeat thread beats it every interval anyway (the beat by which
 # others judge its liveness). RQ's own beats: at most once a second, in one round trip.
 RQ_HEARTBEAT_EVERY = 1.0
+# Redis away: what RQ's loop would take for a reason to quit (it quits on a timeout outside its
+# blocking pop) when it only failed to write a record of its own.
+REDIS_AWAY = (RedisConnectionError, RedisTimeoutError)
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -100,7 +107,7 @@ class OrchestratorWorker(SimpleWorker):
         self._swept_at = 0.0
         self._free_slots = threading.Semaphore(self.concurrency)
         self._slots: set[threading.Thread] = set()
-        self._running: dict[str, tuple[Job, Execution]] = {}
+        self._running: dict[str, tuple[Job, Execution | None]] = {}  # None: an attempt's job (rqrecords)
         self._busy_lock = threading.Lock()
         self._dequeuing = False
         self._handed: set[threading.Thread] = set()  # slots running a task handed to them, not an RQ job
@@ -214,12 +221,28 @@ class OrchestratorWorker(SimpleWorker):
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         """RQ's heartbeat of the worker's key: in a pipeline of the caller's, or in one round trip
-        of its own at most once every RQ_HEARTBEAT_EVERY."""
+        of its own at most once every RQ_HEARTBEAT_EVERY (none while Redis is away: the
+        heartbeat thread says so, and the next blocking pop waits for it as RQ's pop does)."""
         if pipeline is not None:
             super().heartbeat(timeout, pipeline=pipeline)
             return
         if time.monotonic() - self._rq_beat_at >= RQ_HEARTBEAT_EVERY:
-            self._beat_rq(timeout)
+            self._unless_redis_away(self._beat_rq, timeout)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """`rq suspend` honoured; Redis away is no reason to quit (see `heartbeat`)."""
+        self._unless_redis_away(super().check_for_suspension, burst)
+
+    def run_maintenance_tasks(self) -> None:
+        self._unless_redis_away(super().run_maintenance_tasks)
+
+    def _unless_redis_away(self, record: Any, *args: Any) -> None:
+        """Write one of RQ's records of this worker, unless Redis is away: then it is left out
+        (the main loop goes on to its pop, which waits for Redis)."""
+        try:
+            record(*args)
+        except REDIS_AWAY as exc:
+            log.warning("worker %s: Redis is away (%s); RQ's records of this worker wait for it", self.name, exc)
 
     def _beat_rq(self, timeout: int | None = None) -> None:
         """RQ's heartbeat now, in one round trip (the heartbeat thread's: other workers judge
@@ -243,7 +266,10 @@ class OrchestratorWorker(SimpleWorker):
                 busy = bool(self._running or self._handed)
             if busy:
                 return
-        super().set_state(state, pipeline=pipeline)
+        if pipeline is not None:
+            super().set_state(state, pipeline=pipeline)
+        else:
+            self._unless_redis_away(super().set_state, state)
 
     # --- taking jobs ------------------------------------------------------------------------------
 
@@ -279,22 +305,71 @@ class OrchestratorWorker(SimpleWorker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """Start the job in a slot and return at once: the main loop goes back for the next."""
-        execution = self.prepare_execution(job)
+        execution: Execution | None = None
+        if rqrecords.is_attempt(job):
+            self._record_taken(job, queue)
+        else:
+            execution = self.prepare_execution(job)
         with self._busy_lock:
             self._running[job.id] = (job, execution)
         thread = threading.Thread(target=self._run_slot, args=(job, queue, execution), name=f"slot-{job.id}", daemon=True)
         self._slots.add(thread)
         thread.start()
 
-    def _run_slot(self, job: Job, queue: Queue, execution: Execution) -> None:
+    def _run_slot(self, job: Job, queue: Queue, execution: Execution | None) -> None:
         try:
-            self.perform_job(job, queue, execution)
+            if execution is None:
+                self._perform_attempt(job)
+            else:
+                self.perform_job(job, queue, execution)
         except Exception:
             log.exception("worker %s: job %s failed outside its task", self.name, job.id)
         finally:
             with self._busy_lock:
                 self._running.pop(job.id, None)
             self._slot_ended()
+
+    def _record_taken(self, job: Job, queue: Queue) -> None:
+        """An attempt's job `started` by this worker, and the worker busy: one round trip. Redis
+        gone since the pop: the attempt runs all the same (its claim is the database's)."""
+        try:
+            with self.connection.pipeline(transaction=False) as pipe:
+                rqrecords.record_taken(pipe, job, queue, self.name)
+                if self._state != WorkerStatus.BUSY:
+                    self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+                pipe.execute()
+        except REDIS_AWAY as exc:
+            log.warning("worker %s: could not record job %s as taken in RQ (%s)", self.name, job.id, exc)
+
+    def _perform_attempt(self, job: Job) -> None:
+        """Run an attempt's job, then record its end in one round trip. Its outcome is the
+        database's; RQ keeps what the function returned, or its traceback if it raised (then the
+        job is in RQ's failed registry, where the scheduler finds an attempt never claimed)."""
+        try:
+            return_value = job.perform()
+        except Exception:
+            job.ended_at = now()
+            text = traceback.format_exc()
+            log.error("worker %s: job %s raised outside its task\n%s", self.name, job.id, text)
+            self._record_ended(job, lambda pipe: rqrecords.record_failed(pipe, job, text, self.name), succeeded=False)
+        else:
+            job.ended_at = now()
+            self._record_ended(job, lambda pipe: rqrecords.record_finished(pipe, job, return_value, self.name), succeeded=True)
+
+    def _record_ended(self, job: Job, record: Any, *, succeeded: bool) -> None:
+        try:
+            with self.connection.pipeline(transaction=False) as pipe:
+                record(pipe)
+                if succeeded:
+                    self.increment_successful_job_count(pipeline=pipe)
+                else:
+                    self.increment_failed_job_count(pipeline=pipe)
+                if job.started_at is not None and job.ended_at is not None:
+                    self.increment_total_working_time(job.ended_at - job.started_at, pipe)
+                pipe.execute()
+        except Exception:
+            # The attempt's outcome is in the database already; only RQ's record of it is missing.
+            log.warning("worker %s: could not record the end of job %s in RQ", self.name, job.id, exc_info=True)
 
     def _run_handed(self, claimed: Claimed, started: threading.Event) -> None:
         """A slot for the task another slot's report claimed for it (no RQ job exists for it);
@@ -370,8 +445,10 @@ class OrchestratorWorker(SimpleWorker):
         with self._busy_lock:
             running = list(self._running.values())
         self._beat_rq()
+        self._beat_attempt_jobs([job for job, execution in running if execution is None])
         for job, execution in running:
-            self.maintain_heartbeats(job, execution)
+            if execution is not None:
+                self.maintain_heartbeats(job, execution)
         if time.monotonic() - self._swept_at >= SWEEP_INTERVAL:
             # Cgroups an ended attempt could not remove at once, and those of workers that died.
             self._swept_at = time.monotonic()
@@ -379,3 +456,14 @@ class OrchestratorWorker(SimpleWorker):
                 self.memory_limits.sweep()
             except Exception:
                 log.warning("could not sweep the memory cgroups", exc_info=True)
+
+    def _beat_attempt_jobs(self, jobs: list[Job]) -> None:
+        """The running attempts' jobs' heartbeats, in one round trip (the scheduler reads one, of a
+        job not yet claimed, to tell a live worker slow to claim it from a dead one)."""
+        if not jobs:
+            return
+        with self.connection.pipeline(transaction=False) as pipe:
+            positions = rqrecords.beat(pipe, jobs)
+            replies = pipe.execute()
+            if rqrecords.forget_recreated(pipe, jobs, positions, replies):
+                pipe.execute()
