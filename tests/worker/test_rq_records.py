@@ -9,7 +9,9 @@ import uuid
 
 import pytest
 from rq import Queue
+from rq.exceptions import StopRequested
 from rq.job import Job, JobStatus
+from rq.suspension import resume, suspend
 from rq.worker import WorkerStatus
 
 from orchestrator.engine.dispatch import QueuedJob, enqueue_all
@@ -155,3 +157,15 @@ def test_the_heartbeat_thread_beats_a_running_attempts_job(rq_worker, attempt_jo
     rq_worker.connection.delete(job.key)  # the job deleted while it runs: a beat does not bring it back
     rq_worker._rq_heartbeats()
     assert not rq_worker.connection.exists(job.key)
+
+
+def test_rq_suspend_is_honoured_and_asked_at_most_once_a_second(rq_worker, monkeypatch):
+    rq_worker.check_for_suspension(burst=True)  # not suspended: goes on
+    suspend(rq_worker.connection)
+    try:
+        rq_worker.check_for_suspension(burst=True)  # asked a moment ago: not asked again
+        monkeypatch.setattr(rqworker, "SUSPENSION_CHECK_EVERY", 0.0)
+        with pytest.raises(StopRequested):
+            rq_worker.check_for_suspension(burst=True)  # a burst worker suspended stops
+    finally:
+        resume(rq_worker.connection)

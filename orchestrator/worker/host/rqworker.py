@@ -79,6 +79,9 @@ SWEEP_INTERVAL = 5.0
 # lives for minutes; the heartbeat thread beats it every interval anyway (the beat by which
 # others judge its liveness). RQ's own beats: at most once a second, in one round trip.
 RQ_HEARTBEAT_EVERY = 1.0
+# RQ asks Redis whether `rq suspend` was said before every job it takes: a round trip on the
+# main loop's way from one job to the next. Asked at most this often (seconds).
+SUSPENSION_CHECK_EVERY = 1.0
 # Redis away: what RQ's loop would take for a reason to quit (it quits on a timeout outside its
 # blocking pop) when it only failed to write a record of its own.
 REDIS_AWAY = (RedisConnectionError, RedisTimeoutError)
@@ -113,6 +116,7 @@ class OrchestratorWorker(SimpleWorker):
         self._handed: set[threading.Thread] = set()  # slots running a task handed to them, not an RQ job
         self._slot_local = threading.local()  # per slot: whether it passed its place on
         self._rq_beat_at = float("-inf")
+        self._suspension_checked_at = float("-inf")
 
     # --- start and stop ---------------------------------------------------------------------------
 
@@ -230,8 +234,12 @@ class OrchestratorWorker(SimpleWorker):
             self._unless_redis_away(self._beat_rq, timeout)
 
     def check_for_suspension(self, burst: bool) -> None:
-        """`rq suspend` honoured; Redis away is no reason to quit (see `heartbeat`)."""
+        """`rq suspend` honoured within SUSPENSION_CHECK_EVERY; Redis away is no reason to quit
+        (see `heartbeat`)."""
+        if time.monotonic() - self._suspension_checked_at < SUSPENSION_CHECK_EVERY:
+            return
         self._unless_redis_away(super().check_for_suspension, burst)
+        self._suspension_checked_at = time.monotonic()
 
     def run_maintenance_tasks(self) -> None:
         self._unless_redis_away(super().run_maintenance_tasks)
