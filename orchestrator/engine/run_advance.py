@@ -60,13 +60,15 @@ def advance_after_report(
     return _advance(dag_run_id, now or shared_now(), settling, skip_locked=False, savepoint=savepoint)
 
 
-def start_created_run(run: DagRun, now: datetime) -> None:
+def start_created_run(run: DagRun, now: datetime, instances: list[TaskInstance] | None = None) -> None:
     """Start a run created in the current transaction, and dispatch its first tasks, before that
     transaction commits: one commit for a trigger instead of two. Nobody else sees the run before
-    the commit, so it is not read again nor locked. In a savepoint: if the start fails, the run
-    is committed queued, and the scheduler's next pass starts it (the failure is logged)."""
+    the commit, so it is not read again nor locked, nor are its task instances when the caller
+    has them (`instances`, as `instances_of` reads them). In a savepoint: if the start fails, the
+    run is committed queued, and the scheduler's next pass starts it (the failure is logged)."""
+    settling = _whole_run if instances is None else functools.partial(_whole_run, known=instances)
     try:
-        _advance(run.pk, now, _whole_run, skip_locked=False, created=run)
+        _advance(run.pk, now, settling, skip_locked=False, created=run)
     except Exception:
         log.exception("could not start run %s; the next scheduler pass will", run.pk)
         run.refresh_from_db(fields=["state", "start_date", "end_date"])  # as the savepoint left it
@@ -139,10 +141,13 @@ def _advance(
     return dispatched + sum(dispatched_later), finished
 
 
-def _whole_run(run: DagRun, now: datetime, unwritten: Unwritten) -> tuple[list[TaskInstance], RunState | None]:
-    """`advance_run`'s settling: every task read and decided; the tasks it makes ready for the
-    dispatch alone are left in `unwritten`, every other decision is written."""
-    instances = instances_of(run)
+def _whole_run(
+    run: DagRun, now: datetime, unwritten: Unwritten, *, known: list[TaskInstance] | None = None
+) -> tuple[list[TaskInstance], RunState | None]:
+    """`advance_run`'s settling: every task read (unless `known`: all of them, as read) and
+    decided; the tasks it makes ready for the dispatch alone are left in `unwritten`, every other
+    decision is written."""
+    instances = instances_of(run) if known is None else known
     for ti in instances:
         ti.dag_run = run
     settle_whole_run(run, instances, now, unwritten)  # adds the instances of the mapped tasks it expands

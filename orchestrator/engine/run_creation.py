@@ -20,6 +20,7 @@ from orchestrator.data.taskconfig import merge_args
 from orchestrator.engine import tablestats
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.run_advance import start_big_run, start_created_run
+from orchestrator.engine.run_reads import instances_inserted
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.run_params import resolve_conf
@@ -60,12 +61,15 @@ def _create_run(
     triggered_by: str,
     backfill: Backfill | None = None,
     run_id: str | None = None,
-) -> tuple[DagRun, int]:
-    """`create_run`, and how many task instances the run has."""
+    read_back: bool = False,
+) -> tuple[DagRun, int, list[TaskInstance] | None]:
+    """`create_run`, how many task instances the run has and, with `read_back` on PostgreSQL for
+    a run too small to be analyzed first (`tablestats`), those instances as `instances_of` reads
+    them (None otherwise: read them when needed)."""
     # Inside a caller's transaction, no savepoint of its own: a caller that catches an
     # IntegrityError (a run id or logical date taken) takes its own.
     with transaction.atomic(savepoint=False):
-        run = DagRun.objects.create(
+        run = DagRun(
             dag=dag,
             run_id=run_id or run_id_for(run_type, logical_date),
             run_type=run_type,
@@ -76,13 +80,58 @@ def _create_run(
             triggered_by=triggered_by,
             backfill=backfill,
         )
-        instances = _insert_instances(run)
-        lifecycle.run_created(run, now)
-    return run, instances
+        tasks, has_deadlines = _insert_run(run)
+        read_back = read_back and connection.vendor == "postgresql" and not tablestats.analyzed_after_commit(len(tasks))
+        instances = _insert_instances(run, tasks, read_back=read_back)
+        if has_deadlines:  # most DAGs have none: their definitions are not read
+            lifecycle.run_created(run, now)
+    return run, len(tasks), instances
 
 
-def _insert_instances(run: DagRun) -> int:
-    """One task instance (state none) per task of the run's DAG.
+# The DAG's tasks, in their order, with whether the DAG has deadlines of its own, joined to one
+# row (on PostgreSQL the run just inserted, its id first): a DAG without tasks still answers it.
+_TASKS = (
+    "SELECT {run_id}t.id, t.task_id, t.args, EXISTS (SELECT 1 FROM deadlines_deadlinedefinition dd WHERE dd.dag_id = %s AND dd.task_id IS NULL)"
+    " FROM {one} LEFT JOIN orchestrator_task t ON t.dag_id = %s ORDER BY t.position, t.id"
+)
+
+
+def _insert_run(run: DagRun) -> tuple[list[tuple[int, str, Any]], bool]:
+    """Insert `run` (its primary key set), and read its DAG's tasks (id, task_id, args) and
+    whether the DAG has any DAG-level deadline definition: on PostgreSQL in one statement."""
+    args_field = Task._meta.get_field("args")
+    if connection.vendor == "postgresql":
+        insert, params = _run_insert(run)
+        rows = sql.fetch(
+            f"WITH one AS ({insert} RETURNING id) {_TASKS.format(run_id='one.id, ', one='one')}",
+            [*params, run.dag_id, run.dag_id],
+            [None, None, None, args_field, None],
+            prepare=True,  # the same text for every run: planned once per connection
+        )
+        run.pk = rows[0][0]
+        run._state.adding, run._state.db = False, connection.alias  # as a saved instance
+        rows = [row[1:] for row in rows]
+    else:
+        run.save(force_insert=True)
+        rows = sql.fetch(_TASKS.format(run_id="", one="(SELECT 1) one"), [run.dag_id, run.dag_id], [None, None, args_field, None])
+    has_deadlines = bool(rows[0][-1])
+    return [row[:3] for row in rows if row[0] is not None], has_deadlines
+
+
+def _run_insert(run: DagRun) -> tuple[str, list[Any]]:
+    """An INSERT of `run`'s row, as the ORM's would be, and its parameters."""
+    fields = [field for field in sql.concrete_fields(DagRun) if not field.primary_key]
+    quote = connection.ops.quote_name
+    statement = (
+        f"INSERT INTO {quote(DagRun._meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
+        f" VALUES ({sql.placeholders(len(fields))})"
+    )
+    return statement, [field.get_db_prep_save(field.pre_save(run, True), connection) for field in fields]
+
+
+def _insert_instances(run: DagRun, tasks: list[tuple[int, str, Any]], *, read_back: bool = False) -> list[TaskInstance] | None:
+    """One task instance (state none) for each of `tasks` (its DAG's, in order); with
+    `read_back` (PostgreSQL), returns them as `instances_of` reads them.
 
     `bulk_create` builds a model object per row and prepares every column of every row: most of
     a 10,000-task trigger's creation. Here the columns that are the same for every instance are
@@ -96,11 +145,6 @@ def _insert_instances(run: DagRun) -> int:
             "definition", "task_id", "max_tries", "infrastructure_retry_limit", "queue", "pool", "pool_slots", "priority_weight", "circuit"
         )
     }
-    tasks = sql.fetch(
-        f"SELECT t.id, t.task_id, t.args FROM {Task._meta.db_table} t WHERE t.dag_id = %s ORDER BY t.position, t.id",
-        [dag.pk],
-        [None, None, Task._meta.get_field("args")],
-    )
     for pk, task_id, task_args in tasks:
         args = merge_args(dag.default_args, task_args)
         limits = limit_args(task_args, dag.default_args)
@@ -118,7 +162,7 @@ def _insert_instances(run: DagRun) -> int:
         for name, value in row.items():
             varying[name].append(value)
     if not varying["task_id"]:
-        return 0
+        return [] if read_back else None
     fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
     template = TaskInstance(dag_run=run)
     constants = {
@@ -126,27 +170,32 @@ def _insert_instances(run: DagRun) -> int:
     }
     quote = connection.ops.quote_name
     insert = f"INSERT INTO {quote(TaskInstance._meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # One statement, one array per varying column: thousands of rows of parameters would
-            # cost the server seconds of parsing and planning.
-            arrays = [field for field in fields if field.name in varying]
-            select = [f"u.{quote(field.column)}" if field.name in varying else "%s" for field in fields]
-            cursor.execute(
-                f"{insert} SELECT {', '.join(select)} FROM unnest("
-                + ", ".join(f"%s::{_array_type(field)}[]" for field in arrays)
-                + f") AS u({', '.join(quote(field.column) for field in arrays)})",
-                [*(constants[field.name] for field in fields if field.name not in varying), *(varying[field.name] for field in arrays)],
-            )
-        else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
-            columns = [varying.get(field.name) for field in fields]
-            rows = [
-                [constants[field.name] if column is None else column[at] for field, column in zip(fields, columns)]
-                for at in range(len(varying["task_id"]))
-            ]
+    instances = None
+    if connection.vendor == "postgresql":
+        # One statement, one array per varying column: thousands of rows of parameters would
+        # cost the server seconds of parsing and planning.
+        arrays = [field for field in fields if field.name in varying]
+        select = [f"u.{quote(field.column)}" if field.name in varying else "%s" for field in fields]
+        statement = (
+            f"{insert} SELECT {', '.join(select)} FROM unnest("
+            + ", ".join(f"%s::{_array_type(field)}[]" for field in arrays)
+            + f") AS u({', '.join(quote(field.column) for field in arrays)})"
+        )
+        params = [*(constants[field.name] for field in fields if field.name not in varying), *(varying[field.name] for field in arrays)]
+        if read_back:
+            instances = instances_inserted(statement, params)
+        else:
+            sql.execute(statement, params)
+    else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
+        columns = [varying.get(field.name) for field in fields]
+        rows = [
+            [constants[field.name] if column is None else column[at] for field, column in zip(fields, columns)]
+            for at in range(len(varying["task_id"]))
+        ]
+        with connection.cursor() as cursor:
             cursor.executemany(f"{insert} VALUES ({sql.placeholders(len(fields))})", rows)
     tablestats.grew(TaskInstance._meta.db_table, len(varying["task_id"]))
-    return len(varying["task_id"])
+    return instances
 
 
 def _array_type(field: Any) -> str:
@@ -193,14 +242,21 @@ def create_manual_run(
     for tries_left in reversed(range(5)):
         try:
             with transaction.atomic():
-                run, instances = _create_run(
-                    dag, run_type=DagRun.RunType.MANUAL, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, run_id=run_id
+                run, count, instances = _create_run(
+                    dag,
+                    run_type=DagRun.RunType.MANUAL,
+                    logical_date=when,
+                    conf=conf,
+                    now=now,
+                    triggered_by=triggered_by,
+                    run_id=run_id,
+                    read_back=True,
                 )
                 # Started at once, instead of at the next scheduler pass.
-                if tablestats.analyzed_after_commit(instances):
+                if tablestats.analyzed_after_commit(count):
                     transaction.on_commit(functools.partial(start_big_run, run.pk))
                 else:
-                    start_created_run(run, now)
+                    start_created_run(run, now, instances)
                 if record is not None:
                     record(run)  # as the trigger leaves it: running, or queued for a slot
             break

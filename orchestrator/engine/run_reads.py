@@ -4,11 +4,12 @@ database), and the fan-in tuning that bounds them is here, in one place.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models import Field
 
 from orchestrator.data import sql
 from orchestrator.engine.graph import DagGraph
@@ -104,6 +105,27 @@ def instances_of(
         ti_fields + task_fields,
         prepare=prepare,
     )
+    return _with_definitions(rows, ti_fields, task_fields)
+
+
+def instances_inserted(insert: str, params: Sequence[Any]) -> list[TaskInstance]:
+    """The task instances `insert` (an INSERT of task instances, PostgreSQL) adds, as
+    `instances_of` would read them, in the same statement: a trigger starts its run with them
+    instead of reading back the rows it has just written."""
+    ti_fields = [field for field in sql.concrete_fields(TaskInstance) if field.name not in _UNREAD_TI_FIELDS]
+    task_fields = sql.concrete_fields(Task, _DEFINITION_FIELDS)
+    rows = sql.fetch(
+        f"WITH ti AS ({insert} RETURNING *) SELECT {sql.columns('ti', ti_fields)}, {sql.columns('t', task_fields)}"
+        " FROM ti LEFT JOIN orchestrator_task t ON t.id = ti.definition_id ORDER BY ti.id",
+        params,
+        ti_fields + task_fields,
+        prepare=True,  # the same text for any number of tasks (an array per column): planned once
+    )
+    return _with_definitions(rows, ti_fields, task_fields)
+
+
+def _with_definitions(rows: list[tuple], ti_fields: list[Field], task_fields: list[Field]) -> list[TaskInstance]:
+    """Task instances, each with its definition, from rows of `ti_fields` then `task_fields`."""
     instances = []
     new_ti, new_task, split = sql.builder(TaskInstance, ti_fields), sql.builder(Task, task_fields), len(ti_fields)
     # As `ti.definition = task` leaves it, without the descriptor's checks of every assignment.
