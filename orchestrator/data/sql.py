@@ -87,11 +87,11 @@ def literals(names: Iterable[str]) -> str:
     return ", ".join(f"'{name}'" for name in names)
 
 
-def execute(sql: str, params: Sequence[Any] = ()) -> int:
-    """Run a statement; return how many rows it changed."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+def execute(sql: str, params: Sequence[Any] = (), *, prepare: bool = False) -> int:
+    """Run a statement; return how many rows it changed. `prepare`: see `cursor`."""
+    with cursor(prepare) as c:
+        c.execute(sql, params)
+        return c.rowcount
 
 
 def fetch(sql: str, params: Sequence[Any], fields: Iterable[models.Field | None], *, prepare: bool = False) -> list[tuple]:

@@ -183,6 +183,7 @@ def _start_run(run: DagRun, now: datetime) -> bool:
     started = sql.execute(
         f"UPDATE orchestrator_dagrun SET state = '{RunState.RUNNING}', start_date = %s WHERE id = %s AND state = '{RunState.QUEUED}'",
         [connection.ops.adapt_datetimefield_value(now), run.pk],
+        prepare=True,  # by primary key, for every run
     )
     if started:
         run.state, run.start_date = RunState.RUNNING, now

@@ -86,7 +86,9 @@ def _has_perm(user: User, permission: str) -> bool:
 def find_dag(dag_id: str) -> Dag:
     # Written SQL, as the reads below: every request of the API starts with one of them.
     fields = sql.concrete_fields(Dag)
-    rows = sql.fetch(f"SELECT {sql.columns('d', fields)} FROM {Dag._meta.db_table} d WHERE d.dag_id = %s", [dag_id], fields)
+    rows = sql.fetch(
+        f"SELECT {sql.columns('d', fields)} FROM {Dag._meta.db_table} d WHERE d.dag_id = %s", [dag_id], fields, prepare=True  # by its unique key
+    )
     if not rows:
         raise NotFound(f"unknown DAG '{dag_id}'")
     return sql.instances(Dag, fields, rows[0])

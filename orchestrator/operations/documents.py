@@ -169,6 +169,7 @@ def _instances_of_run(run: DagRun) -> tuple[list[TaskInstance], bool, bool]:
         f" FROM {table} t WHERE t.dag_run_id = %s ORDER BY t.id",
         [run.pk, run.pk, run.pk],
         fields,
+        prepare=True,  # by the run's key, for every document: planned once per connection
     )
     if not rows:
         return [], False, True
@@ -187,7 +188,9 @@ def _rows_of_run(model: type[M], where: str, order_by: str, run: DagRun) -> list
     """Every column of `model`'s rows that `where` (with the run's id for its one parameter)
     selects, in the order of `order_by`, as model instances."""
     fields = sql.concrete_fields(model)
-    rows = sql.fetch(f"SELECT {sql.columns('t', fields)} FROM {model._meta.db_table} t WHERE {where} ORDER BY {order_by}", [run.pk], fields)
+    rows = sql.fetch(
+        f"SELECT {sql.columns('t', fields)} FROM {model._meta.db_table} t WHERE {where} ORDER BY {order_by}", [run.pk], fields, prepare=True
+    )
     build = sql.builder(model, fields)
     return [build(row) for row in rows]
 
