@@ -60,18 +60,21 @@ def advance_after_report(
     return _advance(dag_run_id, now or shared_now(), settling, skip_locked=False, savepoint=savepoint)
 
 
-def start_created_run(run: DagRun, now: datetime, instances: list[TaskInstance] | None = None) -> None:
+def start_created_run(run: DagRun, now: datetime, instances: list[TaskInstance] | None = None) -> bool:
     """Start a run created in the current transaction, and dispatch its first tasks, before that
     transaction commits: one commit for a trigger instead of two. Nobody else sees the run before
     the commit, so it is not read again nor locked, nor are its task instances when the caller
     has them (`instances`, as `instances_of` reads them). In a savepoint: if the start fails, the
-    run is committed queued, and the scheduler's next pass starts it (the failure is logged)."""
+    run is committed queued, and the scheduler's next pass starts it (the failure is logged).
+    Returns whether it went through (`instances` are then as it left them: queued or not)."""
     settling = _whole_run if instances is None else functools.partial(_whole_run, known=instances)
     try:
         _advance(run.pk, now, settling, skip_locked=False, created=run)
     except Exception:
         log.exception("could not start run %s; the next scheduler pass will", run.pk)
         run.refresh_from_db(fields=["state", "start_date", "end_date"])  # as the savepoint left it
+        return False
+    return True
 
 
 def start_big_run(dag_run_id: int) -> None:

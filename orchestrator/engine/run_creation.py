@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -18,6 +19,7 @@ from deadlines import lifecycle
 from orchestrator.data import sql
 from orchestrator.data.taskconfig import merge_args
 from orchestrator.engine import tablestats
+from orchestrator.engine.admission import moved_in_place
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.run_advance import start_big_run, start_created_run
 from orchestrator.engine.run_reads import instances_inserted
@@ -48,7 +50,7 @@ def create_run(
     now = now or shared_now()
     return _create_run(
         dag, run_type=run_type, logical_date=logical_date, conf=conf, now=now, triggered_by=triggered_by, backfill=backfill, run_id=run_id
-    )[0]
+    ).run
 
 
 def _create_run(
@@ -62,10 +64,10 @@ def _create_run(
     backfill: Backfill | None = None,
     run_id: str | None = None,
     read_back: bool = False,
-) -> tuple[DagRun, int, list[TaskInstance] | None]:
-    """`create_run`, how many task instances the run has and, with `read_back` on PostgreSQL for
-    a run too small to be analyzed first (`tablestats`), those instances as `instances_of` reads
-    them (None otherwise: read them when needed)."""
+) -> _Created:
+    """`create_run`, with how many task instances the run has and, with `read_back` on
+    PostgreSQL for a run too small to be analyzed first (`tablestats`), those instances as
+    `instances_of` reads them, every column (None otherwise: read them when needed)."""
     # Inside a caller's transaction, no savepoint of its own: a caller that catches an
     # IntegrityError (a run id or logical date taken) takes its own.
     with transaction.atomic(savepoint=False):
@@ -80,32 +82,57 @@ def _create_run(
             triggered_by=triggered_by,
             backfill=backfill,
         )
-        tasks, has_deadlines = _insert_run(run)
+        dag_read = _insert_run(run)
+        tasks = dag_read.tasks
         read_back = read_back and connection.vendor == "postgresql" and not tablestats.analyzed_after_commit(len(tasks))
         instances = _insert_instances(run, tasks, read_back=read_back)
-        if has_deadlines:  # most DAGs have none: their definitions are not read
+        if dag_read.has_run_deadlines:  # most DAGs have none: their definitions are not read
             lifecycle.run_created(run, now)
-    return run, len(tasks), instances
+    return _Created(run, len(tasks), instances, dag_read.has_deadlines)
 
 
-# The DAG's tasks, in their order, with whether the DAG has deadlines of its own, joined to one
-# row (on PostgreSQL the run just inserted, its id first): a DAG without tasks still answers it.
+@dataclass(frozen=True)
+class _Created:
+    """A run just created: how many task instances it has, those instances when read back
+    (`_create_run`), and whether its DAG has any deadline definition."""
+
+    run: DagRun
+    count: int
+    instances: list[TaskInstance] | None
+    has_deadlines: bool
+
+
+# The DAG's tasks, in their order, with whether the DAG has deadlines of its own and any deadline
+# (its own or its tasks'), joined to one row (on PostgreSQL the run just inserted, its id first):
+# a DAG without tasks still answers it.
 _TASKS = (
-    "SELECT {run_id}t.id, t.task_id, t.args, EXISTS (SELECT 1 FROM deadlines_deadlinedefinition dd WHERE dd.dag_id = %s AND dd.task_id IS NULL)"
+    "SELECT {run_id}t.id, t.task_id, t.args,"
+    " EXISTS (SELECT 1 FROM deadlines_deadlinedefinition dd WHERE dd.dag_id = %s AND dd.task_id IS NULL),"
+    " EXISTS (SELECT 1 FROM deadlines_deadlinedefinition dd WHERE dd.dag_id = %s)"
     " FROM {one} LEFT JOIN orchestrator_task t ON t.dag_id = %s ORDER BY t.position, t.id"
 )
 
 
-def _insert_run(run: DagRun) -> tuple[list[tuple[int, str, Any]], bool]:
-    """Insert `run` (its primary key set), and read its DAG's tasks (id, task_id, args) and
-    whether the DAG has any DAG-level deadline definition: on PostgreSQL in one statement."""
+@dataclass(frozen=True)
+class _DagRead:
+    """What a run's creation reads of its DAG: its tasks (id, task_id, args), in order, and
+    whether it has DAG-level deadline definitions, and any at all."""
+
+    tasks: list[tuple[int, str, Any]]
+    has_run_deadlines: bool
+    has_deadlines: bool
+
+
+def _insert_run(run: DagRun) -> _DagRead:
+    """Insert `run` (its primary key set), and read its DAG's tasks and deadline definitions'
+    presence (`_DagRead`): on PostgreSQL in one statement."""
     args_field = Task._meta.get_field("args")
     if connection.vendor == "postgresql":
         insert, params = _run_insert(run)
         rows = sql.fetch(
             f"WITH one AS ({insert} RETURNING id) {_TASKS.format(run_id='one.id, ', one='one')}",
-            [*params, run.dag_id, run.dag_id],
-            [None, None, None, args_field, None],
+            [*params, run.dag_id, run.dag_id, run.dag_id],
+            [None, None, None, args_field, None, None],
             prepare=True,  # the same text for every run: planned once per connection
         )
         run.pk = rows[0][0]
@@ -113,9 +140,10 @@ def _insert_run(run: DagRun) -> tuple[list[tuple[int, str, Any]], bool]:
         rows = [row[1:] for row in rows]
     else:
         run.save(force_insert=True)
-        rows = sql.fetch(_TASKS.format(run_id="", one="(SELECT 1) one"), [run.dag_id, run.dag_id], [None, None, args_field, None])
-    has_deadlines = bool(rows[0][-1])
-    return [row[:3] for row in rows if row[0] is not None], has_deadlines
+        rows = sql.fetch(
+            _TASKS.format(run_id="", one="(SELECT 1) one"), [run.dag_id, run.dag_id, run.dag_id], [None, None, args_field, None, None]
+        )
+    return _DagRead([row[:3] for row in rows if row[0] is not None], bool(rows[0][3]), bool(rows[0][4]))
 
 
 def _run_insert(run: DagRun) -> tuple[str, list[Any]]:
@@ -184,6 +212,8 @@ def _insert_instances(run: DagRun, tasks: list[tuple[int, str, Any]], *, read_ba
         params = [*(constants[field.name] for field in fields if field.name not in varying), *(varying[field.name] for field in arrays)]
         if read_back:
             instances = instances_inserted(statement, params)
+            for ti in instances:
+                ti.dag_run = run
         else:
             sql.execute(statement, params)
     else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
@@ -212,6 +242,30 @@ def create_manual_run(
     logical_date: datetime | str | None = None,
     record: Callable[[DagRun], object] | None = None,
 ) -> DagRun:
+    """`trigger_manual_run`'s run."""
+    return trigger_manual_run(dag, conf=conf, triggered_by=triggered_by, now=now, logical_date=logical_date, record=record).run
+
+
+@dataclass(frozen=True)
+class ManualRun:
+    """A manual run as its trigger committed it; `instances`: its every task instance as the
+    trigger left them, when it knows them all and they are all there is to its document: a run
+    started in the trigger's transaction from the instances it inserted (PostgreSQL, a run not
+    too big), without mapped tasks (their expansion may add instances) nor deadlines; else None."""
+
+    run: DagRun
+    instances: list[TaskInstance] | None = None
+
+
+def trigger_manual_run(
+    dag: Dag,
+    *,
+    conf: dict[str, Any] | None = None,
+    triggered_by: str = "",
+    now: datetime | None = None,
+    logical_date: datetime | str | None = None,
+    record: Callable[[DagRun], object] | None = None,
+) -> ManualRun:
     """A manual run: its logical date is `logical_date` (`parse_logical_date`), or else its
     trigger time; its conf is `conf` with the DAG's params filled from their defaults. Its
     run_id is unique however many manual runs share its logical date (`_free_run_id`).
@@ -242,7 +296,7 @@ def create_manual_run(
     for tries_left in reversed(range(5)):
         try:
             with transaction.atomic():
-                run, count, instances = _create_run(
+                created = _create_run(
                     dag,
                     run_type=DagRun.RunType.MANUAL,
                     logical_date=when,
@@ -252,11 +306,12 @@ def create_manual_run(
                     run_id=run_id,
                     read_back=True,
                 )
+                run, known = created.run, None
                 # Started at once, instead of at the next scheduler pass.
-                if tablestats.analyzed_after_commit(count):
+                if tablestats.analyzed_after_commit(created.count):
                     transaction.on_commit(functools.partial(start_big_run, run.pk))
-                else:
-                    start_created_run(run, now, instances)
+                elif start_created_run(run, now, created.instances) and _whole_document(created):
+                    known = created.instances
                 if record is not None:
                     record(run)  # as the trigger leaves it: running, or queued for a slot
             break
@@ -264,7 +319,19 @@ def create_manual_run(
             if not tries_left or not DagRun.objects.filter(dag=dag, run_id=run_id).exists():
                 raise
             run_id = _free_run_id(dag, base)
-    return run
+    return ManualRun(run, known)
+
+
+def _whole_document(created: _Created) -> bool:
+    """Whether the instances the run was created and started with, as its start left them, are
+    all its document shows (`ManualRun`): no deadline, no mapped task, nothing the dispatch moves
+    but through them (`admission.moved_in_place`)."""
+    instances = created.instances
+    if instances is None or created.has_deadlines:
+        return False
+    if not all(ti.map_index == -1 and ti.definition is not None and not ti.definition.expand for ti in instances):
+        return False
+    return moved_in_place(created.run, instances)
 
 
 class LogicalDateError(BadRequest):

@@ -111,8 +111,9 @@ def instances_of(
 def instances_inserted(insert: str, params: Sequence[Any]) -> list[TaskInstance]:
     """The task instances `insert` (an INSERT of task instances, PostgreSQL) adds, as
     `instances_of` would read them, in the same statement: a trigger starts its run with them
-    instead of reading back the rows it has just written."""
-    ti_fields = [field for field in sql.concrete_fields(TaskInstance) if field.name not in _UNREAD_TI_FIELDS]
+    instead of reading back the rows it has just written. Every column: the ones `instances_of`
+    leaves unread are empty in a new row."""
+    ti_fields = sql.concrete_fields(TaskInstance)
     task_fields = sql.concrete_fields(Task, _DEFINITION_FIELDS)
     rows = sql.fetch(
         f"WITH ti AS ({insert} RETURNING *) SELECT {sql.columns('ti', ti_fields)}, {sql.columns('t', task_fields)}"
