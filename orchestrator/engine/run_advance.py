@@ -19,8 +19,8 @@ from orchestrator.data import sql
 from orchestrator.engine import enqueuing, tablestats
 from orchestrator.engine.admission import dispatch_ready
 from orchestrator.engine.rules import run_outcome
-from orchestrator.engine.run_reads import active_runs, first_without_upstream, instances_of, locked_run, outcome_counted
-from orchestrator.engine.run_rules import held_by_pause, may_start_run
+from orchestrator.engine.run_reads import active_runs, first_without_upstream, instances_of, lock_dag, locked_run, outcome_counted
+from orchestrator.engine.run_rules import ActiveRuns, held_by_pause, may_start_run
 from orchestrator.engine.run_settling import Unwritten, is_due, settle_downstream_of, settle_whole_run
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.redis_conn import get_redis
@@ -178,21 +178,51 @@ def _downstream_of(
 
 
 def _start_run(run: DagRun, now: datetime) -> bool:
-    # The DAG row is locked while counting and starting (`active_runs`): two schedulers
-    # (or a trigger and a scheduler) starting runs of one DAG at once would each count the same
-    # running runs.
-    if not may_start_run(run.dag.max_active_runs, active_runs(run.dag_id, locked=True)):
+    # The DAG row is locked while counting and starting: two schedulers (or a trigger and a
+    # scheduler) starting runs of one DAG at once would each count the same running runs.
+    if connection.vendor == "postgresql":
+        started = _start_if_slot_free(run, now)
+    elif may_start_run(run.dag.max_active_runs, active_runs(run.dag_id, locked=True)):
+        started = bool(sql.execute(_START_SQL, [connection.ops.adapt_datetimefield_value(now), run.pk], prepare=True))
+    else:
+        started = None
+    if started is None:  # no slot free
         return False
-    started = sql.execute(
-        f"UPDATE orchestrator_dagrun SET state = '{RunState.RUNNING}', start_date = %s WHERE id = %s AND state = '{RunState.QUEUED}'",
-        [connection.ops.adapt_datetimefield_value(now), run.pk],
-        prepare=True,  # by primary key, for every run
-    )
     if started:
         run.state, run.start_date = RunState.RUNNING, now
         return True
     run.refresh_from_db(fields=["state", "start_date"])
     return run.state == RunState.RUNNING
+
+
+_START_SQL = f"UPDATE orchestrator_dagrun SET state = '{RunState.RUNNING}', start_date = %s WHERE id = %s AND state = '{RunState.QUEUED}'"
+# The DAG's running runs (a backfill's left out: `run_rules`) counted, and the run started if
+# `may_start_run` allows it (fewer running than max_active_runs), in one statement whose parts
+# share its snapshot: taken after the DAG's lock, so it counts a run the lock's last holder started.
+_START_IF_SLOT_FREE_SQL = (
+    "WITH counted AS (SELECT COUNT(*) AS running FROM orchestrator_dagrun r"
+    f" WHERE r.dag_id = %s AND r.state = '{RunState.RUNNING}' AND r.backfill_id IS NULL),"
+    f" started AS (UPDATE orchestrator_dagrun SET state = '{RunState.RUNNING}', start_date = %s FROM counted"
+    f" WHERE orchestrator_dagrun.id = %s AND orchestrator_dagrun.state = '{RunState.QUEUED}' AND counted.running < %s RETURNING 1)"
+    " SELECT counted.running, (SELECT COUNT(*) FROM started) FROM counted"
+)
+
+
+def _start_if_slot_free(run: DagRun, now: datetime) -> bool | None:
+    """PostgreSQL's start: None when no slot is free, else whether this start moved the run. The
+    lock is a statement of its own, before the count: a statement that waited for a lock still
+    reads with the snapshot it took before the wait (`active_runs`)."""
+    lock_dag(run.dag_id)
+    rows = sql.fetch(
+        _START_IF_SLOT_FREE_SQL,
+        [run.dag_id, connection.ops.adapt_datetimefield_value(now), run.pk, run.dag.max_active_runs],
+        [None, None],
+        prepare=True,  # by keys, for every run
+    )
+    running, started = rows[0]
+    if not may_start_run(run.dag.max_active_runs, ActiveRuns(running=running, queued=0)):
+        return None
+    return bool(started)
 
 
 def _finish_if_done(run: DagRun, outcome: RunState | None, now: datetime) -> bool:

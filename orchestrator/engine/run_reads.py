@@ -304,6 +304,12 @@ def run_is_over(dag_run_id: int) -> bool:
     )
 
 
+def lock_dag(dag_id: int) -> None:
+    """The DAG's row locked for the rest of the transaction (PostgreSQL), in a statement of its
+    own: see `active_runs`."""
+    sql.fetch("SELECT d.id FROM orchestrator_dag d WHERE d.id = %s FOR NO KEY UPDATE", [dag_id], [None], prepare=True)
+
+
 def active_runs(dag_id: int, *, locked: bool = False) -> ActiveRuns:
     """The DAG's running and queued runs, counted in one query (a backfill's left out: `run_rules`).
     `locked`: the DAG's row locked for the rest of the transaction on PostgreSQL, so that two
@@ -315,7 +321,7 @@ def active_runs(dag_id: int, *, locked: bool = False) -> ActiveRuns:
     still counts with the snapshot it took before the wait, so a count in the locking statement
     missed the run that the lock's last holder had just started."""
     if locked and connection.vendor == "postgresql":
-        sql.fetch("SELECT d.id FROM orchestrator_dag d WHERE d.id = %s FOR NO KEY UPDATE", [dag_id], [None], prepare=True)
+        lock_dag(dag_id)
     count = "(SELECT COUNT(*) FROM orchestrator_dagrun r WHERE r.dag_id = d.id AND r.state = '{}' AND r.backfill_id IS NULL)"
     rows = sql.fetch(
         f"SELECT {count.format(RunState.RUNNING)}, {count.format(RunState.QUEUED)} FROM orchestrator_dag d WHERE d.id = %s",
