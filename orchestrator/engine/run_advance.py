@@ -60,21 +60,25 @@ def advance_after_report(
     return _advance(dag_run_id, now or shared_now(), settling, skip_locked=False, savepoint=savepoint)
 
 
-def start_created_run(run: DagRun, now: datetime, instances: list[TaskInstance] | None = None) -> bool:
+class StartFailed(Exception):
+    """A run created in this transaction could not be started (`start_created_run`): the
+    transaction is to be rolled back."""
+
+
+def start_created_run(run: DagRun, now: datetime, instances: list[TaskInstance] | None = None) -> None:
     """Start a run created in the current transaction, and dispatch its first tasks, before that
     transaction commits: one commit for a trigger instead of two. Nobody else sees the run before
     the commit, so it is not read again nor locked, nor are its task instances when the caller
-    has them (`instances`, as `instances_of` reads them). In a savepoint: if the start fails, the
-    run is committed queued, and the scheduler's next pass starts it (the failure is logged).
-    Returns whether it went through (`instances` are then as it left them: queued or not)."""
+    has them (`instances`, as `instances_of` reads them: left as the start leaves them).
+
+    No savepoint of its own (two round trips): a start that fails raises StartFailed, and the
+    caller rolls its transaction back and creates the run again without starting it, for the
+    scheduler's next pass to start."""
     settling = _whole_run if instances is None else functools.partial(_whole_run, known=instances)
     try:
-        _advance(run.pk, now, settling, skip_locked=False, created=run)
-    except Exception:
-        log.exception("could not start run %s; the next scheduler pass will", run.pk)
-        run.refresh_from_db(fields=["state", "start_date", "end_date"])  # as the savepoint left it
-        return False
-    return True
+        _advance(run.pk, now, settling, skip_locked=False, savepoint=False, created=run)
+    except Exception as exc:
+        raise StartFailed(f"could not start run {run.pk}") from exc
 
 
 def start_big_run(dag_run_id: int) -> None:

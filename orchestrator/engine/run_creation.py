@@ -6,6 +6,7 @@ trigger's (an operator's, the API's), which checks what it is given and moves th
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,13 +22,15 @@ from orchestrator.data.taskconfig import merge_args
 from orchestrator.engine import tablestats
 from orchestrator.engine.admission import moved_in_place
 from orchestrator.engine.limit_args import limit_args
-from orchestrator.engine.run_advance import start_big_run, start_created_run
+from orchestrator.engine.run_advance import StartFailed, start_big_run, start_created_run
 from orchestrator.engine.run_reads import instances_inserted
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.run_params import resolve_conf
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
 from retries.states import RunState
+
+log = logging.getLogger(__name__)
 
 
 def run_id_for(run_type: str, logical_date: datetime) -> str:
@@ -279,7 +282,8 @@ def trigger_manual_run(
     dispatched (one commit for the trigger), unless it is big enough for its instances to be
     analyzed first (`tablestats`): then once they are committed, as the planner's statistics
     must know of them before the first attempt's statements are planned, its first tasks from a
-    chunk's worth of rows (`start_big_run`).
+    chunk's worth of rows (`start_big_run`). A start that fails rolls that transaction back, and
+    the run is created again, queued (its entry too), for the scheduler's next pass to start.
     """
     given_date = parse_logical_date(logical_date, dag.timezone) if logical_date is not None else None
     if conf is not None and not isinstance(conf, dict):
@@ -293,32 +297,56 @@ def trigger_manual_run(
     # The time it is queued, to the microsecond, is as good as never taken: it is inserted
     # without a look first (a clash is the IntegrityError below); a date given is looked up.
     run_id = base if given_date is None else _free_run_id(dag, base)
+    create = functools.partial(
+        _create_manual_run, dag, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, record=record
+    )
     for tries_left in reversed(range(5)):
         try:
-            with transaction.atomic():
-                created = _create_run(
-                    dag,
-                    run_type=DagRun.RunType.MANUAL,
-                    logical_date=when,
-                    conf=conf,
-                    now=now,
-                    triggered_by=triggered_by,
-                    run_id=run_id,
-                    read_back=True,
-                )
-                run, known = created.run, None
-                # Started at once, instead of at the next scheduler pass.
-                if tablestats.analyzed_after_commit(created.count):
-                    transaction.on_commit(functools.partial(start_big_run, run.pk))
-                elif start_created_run(run, now, created.instances) and _whole_document(created):
-                    known = created.instances
-                if record is not None:
-                    record(run)  # as the trigger leaves it: running, or queued for a slot
-            break
+            try:
+                return create(run_id=run_id, start=True)
+            except StartFailed:  # rolled back whole: created again, for the scheduler to start
+                log.exception("could not start run %s of DAG %s; the next scheduler pass will", run_id, dag.dag_id)
+                return create(run_id=run_id, start=False)
         except IntegrityError:  # another trigger took that id meanwhile: take the next one
             if not tries_left or not DagRun.objects.filter(dag=dag, run_id=run_id).exists():
                 raise
             run_id = _free_run_id(dag, base)
+    raise AssertionError("unreachable: the last try raises")
+
+
+def _create_manual_run(
+    dag: Dag,
+    *,
+    run_id: str,
+    logical_date: datetime,
+    conf: dict[str, Any],
+    now: datetime,
+    triggered_by: str,
+    record: Callable[[DagRun], object] | None,
+    start: bool,
+) -> ManualRun:
+    """`trigger_manual_run`'s transaction: the run created, started when `start` and small
+    enough (a start that fails raises StartFailed, its transaction rolled back whole), recorded."""
+    with transaction.atomic():
+        created = _create_run(
+            dag,
+            run_type=DagRun.RunType.MANUAL,
+            logical_date=logical_date,
+            conf=conf,
+            now=now,
+            triggered_by=triggered_by,
+            run_id=run_id,
+            read_back=start,
+        )
+        run, known = created.run, None
+        # Started at once, instead of at the next scheduler pass.
+        if tablestats.analyzed_after_commit(created.count):
+            transaction.on_commit(functools.partial(start_big_run, run.pk))
+        elif start:
+            start_created_run(run, now, created.instances)
+            known = created.instances if _whole_document(created) else None
+        if record is not None:
+            record(run)  # as the trigger leaves it: running, or queued for a slot
     return ManualRun(run, known)
 
 
