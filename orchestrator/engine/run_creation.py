@@ -297,8 +297,9 @@ def trigger_manual_run(
     # The time it is queued, to the microsecond, is as good as never taken: it is inserted
     # without a look first (a clash is the IntegrityError below); a date given is looked up.
     run_id = base if given_date is None else _free_run_id(dag, base)
+    # Run once more should a migration have made a prepared statement's plan stale (`sql.once_more_if_stale`).
     create = functools.partial(
-        _create_manual_run, dag, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, record=record
+        sql.once_more_if_stale, _create_manual_run, dag, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, record=record
     )
     for tries_left in reversed(range(5)):
         try:

@@ -52,7 +52,8 @@ def storm_failures(now: datetime) -> dict[str, int]:
 def _storm_failures_sql(vendor: str) -> str:
     reason = "a.context ->> 'reason'" if vendor == "postgresql" else "json_extract(a.context, '$.reason')"
     return (
-        "SELECT ti.queue, COUNT(*) FROM orchestrator_taskattempt a JOIN orchestrator_taskinstance ti ON ti.id = a.task_instance_id"
+        # The queue as text: its column's type (a varchar's length) may change, not the statement's result's.
+        "SELECT CAST(ti.queue AS text), COUNT(*) FROM orchestrator_taskattempt a JOIN orchestrator_taskinstance ti ON ti.id = a.task_instance_id"
         f" WHERE a.state = '{TaskAttempt.State.FAILED}' AND a.end_date >= %s"
         f" AND {reason} IN ({sql.literals(r.value for r in storms.STORM_REASONS)}) GROUP BY ti.queue"
     )
