@@ -100,8 +100,8 @@ def list_runs(request: HttpRequest, dag_id: DagId, query: Query[RunsQuery]) -> d
     openapi_extra=errors({409: "The DAG is paused."}),
 )
 def trigger_run(request: HttpRequest, dag_id: DagId, body: TriggerBody = TriggerBody.EMPTY) -> Status[dict[str, Any]]:
-    run = actions.trigger(actions.find_dag(dag_id), request.user, conf=body.conf, logical_date=body.logical_date)
-    return Status(201, run_document(run))
+    triggered = actions.trigger_known(actions.find_dag(dag_id), request.user, conf=body.conf, logical_date=body.logical_date)
+    return Status(201, run_document(triggered.run, known=triggered.instances))
 
 
 @router.get(RUN, summary="One run with its task instances, attempts and deadlines", tags=["runs"], url_name="run_detail", response=Run)

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from orchestrator.data import sql
 from orchestrator.models import AuditLog
 
 User = AbstractBaseUser | AnonymousUser | None
@@ -36,7 +37,7 @@ def audit(
     """One audit row. `username` names who acted when no logged-in user did (the CLI's OS user,
     a backfill's creator). Its time is the shared clock's (the model's default), which the
     engine's times are compared with."""
-    return AuditLog.objects.create(
+    entry = AuditLog(
         user_id=user.pk if user is not None and user.is_authenticated else None,
         username=username_of(user) or username[:150],
         action=action,
@@ -47,6 +48,8 @@ def audit(
         new_state=str(new_state),
         details=details,
     )
+    sql.insert(entry)
+    return entry
 
 
 def audit_many(

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
+from typing import Any
 
 from django.conf import settings
 
@@ -71,16 +72,37 @@ def listened_queues(now: datetime | None = None) -> set[str] | None:
 
 
 def _read_listened(now: datetime, interval: float) -> set[str] | None:
-    from rq import Worker
-
     from orchestrator.foundation.redis_conn import get_redis
 
     try:
-        workers = [(w.last_heartbeat, w.queue_names()) for w in Worker.all(connection=get_redis())]
+        workers = _workers(get_redis())
     except Exception:  # an unreachable Redis must not break a page: it only cannot tell
         log.warning("could not read the live workers from Redis", exc_info=True)
         return None
     return listened(workers, now, interval)
+
+
+def _workers(redis: Any) -> list[tuple[datetime | None, list[str]]]:
+    """(last heartbeat, queue names) of every worker RQ has registered, from the fields of its
+    record RQ's `Worker.refresh` reads them from, in two round trips: RQ's `Worker.all` takes
+    two per worker (a run's document asks while its task is queued)."""
+    from rq.utils import utcparse
+    from rq.worker_registration import get_keys
+
+    keys = sorted(get_keys(connection=redis))
+    if not keys:
+        return []
+    with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.hmget(key, "last_heartbeat", "queues")
+        records = pipe.execute()
+    workers = []
+    for heartbeat, queues in records:
+        if heartbeat is None and queues is None:
+            continue  # its record expired: RQ's Worker.all leaves it out too
+        heartbeat, queues = (value.decode() if isinstance(value, bytes) else value for value in (heartbeat, queues))
+        workers.append((utcparse(heartbeat) if heartbeat else None, queues.split(",") if queues else []))
+    return workers
 
 
 def unattended_wait(queue: str, queued_at: datetime | None, listened: set[str] | None) -> dict | None:

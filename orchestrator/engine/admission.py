@@ -94,6 +94,14 @@ def dispatch_ready(run: DagRun, due: list[TaskInstance], now: datetime, *, unwri
     return dispatched
 
 
+def moved_in_place(run: DagRun, instances: list[TaskInstance]) -> bool:
+    """Whether `dispatch_ready` leaves what it does to any of `instances` on the very objects it
+    is given, a dispatched one with no attempt but its dispatch's: none is limited (admitted
+    from a read under locks), behind a circuit, or a wait_for task (whose wait begins instead)."""
+    waits = waitstart.wait_tasks(run)
+    return not any(is_limited(ti, run.dag) or ti.circuit or ti.task_id in waits for ti in instances)
+
+
 def is_limited(ti: TaskInstance, dag: Dag) -> bool:
     return bool(ti.pool) or dag.max_active_tasks is not None or _task_limit(ti) is not None or _run_limit(ti) is not None
 

@@ -67,6 +67,7 @@ class QueuedJob:
     token: int
     undo: dict[str, Any] | None = None
     queued_at: datetime | None = None  # the dispatch's time: names its batch while it is enqueued
+    task_instance: TaskInstance | None = None  # the dispatcher's row: put back with the task, should the job not go
 
 
 def dispatch(ti: TaskInstance, now: datetime) -> bool:
@@ -121,7 +122,7 @@ def _dispatch_chunk(tis: list[TaskInstance], now: datetime, unwritten: frozenset
         ti.retry_is_platform, ti.next_retry_at, ti.waiting_for = False, None, None
         queued.append(ti)
         attempts.append(_new_attempt(pk, token, try_number, infrastructure_try_number, now, _item(item)))
-        jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk], queued_at=now))
+        jobs.append(QueuedJob(ti.queue, pk, token, undo=before[pk], queued_at=now, task_instance=ti))
         if has_queued_deadlines:
             with_deadlines.append(ti)
     if not with_attempts:
@@ -249,8 +250,9 @@ def enqueue_all(jobs: Iterable[QueuedJob]) -> int:
         everything = [job for queued in by_queue.values() for job in queued]
         log.warning("could not enqueue %d job(s) (%s); they wait for the next dispatch", len(everything), exc)
         for job in everything:
-            if job.undo is not None:
-                _undo_dispatch(job.task_instance_id, job.token, job.undo)
+            if job.undo is not None and _undo_dispatch(job.task_instance_id, job.token, job.undo) and job.task_instance is not None:
+                for name, value in job.undo.items():
+                    setattr(job.task_instance, name, value)
         return 0
     return sum(len(queued) for queued in by_queue.values())
 
@@ -267,16 +269,25 @@ def _job_data(job: QueuedJob) -> Any:
     )
 
 
-def _undo_dispatch(task_instance_id: int, token: int, before: dict[str, Any]) -> None:
-    """The job never reached a queue: put the task back as it was, minus its attempt row.
+def _undo_dispatch(task_instance_id: int, token: int, before: dict[str, Any]) -> bool:
+    """The job never reached a queue: put the task back as it was, minus its attempt row; return
+    whether it was.
 
     Fenced by the new token and `queued`, so it changes nothing if anything moved the task on.
     The token stays spent: a job with it can never exist."""
     try:
         with transaction.atomic():
-            if transition(task_instance_id, expected=[TaskState.QUEUED], token=token, heartbeat_at=None, **before):
-                TaskAttempt.objects.filter(
-                    task_instance_id=task_instance_id, attempt_token=token, state=TaskAttempt.State.QUEUED
-                ).delete()
+            if not transition(task_instance_id, expected=[TaskState.QUEUED], token=token, heartbeat_at=None, **before):
+                return False
+            TaskAttempt.objects.filter(task_instance_id=task_instance_id, attempt_token=token, state=TaskAttempt.State.QUEUED).delete()
     except Exception:
         log.exception("could not undo the dispatch of task instance %s attempt %s; the scheduler will find it", task_instance_id, token)
+        return False
+    return True
+
+
+def first_attempt(ti: TaskInstance) -> TaskAttempt:
+    """The attempt row (unsaved here) the dispatch of `ti` wrote, as `ti` was left by it: a run
+    created and started in one transaction has no other (`run_creation.ManualRun`)."""
+    assert ti.queued_at is not None  # set by its dispatch
+    return _new_attempt(ti.pk, ti.attempt_token, ti.try_number, ti.infrastructure_try_number, ti.queued_at, ti.map_item)

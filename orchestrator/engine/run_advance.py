@@ -19,8 +19,8 @@ from orchestrator.data import sql
 from orchestrator.engine import enqueuing, tablestats
 from orchestrator.engine.admission import dispatch_ready
 from orchestrator.engine.rules import run_outcome
-from orchestrator.engine.run_reads import active_runs, first_without_upstream, instances_of, locked_run, outcome_counted
-from orchestrator.engine.run_rules import held_by_pause, may_start_run
+from orchestrator.engine.run_reads import active_runs, first_without_upstream, instances_of, lock_dag, locked_run, outcome_counted
+from orchestrator.engine.run_rules import ActiveRuns, held_by_pause, may_start_run
 from orchestrator.engine.run_settling import Unwritten, is_due, settle_downstream_of, settle_whole_run
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.redis_conn import get_redis
@@ -60,16 +60,25 @@ def advance_after_report(
     return _advance(dag_run_id, now or shared_now(), settling, skip_locked=False, savepoint=savepoint)
 
 
-def start_created_run(run: DagRun, now: datetime) -> None:
+class StartFailed(Exception):
+    """A run created in this transaction could not be started (`start_created_run`): the
+    transaction is to be rolled back."""
+
+
+def start_created_run(run: DagRun, now: datetime, instances: list[TaskInstance] | None = None) -> None:
     """Start a run created in the current transaction, and dispatch its first tasks, before that
     transaction commits: one commit for a trigger instead of two. Nobody else sees the run before
-    the commit, so it is not read again nor locked. In a savepoint: if the start fails, the run
-    is committed queued, and the scheduler's next pass starts it (the failure is logged)."""
+    the commit, so it is not read again nor locked, nor are its task instances when the caller
+    has them (`instances`, as `instances_of` reads them: left as the start leaves them).
+
+    No savepoint of its own (two round trips): a start that fails raises StartFailed, and the
+    caller rolls its transaction back and creates the run again without starting it, for the
+    scheduler's next pass to start."""
+    settling = _whole_run if instances is None else functools.partial(_whole_run, known=instances)
     try:
-        _advance(run.pk, now, _whole_run, skip_locked=False, created=run)
-    except Exception:
-        log.exception("could not start run %s; the next scheduler pass will", run.pk)
-        run.refresh_from_db(fields=["state", "start_date", "end_date"])  # as the savepoint left it
+        _advance(run.pk, now, settling, skip_locked=False, savepoint=False, created=run)
+    except Exception as exc:
+        raise StartFailed(f"could not start run {run.pk}") from exc
 
 
 def start_big_run(dag_run_id: int) -> None:
@@ -139,10 +148,13 @@ def _advance(
     return dispatched + sum(dispatched_later), finished
 
 
-def _whole_run(run: DagRun, now: datetime, unwritten: Unwritten) -> tuple[list[TaskInstance], RunState | None]:
-    """`advance_run`'s settling: every task read and decided; the tasks it makes ready for the
-    dispatch alone are left in `unwritten`, every other decision is written."""
-    instances = instances_of(run)
+def _whole_run(
+    run: DagRun, now: datetime, unwritten: Unwritten, *, known: list[TaskInstance] | None = None
+) -> tuple[list[TaskInstance], RunState | None]:
+    """`advance_run`'s settling: every task read (unless `known`: all of them, as read) and
+    decided; the tasks it makes ready for the dispatch alone are left in `unwritten`, every other
+    decision is written."""
+    instances = instances_of(run) if known is None else known
     for ti in instances:
         ti.dag_run = run
     settle_whole_run(run, instances, now, unwritten)  # adds the instances of the mapped tasks it expands
@@ -170,20 +182,51 @@ def _downstream_of(
 
 
 def _start_run(run: DagRun, now: datetime) -> bool:
-    # The DAG row is locked while counting and starting (`active_runs`): two schedulers
-    # (or a trigger and a scheduler) starting runs of one DAG at once would each count the same
-    # running runs.
-    if not may_start_run(run.dag.max_active_runs, active_runs(run.dag_id, locked=True)):
+    # The DAG row is locked while counting and starting: two schedulers (or a trigger and a
+    # scheduler) starting runs of one DAG at once would each count the same running runs.
+    if connection.vendor == "postgresql":
+        started = _start_if_slot_free(run, now)
+    elif may_start_run(run.dag.max_active_runs, active_runs(run.dag_id, locked=True)):
+        started = bool(sql.execute(_START_SQL, [connection.ops.adapt_datetimefield_value(now), run.pk], prepare=True))
+    else:
+        started = None
+    if started is None:  # no slot free
         return False
-    started = sql.execute(
-        f"UPDATE orchestrator_dagrun SET state = '{RunState.RUNNING}', start_date = %s WHERE id = %s AND state = '{RunState.QUEUED}'",
-        [connection.ops.adapt_datetimefield_value(now), run.pk],
-    )
     if started:
         run.state, run.start_date = RunState.RUNNING, now
         return True
     run.refresh_from_db(fields=["state", "start_date"])
     return run.state == RunState.RUNNING
+
+
+_START_SQL = f"UPDATE orchestrator_dagrun SET state = '{RunState.RUNNING}', start_date = %s WHERE id = %s AND state = '{RunState.QUEUED}'"
+# The DAG's running runs (a backfill's left out: `run_rules`) counted, and the run started if
+# `may_start_run` allows it (fewer running than max_active_runs), in one statement whose parts
+# share its snapshot: taken after the DAG's lock, so it counts a run the lock's last holder started.
+_START_IF_SLOT_FREE_SQL = (
+    "WITH counted AS (SELECT COUNT(*) AS running FROM orchestrator_dagrun r"
+    f" WHERE r.dag_id = %s AND r.state = '{RunState.RUNNING}' AND r.backfill_id IS NULL),"
+    f" started AS (UPDATE orchestrator_dagrun SET state = '{RunState.RUNNING}', start_date = %s FROM counted"
+    f" WHERE orchestrator_dagrun.id = %s AND orchestrator_dagrun.state = '{RunState.QUEUED}' AND counted.running < %s RETURNING 1)"
+    " SELECT counted.running, (SELECT COUNT(*) FROM started) FROM counted"
+)
+
+
+def _start_if_slot_free(run: DagRun, now: datetime) -> bool | None:
+    """PostgreSQL's start: None when no slot is free, else whether this start moved the run. The
+    lock is a statement of its own, before the count: a statement that waited for a lock still
+    reads with the snapshot it took before the wait (`active_runs`)."""
+    lock_dag(run.dag_id)
+    rows = sql.fetch(
+        _START_IF_SLOT_FREE_SQL,
+        [run.dag_id, connection.ops.adapt_datetimefield_value(now), run.pk, run.dag.max_active_runs],
+        [None, None],
+        prepare=True,  # by keys, for every run
+    )
+    running, started = rows[0]
+    if not may_start_run(run.dag.max_active_runs, ActiveRuns(running=running, queued=0)):
+        return None
+    return bool(started)
 
 
 def _finish_if_done(run: DagRun, outcome: RunState | None, now: datetime) -> bool:

@@ -6,7 +6,9 @@ trigger's (an operator's, the API's), which checks what it is given and moves th
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -18,13 +20,17 @@ from deadlines import lifecycle
 from orchestrator.data import sql
 from orchestrator.data.taskconfig import merge_args
 from orchestrator.engine import tablestats
+from orchestrator.engine.admission import moved_in_place
 from orchestrator.engine.limit_args import limit_args
-from orchestrator.engine.run_advance import start_big_run, start_created_run
+from orchestrator.engine.run_advance import StartFailed, start_big_run, start_created_run
+from orchestrator.engine.run_reads import instances_inserted
 from orchestrator.exceptions import BadRequest, Conflict
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.run_params import resolve_conf
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
 from retries.states import RunState
+
+log = logging.getLogger(__name__)
 
 
 def run_id_for(run_type: str, logical_date: datetime) -> str:
@@ -47,7 +53,7 @@ def create_run(
     now = now or shared_now()
     return _create_run(
         dag, run_type=run_type, logical_date=logical_date, conf=conf, now=now, triggered_by=triggered_by, backfill=backfill, run_id=run_id
-    )[0]
+    ).run
 
 
 def _create_run(
@@ -60,12 +66,15 @@ def _create_run(
     triggered_by: str,
     backfill: Backfill | None = None,
     run_id: str | None = None,
-) -> tuple[DagRun, int]:
-    """`create_run`, and how many task instances the run has."""
+    read_back: bool = False,
+) -> _Created:
+    """`create_run`, with how many task instances the run has and, with `read_back` on
+    PostgreSQL for a run too small to be analyzed first (`tablestats`), those instances as
+    `instances_of` reads them, every column (None otherwise: read them when needed)."""
     # Inside a caller's transaction, no savepoint of its own: a caller that catches an
     # IntegrityError (a run id or logical date taken) takes its own.
     with transaction.atomic(savepoint=False):
-        run = DagRun.objects.create(
+        run = DagRun(
             dag=dag,
             run_id=run_id or run_id_for(run_type, logical_date),
             run_type=run_type,
@@ -76,13 +85,84 @@ def _create_run(
             triggered_by=triggered_by,
             backfill=backfill,
         )
-        instances = _insert_instances(run)
-        lifecycle.run_created(run, now)
-    return run, instances
+        dag_read = _insert_run(run)
+        tasks = dag_read.tasks
+        read_back = read_back and connection.vendor == "postgresql" and not tablestats.analyzed_after_commit(len(tasks))
+        instances = _insert_instances(run, tasks, read_back=read_back)
+        if dag_read.has_run_deadlines:  # most DAGs have none: their definitions are not read
+            lifecycle.run_created(run, now)
+    return _Created(run, len(tasks), instances, dag_read.has_deadlines)
 
 
-def _insert_instances(run: DagRun) -> int:
-    """One task instance (state none) per task of the run's DAG.
+@dataclass(frozen=True)
+class _Created:
+    """A run just created: how many task instances it has, those instances when read back
+    (`_create_run`), and whether its DAG has any deadline definition."""
+
+    run: DagRun
+    count: int
+    instances: list[TaskInstance] | None
+    has_deadlines: bool
+
+
+# The DAG's tasks, in their order, with whether the DAG has deadlines of its own and any deadline
+# (its own or its tasks'), joined to one row (on PostgreSQL the run just inserted, its id first):
+# a DAG without tasks still answers it.
+_TASKS = (
+    "SELECT {run_id}t.id, t.task_id, t.args,"
+    " EXISTS (SELECT 1 FROM deadlines_deadlinedefinition dd WHERE dd.dag_id = %s AND dd.task_id IS NULL),"
+    " EXISTS (SELECT 1 FROM deadlines_deadlinedefinition dd WHERE dd.dag_id = %s)"
+    " FROM {one} LEFT JOIN orchestrator_task t ON t.dag_id = %s ORDER BY t.position, t.id"
+)
+
+
+@dataclass(frozen=True)
+class _DagRead:
+    """What a run's creation reads of its DAG: its tasks (id, task_id, args), in order, and
+    whether it has DAG-level deadline definitions, and any at all."""
+
+    tasks: list[tuple[int, str, Any]]
+    has_run_deadlines: bool
+    has_deadlines: bool
+
+
+def _insert_run(run: DagRun) -> _DagRead:
+    """Insert `run` (its primary key set), and read its DAG's tasks and deadline definitions'
+    presence (`_DagRead`): on PostgreSQL in one statement."""
+    args_field = Task._meta.get_field("args")
+    if connection.vendor == "postgresql":
+        insert, params = _run_insert(run)
+        rows = sql.fetch(
+            f"WITH one AS ({insert} RETURNING id) {_TASKS.format(run_id='one.id, ', one='one')}",
+            [*params, run.dag_id, run.dag_id, run.dag_id],
+            [None, None, None, args_field, None, None],
+            prepare=True,  # the same text for every run: planned once per connection
+        )
+        run.pk = rows[0][0]
+        run._state.adding, run._state.db = False, connection.alias  # as a saved instance
+        rows = [row[1:] for row in rows]
+    else:
+        run.save(force_insert=True)
+        rows = sql.fetch(
+            _TASKS.format(run_id="", one="(SELECT 1) one"), [run.dag_id, run.dag_id, run.dag_id], [None, None, args_field, None, None]
+        )
+    return _DagRead([row[:3] for row in rows if row[0] is not None], bool(rows[0][3]), bool(rows[0][4]))
+
+
+def _run_insert(run: DagRun) -> tuple[str, list[Any]]:
+    """An INSERT of `run`'s row, as the ORM's would be, and its parameters."""
+    fields = [field for field in sql.concrete_fields(DagRun) if not field.primary_key]
+    quote = connection.ops.quote_name
+    statement = (
+        f"INSERT INTO {quote(DagRun._meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
+        f" VALUES ({sql.placeholders(len(fields))})"
+    )
+    return statement, [field.get_db_prep_save(field.pre_save(run, True), connection) for field in fields]
+
+
+def _insert_instances(run: DagRun, tasks: list[tuple[int, str, Any]], *, read_back: bool = False) -> list[TaskInstance] | None:
+    """One task instance (state none) for each of `tasks` (its DAG's, in order); with
+    `read_back` (PostgreSQL), returns them as `instances_of` reads them.
 
     `bulk_create` builds a model object per row and prepares every column of every row: most of
     a 10,000-task trigger's creation. Here the columns that are the same for every instance are
@@ -96,11 +176,6 @@ def _insert_instances(run: DagRun) -> int:
             "definition", "task_id", "max_tries", "infrastructure_retry_limit", "queue", "pool", "pool_slots", "priority_weight", "circuit"
         )
     }
-    tasks = sql.fetch(
-        f"SELECT t.id, t.task_id, t.args FROM {Task._meta.db_table} t WHERE t.dag_id = %s ORDER BY t.position, t.id",
-        [dag.pk],
-        [None, None, Task._meta.get_field("args")],
-    )
     for pk, task_id, task_args in tasks:
         args = merge_args(dag.default_args, task_args)
         limits = limit_args(task_args, dag.default_args)
@@ -118,7 +193,7 @@ def _insert_instances(run: DagRun) -> int:
         for name, value in row.items():
             varying[name].append(value)
     if not varying["task_id"]:
-        return 0
+        return [] if read_back else None
     fields = [field for field in sql.concrete_fields(TaskInstance) if not field.primary_key]
     template = TaskInstance(dag_run=run)
     constants = {
@@ -126,27 +201,34 @@ def _insert_instances(run: DagRun) -> int:
     }
     quote = connection.ops.quote_name
     insert = f"INSERT INTO {quote(TaskInstance._meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # One statement, one array per varying column: thousands of rows of parameters would
-            # cost the server seconds of parsing and planning.
-            arrays = [field for field in fields if field.name in varying]
-            select = [f"u.{quote(field.column)}" if field.name in varying else "%s" for field in fields]
-            cursor.execute(
-                f"{insert} SELECT {', '.join(select)} FROM unnest("
-                + ", ".join(f"%s::{_array_type(field)}[]" for field in arrays)
-                + f") AS u({', '.join(quote(field.column) for field in arrays)})",
-                [*(constants[field.name] for field in fields if field.name not in varying), *(varying[field.name] for field in arrays)],
-            )
-        else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
-            columns = [varying.get(field.name) for field in fields]
-            rows = [
-                [constants[field.name] if column is None else column[at] for field, column in zip(fields, columns)]
-                for at in range(len(varying["task_id"]))
-            ]
+    instances = None
+    if connection.vendor == "postgresql":
+        # One statement, one array per varying column: thousands of rows of parameters would
+        # cost the server seconds of parsing and planning.
+        arrays = [field for field in fields if field.name in varying]
+        select = [f"u.{quote(field.column)}" if field.name in varying else "%s" for field in fields]
+        statement = (
+            f"{insert} SELECT {', '.join(select)} FROM unnest("
+            + ", ".join(f"%s::{_array_type(field)}[]" for field in arrays)
+            + f") AS u({', '.join(quote(field.column) for field in arrays)})"
+        )
+        params = [*(constants[field.name] for field in fields if field.name not in varying), *(varying[field.name] for field in arrays)]
+        if read_back:
+            instances = instances_inserted(statement, params)
+            for ti in instances:
+                ti.dag_run = run
+        else:
+            sql.execute(statement, params)
+    else:  # SQLite, in the process: a prepared statement run for every row costs next to nothing
+        columns = [varying.get(field.name) for field in fields]
+        rows = [
+            [constants[field.name] if column is None else column[at] for field, column in zip(fields, columns)]
+            for at in range(len(varying["task_id"]))
+        ]
+        with connection.cursor() as cursor:
             cursor.executemany(f"{insert} VALUES ({sql.placeholders(len(fields))})", rows)
     tablestats.grew(TaskInstance._meta.db_table, len(varying["task_id"]))
-    return len(varying["task_id"])
+    return instances
 
 
 def _array_type(field: Any) -> str:
@@ -163,6 +245,30 @@ def create_manual_run(
     logical_date: datetime | str | None = None,
     record: Callable[[DagRun], object] | None = None,
 ) -> DagRun:
+    """`trigger_manual_run`'s run."""
+    return trigger_manual_run(dag, conf=conf, triggered_by=triggered_by, now=now, logical_date=logical_date, record=record).run
+
+
+@dataclass(frozen=True)
+class ManualRun:
+    """A manual run as its trigger committed it; `instances`: its every task instance as the
+    trigger left them, when it knows them all and they are all there is to its document: a run
+    started in the trigger's transaction from the instances it inserted (PostgreSQL, a run not
+    too big), without mapped tasks (their expansion may add instances) nor deadlines; else None."""
+
+    run: DagRun
+    instances: list[TaskInstance] | None = None
+
+
+def trigger_manual_run(
+    dag: Dag,
+    *,
+    conf: dict[str, Any] | None = None,
+    triggered_by: str = "",
+    now: datetime | None = None,
+    logical_date: datetime | str | None = None,
+    record: Callable[[DagRun], object] | None = None,
+) -> ManualRun:
     """A manual run: its logical date is `logical_date` (`parse_logical_date`), or else its
     trigger time; its conf is `conf` with the DAG's params filled from their defaults. Its
     run_id is unique however many manual runs share its logical date (`_free_run_id`).
@@ -176,7 +282,8 @@ def create_manual_run(
     dispatched (one commit for the trigger), unless it is big enough for its instances to be
     analyzed first (`tablestats`): then once they are committed, as the planner's statistics
     must know of them before the first attempt's statements are planned, its first tasks from a
-    chunk's worth of rows (`start_big_run`).
+    chunk's worth of rows (`start_big_run`). A start that fails rolls that transaction back, and
+    the run is created again, queued (its entry too), for the scheduler's next pass to start.
     """
     given_date = parse_logical_date(logical_date, dag.timezone) if logical_date is not None else None
     if conf is not None and not isinstance(conf, dict):
@@ -190,25 +297,70 @@ def create_manual_run(
     # The time it is queued, to the microsecond, is as good as never taken: it is inserted
     # without a look first (a clash is the IntegrityError below); a date given is looked up.
     run_id = base if given_date is None else _free_run_id(dag, base)
+    # Run once more should a migration have made a prepared statement's plan stale (`sql.once_more_if_stale`).
+    create = functools.partial(
+        sql.once_more_if_stale, _create_manual_run, dag, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, record=record
+    )
     for tries_left in reversed(range(5)):
         try:
-            with transaction.atomic():
-                run, instances = _create_run(
-                    dag, run_type=DagRun.RunType.MANUAL, logical_date=when, conf=conf, now=now, triggered_by=triggered_by, run_id=run_id
-                )
-                # Started at once, instead of at the next scheduler pass.
-                if tablestats.analyzed_after_commit(instances):
-                    transaction.on_commit(functools.partial(start_big_run, run.pk))
-                else:
-                    start_created_run(run, now)
-                if record is not None:
-                    record(run)  # as the trigger leaves it: running, or queued for a slot
-            break
+            try:
+                return create(run_id=run_id, start=True)
+            except StartFailed:  # rolled back whole: created again, for the scheduler to start
+                log.exception("could not start run %s of DAG %s; the next scheduler pass will", run_id, dag.dag_id)
+                return create(run_id=run_id, start=False)
         except IntegrityError:  # another trigger took that id meanwhile: take the next one
             if not tries_left or not DagRun.objects.filter(dag=dag, run_id=run_id).exists():
                 raise
             run_id = _free_run_id(dag, base)
-    return run
+    raise AssertionError("unreachable: the last try raises")
+
+
+def _create_manual_run(
+    dag: Dag,
+    *,
+    run_id: str,
+    logical_date: datetime,
+    conf: dict[str, Any],
+    now: datetime,
+    triggered_by: str,
+    record: Callable[[DagRun], object] | None,
+    start: bool,
+) -> ManualRun:
+    """`trigger_manual_run`'s transaction: the run created, started when `start` and small
+    enough (a start that fails raises StartFailed, its transaction rolled back whole), recorded."""
+    with transaction.atomic():
+        created = _create_run(
+            dag,
+            run_type=DagRun.RunType.MANUAL,
+            logical_date=logical_date,
+            conf=conf,
+            now=now,
+            triggered_by=triggered_by,
+            run_id=run_id,
+            read_back=start,
+        )
+        run, known = created.run, None
+        # Started at once, instead of at the next scheduler pass.
+        if tablestats.analyzed_after_commit(created.count):
+            transaction.on_commit(functools.partial(start_big_run, run.pk))
+        elif start:
+            start_created_run(run, now, created.instances)
+            known = created.instances if _whole_document(created) else None
+        if record is not None:
+            record(run)  # as the trigger leaves it: running, or queued for a slot
+    return ManualRun(run, known)
+
+
+def _whole_document(created: _Created) -> bool:
+    """Whether the instances the run was created and started with, as its start left them, are
+    all its document shows (`ManualRun`): no deadline, no mapped task, nothing the dispatch moves
+    but through them (`admission.moved_in_place`)."""
+    instances = created.instances
+    if instances is None or created.has_deadlines:
+        return False
+    if not all(ti.map_index == -1 and ti.definition is not None and not ti.definition.expand for ti in instances):
+        return False
+    return moved_in_place(created.run, instances)
 
 
 class LogicalDateError(BadRequest):

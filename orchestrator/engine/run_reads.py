@@ -4,11 +4,12 @@ database), and the fan-in tuning that bounds them is here, in one place.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models import Field
 
 from orchestrator.data import sql
 from orchestrator.engine.graph import DagGraph
@@ -104,6 +105,28 @@ def instances_of(
         ti_fields + task_fields,
         prepare=prepare,
     )
+    return _with_definitions(rows, ti_fields, task_fields)
+
+
+def instances_inserted(insert: str, params: Sequence[Any]) -> list[TaskInstance]:
+    """The task instances `insert` (an INSERT of task instances, PostgreSQL) adds, as
+    `instances_of` would read them, in the same statement: a trigger starts its run with them
+    instead of reading back the rows it has just written. Every column: the ones `instances_of`
+    leaves unread are empty in a new row."""
+    ti_fields = sql.concrete_fields(TaskInstance)
+    task_fields = sql.concrete_fields(Task, _DEFINITION_FIELDS)
+    rows = sql.fetch(
+        f"WITH ti AS ({insert} RETURNING *) SELECT {sql.columns('ti', ti_fields)}, {sql.columns('t', task_fields)}"
+        " FROM ti LEFT JOIN orchestrator_task t ON t.id = ti.definition_id ORDER BY ti.id",
+        params,
+        ti_fields + task_fields,
+        prepare=True,  # the same text for any number of tasks (an array per column): planned once
+    )
+    return _with_definitions(rows, ti_fields, task_fields)
+
+
+def _with_definitions(rows: list[tuple], ti_fields: list[Field], task_fields: list[Field]) -> list[TaskInstance]:
+    """Task instances, each with its definition, from rows of `ti_fields` then `task_fields`."""
     instances = []
     new_ti, new_task, split = sql.builder(TaskInstance, ti_fields), sql.builder(Task, task_fields), len(ti_fields)
     # As `ti.definition = task` leaves it, without the descriptor's checks of every assignment.
@@ -281,6 +304,12 @@ def run_is_over(dag_run_id: int) -> bool:
     )
 
 
+def lock_dag(dag_id: int) -> None:
+    """The DAG's row locked for the rest of the transaction (PostgreSQL), in a statement of its
+    own: see `active_runs`."""
+    sql.fetch("SELECT d.id FROM orchestrator_dag d WHERE d.id = %s FOR NO KEY UPDATE", [dag_id], [None], prepare=True)
+
+
 def active_runs(dag_id: int, *, locked: bool = False) -> ActiveRuns:
     """The DAG's running and queued runs, counted in one query (a backfill's left out: `run_rules`).
     `locked`: the DAG's row locked for the rest of the transaction on PostgreSQL, so that two
@@ -292,7 +321,7 @@ def active_runs(dag_id: int, *, locked: bool = False) -> ActiveRuns:
     still counts with the snapshot it took before the wait, so a count in the locking statement
     missed the run that the lock's last holder had just started."""
     if locked and connection.vendor == "postgresql":
-        sql.fetch("SELECT d.id FROM orchestrator_dag d WHERE d.id = %s FOR NO KEY UPDATE", [dag_id], [None], prepare=True)
+        lock_dag(dag_id)
     count = "(SELECT COUNT(*) FROM orchestrator_dagrun r WHERE r.dag_id = d.id AND r.state = '{}' AND r.backfill_id IS NULL)"
     rows = sql.fetch(
         f"SELECT {count.format(RunState.RUNNING)}, {count.format(RunState.QUEUED)} FROM orchestrator_dag d WHERE d.id = %s",

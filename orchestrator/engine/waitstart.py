@@ -35,10 +35,15 @@ def wait_kind(wait_for: dict[str, Any] | None) -> tuple[str, Any] | None:
     return kind, spec
 
 
+def wait_tasks(run: DagRun) -> frozenset[str]:
+    """The ids of the run's wait_for tasks, told by the DAG's graph, read once per version of the DAG."""
+    return graph_of(run.dag_id, run.dag.updated_at).wait_tasks
+
+
 def split(run: DagRun, due: list[TaskInstance]) -> tuple[list[TaskInstance], list[TaskInstance]]:
     """`due` as (tasks to dispatch to a worker, wait_for tasks whose wait is to begin). Told by
-    the DAG's graph, read once per version of the DAG: a DAG without waits costs nothing."""
-    waits = graph_of(run.dag_id, run.dag.updated_at).wait_tasks
+    the DAG's graph (`wait_tasks`): a DAG without waits costs nothing."""
+    waits = wait_tasks(run)
     if not waits or not due:
         return due, []
     return [ti for ti in due if ti.task_id not in waits], [ti for ti in due if ti.task_id in waits]

@@ -42,7 +42,7 @@ from orchestrator.engine import circuits, clearing, failure_counts, task_state_s
 from orchestrator.engine.reporting import budget_of
 from orchestrator.engine.rules import run_outcome
 from orchestrator.engine.run_advance import advance_run_now
-from orchestrator.engine.run_creation import create_manual_run
+from orchestrator.engine.run_creation import ManualRun, trigger_manual_run
 from orchestrator.engine.run_reads import run_named
 from orchestrator.engine.transitions import transition, transition_many
 from orchestrator.exceptions import ActionError, Conflict, NotFound
@@ -86,7 +86,9 @@ def _has_perm(user: User, permission: str) -> bool:
 def find_dag(dag_id: str) -> Dag:
     # Written SQL, as the reads below: every request of the API starts with one of them.
     fields = sql.concrete_fields(Dag)
-    rows = sql.fetch(f"SELECT {sql.columns('d', fields)} FROM {Dag._meta.db_table} d WHERE d.dag_id = %s", [dag_id], fields)
+    rows = sql.fetch(
+        f"SELECT {sql.columns('d', fields)} FROM {Dag._meta.db_table} d WHERE d.dag_id = %s", [dag_id], fields, prepare=True  # by its unique key
+    )
     if not rows:
         raise NotFound(f"unknown DAG '{dag_id}'")
     return sql.instances(Dag, fields, rows[0])
@@ -229,9 +231,17 @@ def set_paused(dag: Dag, user: User, *, paused: bool) -> AuditLog | None:
 def trigger(
     dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None, actor: str = "", logical_date: Any = None
 ) -> DagRun:
+    """`trigger_known`'s run."""
+    return trigger_known(dag, user, conf=conf, triggered_by=triggered_by, actor=actor, logical_date=logical_date).run
+
+
+def trigger_known(
+    dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None, actor: str = "", logical_date: Any = None
+) -> ManualRun:
     """Create a manual run with `conf` (a JSON object), at `logical_date` when given (ISO 8601
-    text, naive in the DAG's timezone; else the trigger time). Paused DAG: Conflict; other conf,
-    or a logical date that is not ISO 8601: BadRequest naming it.
+    text, naive in the DAG's timezone; else the trigger time), with its task instances when the
+    trigger knows them all (`run_creation.ManualRun`). Paused DAG: Conflict; other conf, or a
+    logical date that is not ISO 8601: BadRequest naming it.
 
     `triggered_by` defaults to the user's name; the CLI passes no user, "cli", and as `actor`
     the operating-system user who ran it, the audit log's "who".
@@ -246,7 +256,7 @@ def trigger(
             details["triggered_by"] = by
         audit(user, "trigger", dag.dag_id, run.run_id, "", "", run.state, details, username=actor)
 
-    return create_manual_run(dag, conf=conf, triggered_by=by, logical_date=logical_date, record=record)
+    return trigger_manual_run(dag, conf=conf, triggered_by=by, logical_date=logical_date, record=record)
 
 
 def record_edit(user: User, dag_id: str, action: str, details: dict[str, Any]) -> AuditLog:

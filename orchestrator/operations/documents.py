@@ -10,6 +10,7 @@ from django.db import connection
 from deadlines.models import Deadline
 from orchestrator.data import sql
 from orchestrator.data.queue_listeners import listened_queues, unattended_wait
+from orchestrator.engine.dispatch import first_attempt
 from orchestrator.models import Dag, DagRun, TaskAttempt, TaskInstance, TaskStateEntry
 from retries.states import HOLD_FROM, TaskState
 
@@ -126,9 +127,17 @@ def parked_attempts(instances: Iterable[TaskInstance], attempts: dict[int, list[
     return found
 
 
-def run_document(run: DagRun) -> dict[str, Any]:
-    rows, has_entries, has_deadlines = _instances_of_run(run)
-    attempts = _by_instance(_rows_of_run(TaskAttempt, _OF_RUN_INSTANCES, "t.task_instance_id, t.attempt_token", run))
+def run_document(run: DagRun, known: list[TaskInstance] | None = None) -> dict[str, Any]:
+    """The run with its task instances, their attempts and task state, and its deadlines.
+    `known`: its every task instance as the trigger that created and started it left them
+    (`run_creation.ManualRun`), with no task state nor deadline, and no attempt but the one the
+    dispatch of each queued task wrote: nothing is read."""
+    if known is None:
+        rows, has_entries, has_deadlines = _instances_of_run(run)
+        attempts = _by_instance(_rows_of_run(TaskAttempt, _OF_RUN_INSTANCES, "t.task_instance_id, t.attempt_token", run))
+    else:
+        rows, has_entries, has_deadlines = known, False, False
+        attempts = {ti.pk: [first_attempt(ti)] for ti in known if ti.state == TaskState.QUEUED}
     entries = _by_instance(_rows_of_run(TaskStateEntry, _OF_RUN_INSTANCES, f"t.task_instance_id, t.{_quote('key')}", run)) if has_entries else {}
     earlier = parked_attempts(rows, attempts)
     instances = in_task_order(rows)
@@ -169,6 +178,7 @@ def _instances_of_run(run: DagRun) -> tuple[list[TaskInstance], bool, bool]:
         f" FROM {table} t WHERE t.dag_run_id = %s ORDER BY t.id",
         [run.pk, run.pk, run.pk],
         fields,
+        prepare=True,  # by the run's key, for every document: planned once per connection
     )
     if not rows:
         return [], False, True
@@ -187,7 +197,9 @@ def _rows_of_run(model: type[M], where: str, order_by: str, run: DagRun) -> list
     """Every column of `model`'s rows that `where` (with the run's id for its one parameter)
     selects, in the order of `order_by`, as model instances."""
     fields = sql.concrete_fields(model)
-    rows = sql.fetch(f"SELECT {sql.columns('t', fields)} FROM {model._meta.db_table} t WHERE {where} ORDER BY {order_by}", [run.pk], fields)
+    rows = sql.fetch(
+        f"SELECT {sql.columns('t', fields)} FROM {model._meta.db_table} t WHERE {where} ORDER BY {order_by}", [run.pk], fields, prepare=True
+    )
     build = sql.builder(model, fields)
     return [build(row) for row in rows]
 

@@ -139,3 +139,52 @@ def test_a_start_that_waited_for_the_dags_lock_counts_the_run_its_holder_started
         thread.join(20)
     assert len(counted) == 1
     assert counted[0].running == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_start_that_waited_for_the_dags_lock_leaves_the_last_slot_to_the_run_its_holder_started():
+    """The start itself (the count and the move in one statement, after the lock): with one slot
+    and two queued runs started at once, the second waits for the first's lock and stays queued."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from orchestrator.engine.run_advance import _start_run
+    from tests.conftest import wait_until
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite's transactions take the database's write lock: no row lock to wait for")
+    dag = _dag()
+    Dag.objects.filter(pk=dag.pk).update(max_active_runs=1)
+    first, second = _runs(dag, RunState.QUEUED, 2, first=0)
+    holding, release = threading.Event(), threading.Event()
+    started: dict[str, bool] = {}
+
+    def start(name: str, run: DagRun, hold: bool) -> None:
+        try:
+            with transaction.atomic():
+                run = DagRun.objects.select_related("dag").get(pk=run.pk)
+                started[name] = _start_run(run, NOW)
+                if hold:
+                    holding.set()
+                    release.wait(20)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=start, args=("first", first, True))]
+    threads[0].start()
+    assert holding.wait(20)
+    threads.append(threading.Thread(target=start, args=("second", second, False)))
+    threads[1].start()
+
+    def second_blocked() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+            return cursor.fetchone()[0] >= 1
+
+    wait_until(second_blocked, timeout=20, message="the second start waiting for the DAG's lock")
+    release.set()
+    for thread in threads:
+        thread.join(20)
+    assert started == {"first": True, "second": False}
+    assert (_state(first), _state(second)) == (RunState.RUNNING, RunState.QUEUED)

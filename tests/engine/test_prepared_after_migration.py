@@ -114,3 +114,15 @@ def test_another_refusal_is_not_taken_for_a_stale_plan(migrate):
     with pytest.raises(Exception, match="division by zero") as caught:
         sql.fetch("SELECT 1/0", [], [None], prepare=True)
     assert not sql.is_stale_plan(caught.value)
+
+
+def test_a_trigger_after_a_migration_starts_its_run_at_its_first_try(migrate):
+    """A trigger's transaction reads back the task instances it inserts in a prepared statement:
+    a migration that changed one of their columns' types makes it run once more, whole."""
+    dag = DagFactory()
+    TaskFactory(dag=dag, task_id="a")
+    create_manual_run(dag)  # prepares the trigger's statements on this connection
+    migrate()
+    run = create_manual_run(dag)
+    assert run.state == "running"
+    assert TaskInstance.objects.get(dag_run=run).state == "queued"
