@@ -14,7 +14,7 @@ from django.db import close_old_connections, connection
 from alerts.sending import Sender
 from deadlines.check import check_due
 from orchestrator.engine.scheduler import schedule_once
-from orchestrator.foundation import liveness
+from orchestrator.foundation import liveness, memtrim
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.management.system_checks import ENGINE_PROCESS_CHECKS
@@ -48,6 +48,7 @@ class Command(BaseCommand):
 
     def loop(self, once: bool, stopped: Callable[[], bool]) -> None:
         last_deadline_check = 0.0
+        last_trim = 0.0
         while True:
             run_pass_safely()
             if once or time.monotonic() - last_deadline_check >= float(settings.ORCHESTRATOR_DEADLINE_CHECK_INTERVAL):
@@ -58,7 +59,14 @@ class Command(BaseCommand):
             record_beat()
             if once or stopped():
                 return
+            if time.monotonic() - last_trim >= TRIM_EVERY:
+                memtrim.trim()  # what the passes freed, given back to the system
+                last_trim = time.monotonic()
             _sleep(float(settings.ORCHESTRATOR_SCHEDULER_INTERVAL), stopped)
+
+
+# How often (seconds) the scheduler gives back the memory its passes freed: a millisecond or so.
+TRIM_EVERY = 10.0
 
 
 def record_beat() -> None:

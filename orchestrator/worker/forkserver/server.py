@@ -626,6 +626,10 @@ def main(argv: list[str]) -> None:
     except PreloadRefused as exc:
         sock.send(json.dumps({"op": "refused", "error": str(exc)}).encode())
         sys.exit(1)
+    # What the imports freed goes back to the system rather than into every task's copy.
+    from orchestrator.foundation import memtrim
+
+    memtrim.trim()
     # Everything imported so far is never collected: a task process's garbage collector then
     # never walks (and so never copies) the fork server's objects.
     gc.freeze()

@@ -43,6 +43,7 @@ from rq.utils import now
 from rq.worker import SimpleWorker, WorkerStatus
 
 from orchestrator.engine.reporting import Claimed
+from orchestrator.foundation.memtrim import IdleTrim
 from orchestrator.worker.classify import signal_name
 from orchestrator.worker.host import procs, rqrecords
 from orchestrator.worker.host.environment import fork_server_environment
@@ -117,6 +118,8 @@ class OrchestratorWorker(SimpleWorker):
         self._slot_local = threading.local()  # per slot: whether it passed its place on
         self._rq_beat_at = float("-inf")
         self._suspension_checked_at = float("-inf")
+        # What the slots freed, given back to the system at the first heartbeat that finds none running.
+        self._idle_trim = IdleTrim(after=0.0)
 
     # --- start and stop ---------------------------------------------------------------------------
 
@@ -452,6 +455,8 @@ class OrchestratorWorker(SimpleWorker):
         """Keep RQ's records of every running job alive (its registries, its dashboards)."""
         with self._busy_lock:
             running = list(self._running.values())
+            idle = not self._running and not self._handed
+        self._idle_trim.seen(idle)
         self._beat_rq()
         self._beat_attempt_jobs([job for job, execution in running if execution is None])
         for job, execution in running:
