@@ -447,6 +447,12 @@ def _memory_limit_exceeded(outcome: Outcome, base: dict[str, Any], expected: tup
     return Verdict(False, context=context, error=f"the task's processes went past its memory limit of {limit} MiB{seen}", expected=expected)
 
 
+def oom_counters_matter(returncode: int | None) -> bool:
+    """Whether the OOM-kill counters read after an attempt can change its verdict: only when its
+    process died by SIGKILL, or is bash saying a command of its did (137)."""
+    return returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+
+
 def _resource_exhaustion(outcome: Outcome, metadata: dict[str, Any]) -> Verdict:
     """A SIGKILL the worker did not send. The kernel's OOM killer's, under the task's own limit
     (or with none), says `"oom": "host"`: read from the attempt's own cgroup where it had one,

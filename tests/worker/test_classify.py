@@ -14,6 +14,7 @@ from orchestrator.worker.classify import (
     classify,
     db_connection_failure,
     exception_facts,
+    oom_counters_matter,
 )
 from orchestrator.worker.final import BashExited, Failed, StartupFailed, Succeeded, Terminated
 from retries.fingerprint import bash_fingerprint, fingerprint_of
@@ -224,3 +225,9 @@ def test_retry_after_refuses_a_delay_that_is_not_a_finite_number_of_seconds(seco
 
     with pytest.raises(ValueError, match="finite number >= 0"):
         RetryAfter(seconds)
+
+
+def test_the_oom_counters_are_read_again_only_when_a_sigkill_may_explain_the_end():
+    assert oom_counters_matter(-signal.SIGKILL)
+    assert oom_counters_matter(128 + signal.SIGKILL)  # bash: a command of its SIGKILLed
+    assert not any(oom_counters_matter(code) for code in (0, 1, -signal.SIGTERM, 128 + signal.SIGTERM, None))

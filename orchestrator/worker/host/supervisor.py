@@ -25,7 +25,7 @@ from orchestrator.foundation import task_state
 from orchestrator.foundation.outputstore import NoStore, OutputStore
 from orchestrator.foundation.sanitise import error_text
 from orchestrator.worker.channel import LineReader, message_max_bytes, send, send_json_text
-from orchestrator.worker.classify import Outcome, Stop, handshake_refused_context, message_problem, stop_context
+from orchestrator.worker.classify import Outcome, Stop, handshake_refused_context, message_problem, oom_counters_matter, stop_context
 from orchestrator.worker.final import BashExited, Final, Succeeded, Terminated, final_of, is_outcome
 from orchestrator.worker.host import procs
 from orchestrator.worker.host.environment import task_environment
@@ -239,6 +239,9 @@ class Supervisor:
         assert self.proc is not None
         assert self.streams is not None
         metadata["pid"] = self.proc.pid
+        # Read again only when the kernel's OOM killer may be why it ended (two reads of /proc
+        # less for every other attempt).
+        killed = oom_counters_matter(self.proc.returncode)
         stop = None
         if self.stopping is not None:
             stop = Stop(
@@ -264,9 +267,9 @@ class Supervisor:
             channel_problem=self.channel_problem,
             channel_unfinished=self.streams.messages.unfinished,
             oom_kills_before=self.oom_before,
-            oom_kills_after=oom_kill_count(),
+            oom_kills_after=oom_kill_count() if killed else None,
             machine_oom_kills_before=self.machine_oom_before,
-            machine_oom_kills_after=machine_oom_kills(),
+            machine_oom_kills_after=machine_oom_kills() if killed else None,
             metadata=metadata,
         )
         if self.memory is not None:
