@@ -252,11 +252,21 @@ def insert(instance: models.Model) -> None:
     if connection.vendor != "postgresql" or pre_save.has_listeners(model) or post_save.has_listeners(model):
         instance.save(force_insert=True)
         return
-    fields = [field for field in concrete_fields(model) if not field.primary_key]
-    rows = fetch(
-        _insert_sql(model, tuple(fields)), [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields], [None], prepare=True
-    )
-    instance.pk = rows[0][0]
+    statement, params = insert_statement(instance)
+    inserted(instance, fetch(statement, params, [None], prepare=True)[0][0])
+
+
+def insert_statement(instance: models.Model) -> tuple[str, list[Any]]:
+    """An INSERT of `instance`'s row as the ORM's would be (its defaults and `auto_now` filled),
+    returning its primary key, and its parameters."""
+    model = type(instance)
+    fields = tuple(field for field in concrete_fields(model) if not field.primary_key)
+    return _insert_sql(model, fields), [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
+
+
+def inserted(instance: models.Model, pk: Any) -> None:
+    """`instance` as a saved one, its row inserted with primary key `pk`."""
+    instance.pk = pk
     instance._state.adding, instance._state.db = False, connection.alias
 
 

@@ -131,15 +131,14 @@ def _insert_run(run: DagRun) -> _DagRead:
     presence (`_DagRead`): on PostgreSQL in one statement."""
     args_field = Task._meta.get_field("args")
     if connection.vendor == "postgresql":
-        insert, params = _run_insert(run)
+        insert, params = sql.insert_statement(run)
         rows = sql.fetch(
-            f"WITH one AS ({insert} RETURNING id) {_TASKS.format(run_id='one.id, ', one='one')}",
+            f"WITH one AS ({insert}) {_TASKS.format(run_id='one.id, ', one='one')}",
             [*params, run.dag_id, run.dag_id, run.dag_id],
             [None, None, None, args_field, None, None],
             prepare=True,  # the same text for every run: planned once per connection
         )
-        run.pk = rows[0][0]
-        run._state.adding, run._state.db = False, connection.alias  # as a saved instance
+        sql.inserted(run, rows[0][0])
         rows = [row[1:] for row in rows]
     else:
         run.save(force_insert=True)
@@ -147,17 +146,6 @@ def _insert_run(run: DagRun) -> _DagRead:
             _TASKS.format(run_id="", one="(SELECT 1) one"), [run.dag_id, run.dag_id, run.dag_id], [None, None, args_field, None, None]
         )
     return _DagRead([row[:3] for row in rows if row[0] is not None], bool(rows[0][3]), bool(rows[0][4]))
-
-
-def _run_insert(run: DagRun) -> tuple[str, list[Any]]:
-    """An INSERT of `run`'s row, as the ORM's would be, and its parameters."""
-    fields = [field for field in sql.concrete_fields(DagRun) if not field.primary_key]
-    quote = connection.ops.quote_name
-    statement = (
-        f"INSERT INTO {quote(DagRun._meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
-        f" VALUES ({sql.placeholders(len(fields))})"
-    )
-    return statement, [field.get_db_prep_save(field.pre_save(run, True), connection) for field in fields]
 
 
 def _insert_instances(run: DagRun, tasks: list[tuple[int, str, Any]], *, read_back: bool = False) -> list[TaskInstance] | None:

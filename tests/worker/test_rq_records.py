@@ -169,3 +169,10 @@ def test_rq_suspend_is_honoured_and_asked_at_most_once_a_second(rq_worker, monke
             rq_worker.check_for_suspension(burst=True)  # a burst worker suspended stops
     finally:
         resume(rq_worker.connection)
+
+
+def test_a_job_whose_data_cannot_be_read_is_left_to_rqs_own_handling(rq_worker, attempt_job):
+    job, _ = attempt_job
+    rq_worker.connection.hset(job.key, "data", b"\x00not zlib, not pickle\xff")
+    garbled = Job.fetch(job.id, connection=rq_worker.connection)
+    assert not rqrecords.is_attempt(garbled)

@@ -34,8 +34,12 @@ from orchestrator.engine.dispatch import JOB_FUNCTION
 
 
 def is_attempt(job: Job) -> bool:
-    """A job of the engine's dispatch (`dispatch.JOB_FUNCTION`): one attempt of a task instance."""
-    return job.func_name == JOB_FUNCTION
+    """A job of the engine's dispatch (`dispatch.JOB_FUNCTION`): one attempt of a task instance.
+    Not a job whose data RQ cannot read: RQ's own handling fails it."""
+    try:
+        return job.func_name == JOB_FUNCTION
+    except Exception:
+        return False
 
 
 def record_taken(pipeline: Any, job: Job, queue: Queue, worker_name: str) -> None:
