@@ -104,6 +104,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--three-step-flows", type=int, default=100, help="three-step flows run one at a time (default 100)")
     parser.add_argument("--three-step-burst", type=int, default=200, help="three-step flows started at once (default 200)")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds the idle stack rests before it is measured (default 10)")
+    parser.add_argument("--preload", default="bench.tasks",
+                        help="ORCHESTRATOR_PRELOAD_MODULES of the engine's workers (default bench.tasks; '' for none, as a deployment "
+                             "that preloads nothing: each task process then imports its module)")
     parser.add_argument("--interval", type=float, default=None, help="ORCHESTRATOR_SCHEDULER_INTERVAL (default: the project's)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for one run (default 600)")
     parser.add_argument("--memory-limit", type=int, default=None, metavar="MIB",
@@ -325,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         "source": source(),
         "load_before": [round(x, 2) for x in os.getloadavg()],
         "sizes": {key: getattr(args, key) for key in DEFAULTS} | {"concurrency": args.concurrency, "interval": args.interval,
-                                                                   "memory_limit": args.memory_limit},
+                                                                   "memory_limit": args.memory_limit, "preload": args.preload},
         "default_sizes": default_sizes,
         "floors": {},
         "workloads": {},
@@ -345,9 +348,10 @@ def main(argv: list[str] | None = None) -> int:
             server_url = ORIGINAL_ENV.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
             database_url = stack.enter_context(throwaway_postgres(server_url, "bench"))
             redis_url = stack.enter_context(claimed_redis(ORIGINAL_ENV.get("REDIS_URL") or "redis://127.0.0.1:6379"))
-            # The task module is preloaded by the fork servers, as a deployment would preload its own;
-            # outcomes a worker could not report go to a spool of this run's own.
-            env = child_env(database_url, redis_url, args.interval, ORCHESTRATOR_PRELOAD_MODULES="bench.tasks",
+            # The task module is preloaded by the fork servers (unless --preload says otherwise), as a
+            # deployment would preload its own; outcomes a worker could not report go to a spool of
+            # this run's own.
+            env = child_env(database_url, redis_url, args.interval, ORCHESTRATOR_PRELOAD_MODULES=args.preload,
                             ORCHESTRATOR_SPOOL_DIR=str(workdir / "spool"))
             setup_django(env)
             from django.core.management import call_command

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.worker.forkserver import codecache
+
 MAX_MESSAGE = 1 << 20  # a spawn request: the task's environment, well under a megabyte
 FDS_PER_SPAWN = 4  # stdout, stderr, control (read end), messages (write end)
 # How long after a spawn the next spare is forked, if no other spawn came meanwhile.
@@ -133,6 +135,7 @@ class ForkServer:
         self.spare_due: float | None = None  # monotonic: when to fork the next spare
         self.spare_idle = SPARE_IDLE_SECONDS
         self.expired: set[int] = set()  # children killed because the worker's lease ran out
+        self.to_compile: set[str] = set()  # callables whose modules the next spare gets compiled
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -193,6 +196,8 @@ class ForkServer:
             renewed = time.monotonic() + float(request["lease"])
             self.alive_until = renewed if self.alive_until is None else max(self.alive_until, renewed)
         forked = not request.get("argv")
+        if forked and isinstance(request.get("compile"), str) and len(self.to_compile) < codecache.MAX_MODULES:
+            self.to_compile.add(request["compile"])
         try:
             pid = self._hand_to_spare(request, fds) if forked else None
             if pid is None:
@@ -224,6 +229,7 @@ class ForkServer:
         child's set-up are off the way from one task to the next."""
         if self.spare is not None:
             return
+        self._compile_learned()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             pid = os.fork()
@@ -237,6 +243,12 @@ class ForkServer:
             _wait_as_spare(theirs, server_pid=os.getppid())  # never returns
         theirs.close()
         self.spare = _Spare(pid, ours, since=time.monotonic())
+
+    def _compile_learned(self) -> None:
+        """Compile the modules of the callables spawns named since the last spare (once per
+        version of a file), so that this spare and every process forked after it has them."""
+        while self.to_compile:
+            codecache.learn(self.to_compile.pop())
 
     def _fork_spare_when_due(self) -> None:
         if self.spare_due is not None and time.monotonic() >= self.spare_due:
@@ -620,6 +632,7 @@ def main(argv: list[str]) -> None:
     from orchestrator.worker.host.procs import become_undumpable
 
     become_undumpable()
+    codecache.install()  # before any import: every directory's finder then uses its loader
     modules = [m.strip() for m in os.environ.get("ORCHESTRATOR_PRELOAD_MODULES", "").split(",") if m.strip()]
     try:
         preload(modules)

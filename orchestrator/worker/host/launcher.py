@@ -168,11 +168,14 @@ class Launcher:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def spawn(self, fds: list[int], env: dict[str, str], argv: list[str] | None = None, *, cgroup: str | None = None) -> TaskHandle:
+    def spawn(
+        self, fds: list[int], env: dict[str, str], argv: list[str] | None = None, *, cgroup: str | None = None, callable_path: str | None = None
+    ) -> TaskHandle:
         """A new task process holding `fds` (stdout, stderr, control read end, message write end);
         with `argv` (and `direct`), that command itself, holding only `fds` (stdout, stderr).
         With `cgroup` (a `cgroup.procs` file), the process is in that cgroup before it runs
-        anything of the task's."""
+        anything of the task's. `callable_path`: the task's callable, whose modules the fork server
+        compiles for the task processes it forks later (`forkserver/codecache.py`)."""
         self.start()
         request_id = next(self._ids)
         done = threading.Event()
@@ -184,6 +187,8 @@ class Launcher:
             request["argv"] = argv
         if cgroup is not None:
             request["cgroup"] = cgroup
+        if callable_path:
+            request["compile"] = callable_path
         home = self._make_home()
         if home is not None and self.task_user is not None:
             # Its home, its temporary files and its working directory: the attempt's own.

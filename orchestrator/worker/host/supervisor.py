@@ -332,7 +332,7 @@ class Supervisor:
             if direct:  # only its output: no pipe to a Python runner that is not there
                 self.proc = self.launcher.spawn(theirs[:2], env, list(self.plan.command or ()), cgroup=cgroup)
             else:
-                self.proc = self.launcher.spawn(theirs, env, cgroup=cgroup)
+                self.proc = self.launcher.spawn(theirs, env, cgroup=cgroup, callable_path=self.plan.payload.get("python_callable") or None)
         except BaseException:
             for fd in ours:
                 os.close(fd)
