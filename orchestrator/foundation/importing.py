@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 
 DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:][A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -31,6 +32,11 @@ def import_object(path: str) -> object:
     split = 0
     for split in range(1, len(parts) + 1):
         module_name = ".".join(parts[:split])
+        if split > 1 and not hasattr(obj, "__path__") and module_name not in sys.modules:
+            # A module that is no package has no submodules: the rest are its attributes. (Asking
+            # the import system anyway raised and caught an error in every task process.)
+            split -= 1
+            break
         try:
             obj = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -50,3 +50,24 @@ def test_spec_validation_accepts_exactly_what_the_task_process_runs():
 
     assert check_callable("tests.worker.tasks.Greeter.greet") is None
     assert import_callable("tests.worker.tasks.Greeter.greet") is tasks.Greeter.greet
+
+
+
+@pytest.mark.parametrize(
+    ("path", "modules"),
+    [
+        ("tests.worker.tasks.succeed", ["tests", "tests.worker", "tests.worker.tasks"]),
+        ("tests.worker.tasks.Greeter.greet", ["tests", "tests.worker", "tests.worker.tasks"]),
+        ("os.path.join", ["os", "os.path"]),  # a submodule that is no package's: still imported
+    ],
+)
+def test_only_modules_are_imported_never_a_module_s_attributes(monkeypatch, path, modules):
+    """An attribute of a plain module is not asked of the import system (which would raise and
+    catch an error in every task process)."""
+    import importlib
+
+    asked: list[str] = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: asked.append(name) or real(name, *a))
+    assert import_object(path) is not None
+    assert asked == modules
