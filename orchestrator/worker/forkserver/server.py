@@ -53,6 +53,9 @@ SPARE_DELAY = 0.005
 # process (`ps` would count it as a copy of the fork server), and the first task after a pause
 # is forked at once, then the next is forked ahead again. The worker may say otherwise.
 SPARE_IDLE_SECONDS = 5.0
+# How often a task module's file is looked at again for an edit (a stat, and a find through the
+# import path). A task process never runs stale code: it checks the source it reads itself.
+RECOMPILE_CHECK_SECONDS = 1.0
 
 
 def preload(modules: list[str]) -> None:
@@ -135,7 +138,8 @@ class ForkServer:
         self.spare_due: float | None = None  # monotonic: when to fork the next spare
         self.spare_idle = SPARE_IDLE_SECONDS
         self.expired: set[int] = set()  # children killed because the worker's lease ran out
-        self.to_compile: set[str] = set()  # callables whose modules the next spare gets compiled
+        self.to_compile: set[str] = set()  # callables whose modules the next fork gets compiled
+        self.compiled_at: dict[str, float] = {}  # callable -> monotonic: when its files were looked at
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -196,12 +200,15 @@ class ForkServer:
             renewed = time.monotonic() + float(request["lease"])
             self.alive_until = renewed if self.alive_until is None else max(self.alive_until, renewed)
         forked = not request.get("argv")
-        if forked and isinstance(request.get("compile"), str) and len(self.to_compile) < codecache.MAX_MODULES:
-            self.to_compile.add(request["compile"])
+        if forked:
+            self._note_callable(request.get("compile"))
         try:
             pid = self._hand_to_spare(request, fds) if forked else None
-            if pid is None:
-                pid = _spawn_command(request, fds) if not forked else os.fork()
+            if pid is None and forked:
+                self._compile_learned()
+                pid = os.fork()
+            elif pid is None:
+                pid = _spawn_command(request, fds)
         except (OSError, TypeError, ValueError) as exc:  # a request it cannot carry out fails alone
             for fd in fds:
                 os.close(fd)
@@ -244,11 +251,26 @@ class ForkServer:
         theirs.close()
         self.spare = _Spare(pid, ours, since=time.monotonic())
 
+    def _note_callable(self, callable_path: object) -> None:
+        """A spawn named its task's callable: its modules are compiled before the next fork,
+        unless their files were looked at less than RECOMPILE_CHECK_SECONDS ago."""
+        if not isinstance(callable_path, str) or callable_path in self.to_compile:
+            return
+        looked = self.compiled_at.get(callable_path)
+        if looked is not None and time.monotonic() - looked < RECOMPILE_CHECK_SECONDS:
+            return
+        if len(self.to_compile) < codecache.MAX_MODULES:
+            self.to_compile.add(callable_path)
+
     def _compile_learned(self) -> None:
-        """Compile the modules of the callables spawns named since the last spare (once per
-        version of a file), so that this spare and every process forked after it has them."""
+        """Compile the modules of the callables spawns named (once per version of a file), so
+        that the process forked next, and every one after it, has them."""
         while self.to_compile:
-            codecache.learn(self.to_compile.pop())
+            callable_path = self.to_compile.pop()
+            codecache.learn(callable_path)
+            self.compiled_at[callable_path] = time.monotonic()
+            if len(self.compiled_at) > 4 * codecache.MAX_MODULES:
+                self.compiled_at.clear()
 
     def _fork_spare_when_due(self) -> None:
         if self.spare_due is not None and time.monotonic() >= self.spare_due:
