@@ -139,6 +139,11 @@ def cached() -> list[str]:
     return list(_CACHE)
 
 
+def clear() -> None:
+    """Forget every compiled module."""
+    _CACHE.clear()
+
+
 def code_of(path: str) -> CodeType | None:
     """The code compiled here for the file at `path`, if any (what a task process may check
     its own module against)."""
