@@ -84,6 +84,25 @@ def test_a_source_changed_after_it_was_compiled_is_compiled_again(tmp_path):
     assert out == {"result": "new", "uses_cached": False}
 
 
+def test_a_directory_missing_while_learning_is_not_remembered_as_missing(tmp_path):
+    """A directory on the import path that appears after the fork server looked for a module
+    there is searched by the task processes forked afterwards."""
+    out = run(
+        tmp_path,
+        """
+        later = os.path.join(sys.argv[1], "later")
+        sys.path.insert(0, later)
+        learned = codecache.learn("appears.f")
+        os.mkdir(later)
+        with open(os.path.join(later, "appears.py"), "w") as handle:
+            handle.write("def f(): return 'found'")
+        print(json.dumps({"learned": learned, "result": importlib.import_module("appears").f()}))
+        """,
+        {},
+    )
+    assert out == {"learned": [], "result": "found"}
+
+
 @pytest.mark.parametrize(
     ("source", "error"),
     [

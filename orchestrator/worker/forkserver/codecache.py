@@ -79,7 +79,17 @@ def learn(dotted_path: str) -> list[str]:
     found or compiled here is compiled by its own process, as before."""
     if not isinstance(dotted_path, str) or not DOTTED.match(dotted_path):
         return []
-    parts = dotted_path.split(".")
+    # A directory on the path that does not exist (yet) is remembered as such by the import
+    # system: forgotten again below, so that no task process inherits that from this one.
+    absent = {entry for entry, finder in sys.path_importer_cache.items() if finder is None}
+    try:
+        return _learn(dotted_path.split("."))
+    finally:
+        for entry in [entry for entry, finder in sys.path_importer_cache.items() if finder is None and entry not in absent]:
+            sys.path_importer_cache.pop(entry, None)
+
+
+def _learn(parts: list[str]) -> list[str]:
     search: list[str] | None = None
     compiled: list[str] = []
     for end in range(1, len(parts) + 1):
