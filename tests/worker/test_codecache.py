@@ -130,6 +130,18 @@ def test_a_source_that_cannot_be_compiled_here_is_left_to_the_task(tmp_path, sou
     assert out == {"learned": [], "said": error}
 
 
+def test_a_fifo_named_like_a_module_does_not_hold_up_the_fork_server(tmp_path):
+    out = run(
+        tmp_path,
+        """
+        os.mkfifo(os.path.join(sys.argv[1], "piped.py"))
+        print(json.dumps({"learned": codecache.learn("piped.f"), "cached": codecache.cached()}))
+        """,
+        {},
+    )
+    assert out == {"learned": [], "cached": []}
+
+
 @pytest.mark.parametrize("path", ["", "os.path.join", "no.such.module", "pkg..f", "../etc/passwd", "x\x00y", "a" * 5000])
 def test_a_name_that_leads_nowhere_compiles_nothing(tmp_path, path):
     out = run(tmp_path, f"print(json.dumps({{'learned': codecache.learn({path!r}), 'cached': codecache.cached()}}))", {})

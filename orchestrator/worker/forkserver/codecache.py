@@ -19,6 +19,7 @@ import os
 import re
 import sys
 from collections import OrderedDict
+from stat import S_ISREG
 from types import CodeType
 
 # Larger sources are left to the task process: compiling one here holds up every spawn.
@@ -117,18 +118,21 @@ def _learn(parts: list[str]) -> list[str]:
 
 def _compile(path: str) -> bool:
     try:
-        st = os.stat(path)
+        # Without blocking: a FIFO or a device named like a module must not hold up this process
+        # (and with it every spawn); only a regular file is read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
-    stat = (st.st_mtime_ns, st.st_size)
-    known = _CACHE.get(path)
-    if known is not None and known.stat == stat:
-        _CACHE.move_to_end(path)
-        return False
-    if st.st_size > MAX_SOURCE_BYTES:
-        return False
     try:
-        with open(path, "rb") as handle:
+        st = os.fstat(fd)
+        stat = (st.st_mtime_ns, st.st_size)
+        known = _CACHE.get(path)
+        if known is not None and known.stat == stat:
+            _CACHE.move_to_end(path)
+            return False
+        if not S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
+            return False
+        with os.fdopen(fd, "rb", closefd=False) as handle:
             source = handle.read(MAX_SOURCE_BYTES + 1)
         if len(source) > MAX_SOURCE_BYTES:
             return False
@@ -137,6 +141,8 @@ def _compile(path: str) -> bool:
     except Exception:  # unreadable, or not valid Python: the task's import reports it
         _CACHE.pop(path, None)
         return False
+    finally:
+        os.close(fd)
     _CACHE[path] = _Compiled(stat, source, code)
     _CACHE.move_to_end(path)
     while len(_CACHE) > MAX_MODULES:
