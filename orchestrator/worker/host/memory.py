@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.worker.host.oom import oom_kill_in, read_bytes
+
 log = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -69,9 +71,6 @@ def _read(path: Path | str) -> str | None:
         return None
 
 
-_OOM_KILL_LINE = re.compile(r"^oom_kill\s+(\d+)\s*$", re.MULTILINE)
-
-
 def _keyed(text: str | None) -> dict[str, int]:
     """`key value` lines (memory.events, memory.oom_control, memory.stat) as a dict."""
     values: dict[str, int] = {}
@@ -100,8 +99,7 @@ def start_time(pid: int) -> int | None:
 def machine_oom_kills() -> int | None:
     """The machine's OOM kills since boot (/proc/vmstat `oom_kill`), or None. Read twice for
     every attempt: the one line is looked for, not the whole file parsed."""
-    found = _OOM_KILL_LINE.search(_read("/proc/vmstat") or "")
-    return int(found.group(1)) if found else None
+    return oom_kill_in(read_bytes("/proc/vmstat"))
 
 
 # --- the cgroup filesystem ------------------------------------------------------------------------
