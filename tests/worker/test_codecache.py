@@ -84,6 +84,22 @@ def test_a_source_changed_after_it_was_compiled_is_compiled_again(tmp_path):
     assert out == {"result": "new", "uses_cached": False}
 
 
+def test_the_cache_keeps_within_its_bounds_dropping_the_least_recently_learned(tmp_path):
+    out = run(
+        tmp_path,
+        """
+        codecache.MAX_MODULES, codecache.MAX_TOTAL_BYTES = 3, 2020
+        for name in ("m1", "m2", "m3", "m4"):
+            codecache.learn(name + ".f")
+        by_count = [os.path.basename(p) for p in codecache.cached()]
+        codecache.learn("big.f")  # 2,001 bytes: only one other module fits beside it
+        print(json.dumps({"by_count": by_count, "by_bytes": [os.path.basename(p) for p in codecache.cached()]}))
+        """,
+        {**{f"m{n}.py": "def f(): pass\n" for n in range(1, 5)}, "big.py": "def f(): pass\n" + "#" * 1986 + "\n"},
+    )
+    assert out == {"by_count": ["m2.py", "m3.py", "m4.py"], "by_bytes": ["m4.py", "big.py"]}
+
+
 def test_a_directory_missing_while_learning_is_not_remembered_as_missing(tmp_path):
     """A directory on the import path that appears after the fork server looked for a module
     there is searched by the task processes forked afterwards."""

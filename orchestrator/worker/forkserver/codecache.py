@@ -24,8 +24,10 @@ from types import CodeType
 
 # Larger sources are left to the task process: compiling one here holds up every spawn.
 MAX_SOURCE_BYTES = 256 * 1024
-# Modules kept (least recently learned go first).
+# Modules kept, and their sources' bytes in all (least recently learned go first): every byte
+# this process holds is in the page tables each fork copies.
 MAX_MODULES = 128
+MAX_TOTAL_BYTES = 4 * 1024 * 1024
 DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -145,7 +147,7 @@ def _compile(path: str) -> bool:
         os.close(fd)
     _CACHE[path] = _Compiled(stat, source, code)
     _CACHE.move_to_end(path)
-    while len(_CACHE) > MAX_MODULES:
+    while len(_CACHE) > MAX_MODULES or (len(_CACHE) > 1 and sum(len(c.source) for c in _CACHE.values()) > MAX_TOTAL_BYTES):
         _CACHE.popitem(last=False)
     return True
 
