@@ -6,7 +6,8 @@ prepares itself (its preloads, the code cache's loader, `gc.freeze`):
 Each fork's child resolves `bench.tasks.noop` as a task process does and exits; the parent
 waits. Three kinds of child, in alternating rounds so that a busy neighbour weighs on each alike:
 
-  * `exit`: resolves nothing (the floor: a fork, Python's after-fork work and the exit);
+  * `libc fork, exit`: forked and ended through libc, no Python in the child (the kernel's part);
+  * `exit`: resolves nothing (a fork, Python's after-fork work and the exit);
   * `compiled in the task`: the module's source is compiled by the child, as every task process
     did where no `.pyc` could be written (PYTHONDONTWRITEBYTECODE, a task user that may not
     write the DAG folder);
@@ -48,9 +49,20 @@ def main(argv: list[str] | None = None) -> None:
     memtrim.trim()
     gc.freeze()
 
-    def fork_many(import_it: bool) -> tuple[float, float]:
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    raw_fork, raw_exit = libc.fork, libc._exit  # bound once: the child runs as little Python as can be
+
+    def fork_many(import_it: bool, raw: bool = False) -> tuple[float, float]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         for _ in range(args.forks):
+            if raw:
+                pid = raw_fork()
+                if pid == 0:
+                    raw_exit(0)
+                os.waitpid(pid, 0)
+                continue
             pid = os.fork()
             if pid == 0:
                 if import_it:
@@ -66,8 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks.py")
     # Where a .pyc is there to read, the task reads it instead of compiling: say which was measured.
     own = "read from its .pyc" if os.path.exists(importlib.util.cache_from_source(source)) else "compiled in the task"
-    kinds: dict[str, list[tuple[float, float]]] = {"exit": [], own: [], "compiled ahead": []}
+    kinds: dict[str, list[tuple[float, float]]] = {"libc fork, exit": [], "exit": [], own: [], "compiled ahead": []}
     for _ in range(args.rounds):
+        kinds["libc fork, exit"].append(fork_many(False, raw=True))
         kinds["exit"].append(fork_many(False))
         kinds[own].append(fork_many(True))
         codecache.learn(CALLABLE)
