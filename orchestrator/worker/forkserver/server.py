@@ -444,12 +444,10 @@ PR_SET_NAME = 15
 
 
 def _set_process_name(name: str) -> None:
-    import ctypes
+    from orchestrator.worker.task.runner import LIBC  # loaded once, by the preload: not once a call
 
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the name is only for people reading `ps`
+    if LIBC is not None:  # elsewhere than Linux the name is only for people reading `ps`
+        LIBC.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def _process_name() -> str:

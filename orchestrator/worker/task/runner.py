@@ -37,13 +37,13 @@ TERMINATED_EXIT = 128 + signal.SIGTERM
 
 
 # Loaded once, in the fork server: each task process would otherwise load it again.
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
 def set_parent_death_signal(expected_parent: int | None = None) -> None:
     """Ask Linux to SIGKILL this process when its parent dies; exit now if it already has."""
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if LIBC is not None:
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if expected_parent is not None and os.getppid() != expected_parent:
         os._exit(1)  # the parent died before the death signal was armed
 
