@@ -4,6 +4,7 @@ queued run starts while a slot is free. So a run the scheduler creates starts at
 it creates none a run in its place would only wait."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from itertools import product
 
@@ -91,52 +92,17 @@ def test_a_start_that_waited_for_the_dags_lock_counts_the_run_its_holder_started
     """Two processes starting runs of one DAG at once: the second waits for the DAG's lock while
     the first starts a run, and must then count that run (a count read in the locking statement
     would use the snapshot taken before the wait, and see a slot free that is not)."""
-    import threading
-
-    from django.db import connection, transaction
-
     from orchestrator.engine.run_reads import active_runs
-    from tests.conftest import wait_until
 
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite's transactions take the database's write lock: no row lock to wait for")
     dag = _dag()
     (first,) = _runs(dag, RunState.QUEUED, 1, first=0)
-    holding, release = threading.Event(), threading.Event()
     counted: list[ActiveRuns] = []
 
     def holder() -> None:
-        try:
-            with transaction.atomic():
-                assert active_runs(dag.pk, locked=True).running == 0
-                DagRun.objects.filter(pk=first.pk).update(state=RunState.RUNNING)
-                holding.set()
-                release.wait(20)
-        finally:
-            connection.close()
+        assert active_runs(dag.pk, locked=True).running == 0
+        DagRun.objects.filter(pk=first.pk).update(state=RunState.RUNNING)
 
-    def waiter() -> None:
-        try:
-            with transaction.atomic():
-                counted.append(active_runs(dag.pk, locked=True))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=holder)]
-    threads[0].start()
-    assert holding.wait(20)
-    threads.append(threading.Thread(target=waiter))
-    threads[1].start()
-
-    def waiter_blocked() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
-            return cursor.fetchone()[0] >= 1
-
-    wait_until(waiter_blocked, timeout=20, message="the second start waiting for the DAG's lock")
-    release.set()
-    for thread in threads:
-        thread.join(20)
+    _second_waits_for_the_first(holder, lambda: counted.append(active_runs(dag.pk, locked=True)))
     assert len(counted) == 1
     assert counted[0].running == 1
 
@@ -145,36 +111,49 @@ def test_a_start_that_waited_for_the_dags_lock_counts_the_run_its_holder_started
 def test_a_start_that_waited_for_the_dags_lock_leaves_the_last_slot_to_the_run_its_holder_started():
     """The start itself (the count and the move in one statement, after the lock): with one slot
     and two queued runs started at once, the second waits for the first's lock and stays queued."""
+    from orchestrator.engine.run_advance import _start_run
+
+    dag = _dag()
+    Dag.objects.filter(pk=dag.pk).update(max_active_runs=1)
+    first, second = _runs(dag, RunState.QUEUED, 2, first=0)
+    started: dict[str, bool] = {}
+
+    def start(name: str, run: DagRun) -> None:
+        run = DagRun.objects.select_related("dag").get(pk=run.pk)
+        started[name] = _start_run(run, NOW)
+
+    _second_waits_for_the_first(lambda: start("first", first), lambda: start("second", second))
+    assert started == {"first": True, "second": False}
+    assert (_state(first), _state(second)) == (RunState.RUNNING, RunState.QUEUED)
+
+
+def _second_waits_for_the_first(first: Callable[[], None], second: Callable[[], None]) -> None:
+    """`first` and `second` each in a transaction of its own thread (PostgreSQL only): the first
+    holds its transaction open until the second is seen waiting for a lock, then commits."""
     import threading
 
     from django.db import connection, transaction
 
-    from orchestrator.engine.run_advance import _start_run
     from tests.conftest import wait_until
 
     if connection.vendor != "postgresql":
         pytest.skip("SQLite's transactions take the database's write lock: no row lock to wait for")
-    dag = _dag()
-    Dag.objects.filter(pk=dag.pk).update(max_active_runs=1)
-    first, second = _runs(dag, RunState.QUEUED, 2, first=0)
     holding, release = threading.Event(), threading.Event()
-    started: dict[str, bool] = {}
 
-    def start(name: str, run: DagRun, hold: bool) -> None:
+    def run(body: Callable[[], None], hold: bool) -> None:
         try:
             with transaction.atomic():
-                run = DagRun.objects.select_related("dag").get(pk=run.pk)
-                started[name] = _start_run(run, NOW)
+                body()
                 if hold:
                     holding.set()
                     release.wait(20)
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=start, args=("first", first, True))]
+    threads = [threading.Thread(target=run, args=(first, True))]
     threads[0].start()
     assert holding.wait(20)
-    threads.append(threading.Thread(target=start, args=("second", second, False)))
+    threads.append(threading.Thread(target=run, args=(second, False)))
     threads[1].start()
 
     def second_blocked() -> bool:
@@ -182,9 +161,7 @@ def test_a_start_that_waited_for_the_dags_lock_leaves_the_last_slot_to_the_run_i
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
             return cursor.fetchone()[0] >= 1
 
-    wait_until(second_blocked, timeout=20, message="the second start waiting for the DAG's lock")
+    wait_until(second_blocked, timeout=20, message="the second transaction waiting for the first's lock")
     release.set()
     for thread in threads:
         thread.join(20)
-    assert started == {"first": True, "second": False}
-    assert (_state(first), _state(second)) == (RunState.RUNNING, RunState.QUEUED)
