@@ -2,7 +2,8 @@
 
 Each takes the callback context (see deadlines.callbacks.build_context) and the deadline's
 callback_kwargs. A problem the next attempt cannot fix (a host not allowed, no recipients)
-raises NotifierError with `permanent=True`, so the callback is not retried for it.
+raises NotifierError with `permanent=True`, so the callback is not retried for it; a webhook's
+answer other than 2xx is a failed try, tried again.
 """
 from __future__ import annotations
 
@@ -24,8 +25,6 @@ log = logging.getLogger("deadlines.notifier")
 
 PREFIX = "notifier:"
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
-# Responses that another attempt may well turn around.
-TRANSIENT_HTTP = frozenset({408, 425, 429})
 
 
 class NotifierError(Exception):
@@ -195,10 +194,10 @@ def webhook_notifier(
         raise NotifierError(f"webhook {host}: TLS failed: {exc.reason or exc}") from None
     except (OSError, http.client.HTTPException) as exc:
         raise NotifierError(f"webhook {host} unreachable: {exc}") from None
+    # Any other answer is a failed try, tried again: a receiver that answers 404 or 403 while it
+    # is being deployed or its token rotated turns around as often as one that answers 500.
     if 300 <= status < 400:
-        raise NotifierError(f"webhook {host} answered HTTP {status}: redirects are not followed", permanent=True)
-    if 400 <= status < 500:
-        raise NotifierError(f"webhook {host} answered HTTP {status}", permanent=status not in TRANSIENT_HTTP)
+        raise NotifierError(f"webhook {host} answered HTTP {status}: redirects are not followed")
     if not 200 <= status < 300:
         raise NotifierError(f"webhook {host} answered HTTP {status}")
 

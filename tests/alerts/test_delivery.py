@@ -69,8 +69,9 @@ def test_the_url_is_absolute_with_the_consoles_base_url(receiver, settings):
     assert body["url"] == f"https://orchestrator.example.com/console/alerts/?rule=linked#incident-{incident.pk}"
 
 
-@pytest.mark.parametrize("receiver", [[500]], indirect=True)
-def test_a_500_is_tried_again_after_a_second_then_sent(receiver):
+@pytest.mark.parametrize("receiver", [[500], [404], [403], [302]], indirect=True)
+def test_a_non_2xx_answer_is_tried_again_after_a_second_then_sent(receiver):
+    status = receiver.answers[0]  # read before the receiver answers it
     rule("flaky", notify="notifier:webhook", notify_kwargs={"url": receiver.url})
     failed_before, sent_before = counted("flaky", "failed"), counted("flaky", "sent")
     fail(run_of("etl"))
@@ -78,7 +79,7 @@ def test_a_500_is_tried_again_after_a_second_then_sent(receiver):
     delivery = Delivery.objects.get()
     assert delivery.state == "pending"
     assert delivery.tries == 1
-    assert "HTTP 500" in delivery.last_error
+    assert f"HTTP {status}" in delivery.last_error
     assert delivery.next_try_at - DeliveryTry.objects.get().at == timedelta(seconds=1)
     assert sending.send_due() == 0  # not due yet
     assert sending.send_due(shared_now() + timedelta(seconds=1.5)) == 1
