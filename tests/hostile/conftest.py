@@ -144,3 +144,9 @@ def guarded_worker(process_env, queue_name, scheduler_settings, worker_files, ta
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def platform_names(block: list[str]) -> set[str]:
+    """The platform's names among `NAME=value` entries: what no task may find in an environment."""
+    names = {entry.partition("=")[0] for entry in block}
+    return {name for name in names if name in {"SECRET_KEY", "DATABASE_URL", "REDIS_URL"} or name.startswith("ORCHESTRATOR_")}

@@ -24,6 +24,15 @@ def _outcome(action) -> str:
     return "ok"
 
 
+def environ_block(pid: int) -> list[str] | str:
+    """The `NAME=value` entries of /proc/PID/environ (what the kernel shows, whatever os.environ
+    says), or the errno's name when it cannot be read."""
+    try:
+        return [entry for entry in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0") if entry]
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
 def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
@@ -52,6 +61,9 @@ def who_am_i(context: dict[str, Any]) -> dict[str, Any]:
         "home_owner": stat.st_uid if stat else None,
         "environment": sorted(os.environ),
         "environment_values": "\n".join(os.environ.values()),
+        # What the kernel shows as its environment: the block it was started (forked) with.
+        "proc_environment": environ_block(os.getpid()),
+        "server_proc_environment": environ_block(os.getppid()),
     }
 
 

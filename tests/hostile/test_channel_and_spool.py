@@ -35,6 +35,7 @@ from orchestrator.worker.final import InvalidResult, Succeeded
 from orchestrator.worker.host.spool import NotOurs, Spool, seal, unsealed
 from tests.conftest import wait_until
 from tests.hostile.channel_tasks import LINES, return_nested
+from tests.hostile.conftest import platform_names
 from tests.worker.conftest import make_dag, queue_name, scheduler_settings, settle, trigger, worker  # noqa: F401  fixtures reused here
 
 T = "tests.hostile.channel_tasks."
@@ -377,3 +378,18 @@ def test_a_report_a_task_forges_in_the_spool_is_never_delivered(worker, make_dag
 
 def _refused_total() -> int:
     return sum(n for _, n in metrics.read(metrics.SPOOL_FILES_REFUSED))
+
+
+def test_no_process_a_python_task_can_read_shows_the_platforms_settings_as_its_environment(worker, make_dag):  # noqa: F811
+    """A forked task's /proc/self/environ is the block its fork server was started with, whatever
+    os.environ says after: the fork server is started with the task environment alone, and gets
+    its own settings (the addresses, its throwaway key, ORCHESTRATOR_*) over its socket."""
+    dag = make_dag([{"task_id": "who", "python_callable": "tests.hostile.tasks.who_am_i"}])
+    worker(ORCHESTRATOR_TASK_ENV_DENY="ORCHESTRATOR_TEST_DENIED", ORCHESTRATOR_TEST_DENIED="deny-me")
+    seen = settle(trigger(dag), "who", ("success",), timeout=60).result
+    for block in (seen["proc_environment"], seen["server_proc_environment"]):
+        assert isinstance(block, list), block  # this test's worker runs as root: it reads both
+        assert block
+        assert not platform_names(block), block
+        assert not any("deny-me" in entry for entry in block)
+    assert "PATH" in {entry.partition("=")[0] for entry in seen["proc_environment"]}

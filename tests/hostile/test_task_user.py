@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, wait_until
+from tests.hostile.conftest import platform_names
 from tests.worker.conftest import settle, trigger
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -39,6 +40,9 @@ def test_a_python_task_runs_as_the_task_user_in_a_private_directory_that_goes_wi
     assert not names & {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ORCHESTRATOR_TEST_DENIED", "ORCHESTRATOR_TASK_USER"}
     assert not any(secret in seen["environment_values"] for secret in SECRETS)
     assert "deny-me" not in seen["environment_values"]
+    # Nor in what the kernel shows as its environment, the block it was forked with.
+    assert not platform_names(seen["proc_environment"]), seen["proc_environment"]
+    assert not any("deny-me" in entry for entry in seen["proc_environment"])
 
 
 def test_a_bash_task_runs_as_the_task_user_in_its_private_directory(guarded_worker, make_dag, task_user):

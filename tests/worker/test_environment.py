@@ -1,7 +1,7 @@
 """What a task's environment and its fork server's hold: pure rules."""
 from __future__ import annotations
 
-from orchestrator.worker.host.environment import fork_server_environment, task_environment, without_password
+from orchestrator.worker.host.environment import fork_server_environment, fork_server_settings, task_environment, without_password
 
 WORKER = {
     "PATH": "/usr/bin",
@@ -30,6 +30,14 @@ def test_the_fork_server_keeps_addresses_and_settings_but_no_password_or_key():
     assert "PGPASSWORD" not in env
     for secret in ("s3cret", "r3dis", "django-secret", "pg-secret", "smtp://u:p@mail"):
         assert all(secret not in value for value in env.values())
+
+
+def test_the_fork_server_is_started_with_the_task_environment_and_sent_the_rest():
+    started_with, sent = task_environment(WORKER), fork_server_settings(WORKER)
+    assert {**started_with, **sent}.keys() == fork_server_environment(WORKER).keys()
+    assert set(sent) == {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ORCHESTRATOR_FAILPOINTS"}
+    assert sent["DATABASE_URL"] == "postgres://orch@db:5432/orch?sslmode=require"
+    assert not set(sent) & set(started_with)
 
 
 def test_what_is_passed_through_on_purpose_stays_whole():

@@ -646,6 +646,12 @@ def _open_fds() -> list[int]:
 def main(argv: list[str]) -> None:
     sock = socket.socket(fileno=int(argv[1]))
     os.set_inheritable(sock.fileno(), False)
+    # Its own settings come first, over the socket: in os.environ only, never in the block the
+    # kernel shows as this process's (and every forked task's) /proc/PID/environ.
+    first = json.loads(sock.recv(MAX_MESSAGE) or b"{}")
+    if first.get("op") != "settings":
+        sys.exit("fork server: its settings were expected first")
+    os.environ.update({str(name): str(value) for name, value in first.get("env", {}).items()})
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
     # Its environment holds platform settings, and its memory what it preloaded: out of reach of
     # a task running under the same user (the task processes it forks inherit this until exec).

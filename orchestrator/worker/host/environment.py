@@ -2,10 +2,12 @@
 
 A task runs under the worker's user, forked from (or, for bash, started by) the worker's fork
 server, so it can read that server's `/proc/<pid>/environ` and, when forked, everything in its
-memory. The fork server is therefore started with nothing a task may not see: the task
-environment, plus the platform settings it needs to run tasks (ORCHESTRATOR_*), plus the
-database's and Redis's addresses *without their passwords* (a task that uses Django's models
-reaches the database only where it is let in without one) and a throwaway SECRET_KEY.
+memory. The fork server therefore holds nothing a task may not see: the task environment, plus
+the platform settings it needs to run tasks (ORCHESTRATOR_*), plus the database's and Redis's
+addresses *without their passwords* (a task that uses Django's models reaches the database only
+where it is let in without one) and a throwaway SECRET_KEY. Those extras reach it over its
+socket, not in the environment it is started with: a forked task's `/proc/self/environ` is that
+start-up environment, which a task reads whatever its `os.environ` says.
 """
 from __future__ import annotations
 
@@ -67,3 +69,11 @@ def without_password(url: str) -> str:
         netloc = f"{user}@{host}" if user else host
     query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def fork_server_settings(worker_environment: Mapping[str, str], passthrough: Iterable[str] = (), deny: Iterable[str] = ()) -> dict[str, str]:
+    """What the fork server's environment holds beyond the task environment it is started with:
+    sent to it at start, never in its (or a forked task's) `/proc/PID/environ`."""
+    tasks_see = task_environment(worker_environment, passthrough, deny)
+    full = fork_server_environment(worker_environment, passthrough, deny=deny)
+    return {name: value for name, value in full.items() if tasks_see.get(name) != value}

@@ -70,8 +70,11 @@ class TaskHandle:
 
 
 class Launcher:
-    def __init__(self, environment: dict[str, str] | None = None, task_user: TaskUser | None = None) -> None:
-        self.environment = environment  # the fork server's own (the worker's by default)
+    def __init__(
+        self, environment: dict[str, str] | None = None, task_user: TaskUser | None = None, settings: dict[str, str] | None = None
+    ) -> None:
+        self.environment = environment  # what the fork server is started with (the worker's by default)
+        self.settings = dict(settings or {})  # what it adds to its os.environ, sent over its socket
         self.task_user = task_user  # every task process runs as this user, when set
         self._homes: AttemptHomes | None = None  # made with the first attempt
         self._lock = threading.Lock()  # one request on the socket at a time
@@ -107,6 +110,7 @@ class Launcher:
                 theirs.close()
             ours.settimeout(START_TIMEOUT)
             try:
+                ours.send(json.dumps({"op": "settings", "env": self.settings}).encode())
                 ready = json.loads(ours.recv(4096) or b"{}")
             except (OSError, ValueError) as exc:
                 ours.close()

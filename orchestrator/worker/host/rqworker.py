@@ -46,7 +46,7 @@ from orchestrator.engine.reporting import Claimed
 from orchestrator.foundation.memtrim import IdleTrim
 from orchestrator.worker.classify import signal_name
 from orchestrator.worker.host import procs, rqrecords
-from orchestrator.worker.host.environment import fork_server_environment
+from orchestrator.worker.host.environment import fork_server_settings, task_environment
 from orchestrator.worker.host.heartbeat import Heartbeats
 from orchestrator.worker.host.job import deliver_spooled, run_claimed
 from orchestrator.worker.host.launcher import Launcher
@@ -133,9 +133,14 @@ class OrchestratorWorker(SimpleWorker):
             log.info("worker %s: memory limits enforced by a cgroup per attempt, under %s", self.name, self.memory_limits.directory)
         else:
             log.info("worker %s: memory limits watched (each attempt's processes measured every %ss)", self.name, WATCH_INTERVAL)
-        # The fork server holds nothing a task may not read: no password, no secret key.
-        server_env = fork_server_environment(os.environ, settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH, deny=settings.ORCHESTRATOR_TASK_ENV_DENY)
-        launcher = Launcher(server_env, task_user=self.task_user)
+        # The fork server holds nothing a task may not read: no password, no secret key; and it
+        # is started with the task environment alone, its own settings sent over its socket.
+        passthrough, deny = settings.ORCHESTRATOR_TASK_ENV_PASSTHROUGH, settings.ORCHESTRATOR_TASK_ENV_DENY
+        launcher = Launcher(
+            task_environment(os.environ, passthrough, deny),
+            settings=fork_server_settings(os.environ, passthrough, deny),
+            task_user=self.task_user,
+        )
         launcher.start()  # warm before the first job: imports happen once, here
         heartbeats = Heartbeats(
             interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
