@@ -103,6 +103,17 @@ def find_run(dag_id: str, run_id: str) -> DagRun:
     return run
 
 
+def dag_of_run(run_id: str) -> str:
+    """The DAG whose run is `run_id`, for a caller that named the run alone: refused when no DAG
+    has such a run, or when more than one does (the DAG must then be named)."""
+    dag_ids = sorted(set(DagRun.objects.filter(run_id=run_id).values_list("dag__dag_id", flat=True)[:10]))
+    if not dag_ids:
+        raise NotFound(f"no DAG has a run '{run_id}'")
+    if len(dag_ids) > 1:
+        raise ActionError(f"run '{run_id}' is a run of more than one DAG ({', '.join(dag_ids)}): name the DAG")
+    return dag_ids[0]
+
+
 def find_task_instance(dag_id: str, run_id: str, task_id: str, map_index: int | None = None) -> TaskInstance:
     """One task instance: a mapped task's instance `map_index`, or else the task's first."""
     return find_task_instances(dag_id, run_id, task_id, map_index)[0]

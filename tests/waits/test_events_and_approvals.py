@@ -132,6 +132,24 @@ def test_send_event_command_targeted_and_broadcast(capsys):
         call_command("send_event", "landed", "--payload", "{nope")
 
 
+def test_send_event_command_finds_the_dag_of_a_run_named_alone(capsys):
+    dag, other = _dag({"event": {"name": "landed"}}), _dag({"event": {"name": "landed"}})
+    run = _waiting(dag)
+    call_command("send_event", "landed", "--run", run.run_id, "--task", "wait")
+    assert capsys.readouterr().out.strip() == f"{dag.dag_id} {run.run_id} wait"
+    with pytest.raises(CommandError, match="no DAG has a run 'nope'"):
+        call_command("send_event", "landed", "--run", "nope", "--task", "wait")
+    twin = _waiting(other)
+    DagRun.objects.filter(pk=twin.pk).update(run_id="shared")
+    DagRun.objects.filter(pk=_waiting(dag).pk).update(run_id="shared")
+    with pytest.raises(CommandError, match="is a run of more than one DAG .*: name the DAG"):
+        call_command("send_event", "landed", "--run", "shared", "--task", "wait")
+    call_command("send_event", "landed", "--dag", other.dag_id, "--run", "shared", "--task", "wait")
+    assert capsys.readouterr().out.strip() == f"{other.dag_id} shared wait"
+    with pytest.raises(CommandError, match="go together"):
+        call_command("send_event", "landed", "--run", "shared")
+
+
 # --- approvals ------------------------------------------------------------------------------------
 
 

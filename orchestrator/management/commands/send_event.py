@@ -15,7 +15,8 @@ from orchestrator.operations import actions
 
 class Command(BaseCommand):
     help = (
-        "Send the event NAME: to one task (--dag, --run and --task; exit 1 when it is not waiting for it), or to every "
+        "Send the event NAME: to one task (--run and --task, with --dag where the run id is not enough; exit 1 when it is "
+        "not waiting for it), or to every "
         "task waiting for it (of --dag only, when given; exit 0 even when none waited). Prints one line per task completed."
     )
 
@@ -30,14 +31,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, name: str, payload: str | None, dag_id: str | None, run_id: str | None, task_id: str | None,
                map_index: int | None, **options: Any) -> None:
         value = _payload(payload)
-        if (run_id is None) != (task_id is None) or (run_id is not None and dag_id is None):
-            raise CommandError("--run and --task go together, with --dag")
+        if (run_id is None) != (task_id is None):
+            raise CommandError("--run and --task go together")
         if map_index is not None and task_id is None:
             raise CommandError("--map-index needs --run and --task")
         try:
             if task_id is not None:
-                assert dag_id is not None
                 assert run_id is not None
+                dag_id = dag_id or actions.dag_of_run(run_id)  # a run's id is enough where one DAG has it
                 instances = actions.find_task_instances(dag_id, run_id, task_id, map_index)
                 delivered = waits.send_event(name, value, actor=_os_user(), instances=instances)
             else:
