@@ -20,7 +20,7 @@ class Jitter(StrEnum):
 def ceiling(try_number: int, retry_delay: float, backoff: str, max_delay: float) -> float:
     """The un-jittered delay after user try `try_number` (1-based) failed."""
     if Backoff(backoff) is Backoff.FIXED:
-        return min(max_delay, retry_delay)
+        return retry_delay  # the delay itself: retry_max_delay bounds only what grows
     exponent = max(0, try_number - 1)
     try:
         # ldexp scales by a power of two exactly, and raises instead of returning inf or

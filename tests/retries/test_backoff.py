@@ -23,7 +23,7 @@ seeds = st.integers(min_value=0, max_value=2**32)
 def documented_exp(try_number: int, retry_delay: float, backoff: str, max_delay: float) -> float:
     """The documented formula, in exact arithmetic so that it cannot overflow or round."""
     if backoff == "fixed":
-        return float(min(Fraction(max_delay), Fraction(retry_delay)))
+        return float(Fraction(retry_delay))
     return float(min(Fraction(max_delay), Fraction(retry_delay) * 2 ** (try_number - 1)))
 
 
@@ -61,10 +61,11 @@ def test_it_uses_retry_delay_as_the_ceiling_for_fixed_backoff() -> None:
     assert waits == [30.0] * 4
 
 
-def test_it_caps_fixed_backoff_at_the_max_delay() -> None:
-    """A fixed delay longer than retry_max_delay is still capped."""
-    assert delay(1, jitter="none", backoff="fixed", retry_delay=900.0, max_delay=600.0) == 600.0
-    assert 0 <= delay(1, jitter="full", backoff="fixed", retry_delay=900.0, max_delay=600.0) <= 600.0
+def test_fixed_backoff_waits_its_delay_even_past_the_max_delay() -> None:
+    """`fixed` uses retry_delay as the ceiling; retry_max_delay bounds the exponential growth only
+    (as Airflow's max_retry_delay does)."""
+    assert delay(1, jitter="none", backoff="fixed", retry_delay=900.0, max_delay=600.0) == 900.0
+    assert 0 <= delay(1, jitter="full", backoff="fixed", retry_delay=900.0, max_delay=600.0) <= 900.0
 
 
 def test_it_keeps_a_zero_retry_delay_at_zero_for_any_try() -> None:
@@ -127,10 +128,11 @@ def test_it_computes_the_ceiling_exactly_as_documented(
 def test_it_keeps_full_jitter_between_zero_and_the_ceiling(
     try_number: int, retry_delay: float, max_delay: float, backoff: str, seed: int
 ) -> None:
-    """Full jitter: 0 <= wait <= exp <= max_delay."""
+    """Full jitter: 0 <= wait <= exp, and exp <= max_delay unless fixed."""
     exp = documented_exp(try_number, retry_delay, backoff, max_delay)
     wait = delay(try_number, jitter="full", seed=seed, retry_delay=retry_delay, backoff=backoff, max_delay=max_delay)
-    assert 0 <= wait <= exp <= max_delay
+    assert 0 <= wait <= exp
+    assert exp <= (retry_delay if backoff == "fixed" else max_delay)
 
 
 @FAST
@@ -138,10 +140,11 @@ def test_it_keeps_full_jitter_between_zero_and_the_ceiling(
 def test_it_keeps_equal_jitter_in_the_upper_half_of_the_ceiling(
     try_number: int, retry_delay: float, max_delay: float, backoff: str, seed: int
 ) -> None:
-    """Equal jitter: exp/2 <= wait <= exp <= max_delay."""
+    """Equal jitter: exp/2 <= wait <= exp, and exp <= max_delay unless fixed."""
     exp = documented_exp(try_number, retry_delay, backoff, max_delay)
     wait = delay(try_number, jitter="equal", seed=seed, retry_delay=retry_delay, backoff=backoff, max_delay=max_delay)
-    assert exp / 2 <= wait <= exp <= max_delay
+    assert exp / 2 <= wait <= exp
+    assert exp <= (retry_delay if backoff == "fixed" else max_delay)
 
 
 @FAST

@@ -30,8 +30,8 @@ def test_fixed_backoff_waits_the_delay_each_time():
     assert worst_case_seconds(4, 10, 30, "fixed", 600) == 50 + 120
 
 
-def test_fixed_backoff_is_capped_too():
-    assert longest_waits(2, 900, "fixed", 600) == [600, 600]
+def test_fixed_backoff_is_its_delay_even_past_the_max_delay():
+    assert longest_waits(2, 900, "fixed", 600) == [900, 900]
 
 
 def test_no_retries_is_one_timeout():
@@ -65,7 +65,7 @@ def test_no_drawn_wait_exceeds_the_longest(retries, retry_delay, max_delay, back
         assert 0 <= drawn <= longest
         if jitter == "none":
             assert drawn == longest
-        assert longest <= max_delay
+        assert longest <= (retry_delay if backoff == "fixed" else max_delay)
 
 
 @FAST
