@@ -109,7 +109,7 @@ def _first_limit_hit(
         and c.run_key is not None
         and run_task_active.get((c.run_key, c.task_id), 0) >= c.max_active_tis_per_dagrun
     ):
-        return Hold(WaitKind.MAX_ACTIVE_TIS_PER_DAGRUN, c.task_id)
+        return Hold(WaitKind.MAX_ACTIVE_TIS_PER_DAG, c.task_id)
     if c.pool is not None:
         free = usage.pool_slots.get(c.pool, 0) - pool_used.get(c.pool, 0)
         if c.pool in blocked_pools or c.pool_slots > free:

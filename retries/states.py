@@ -104,8 +104,10 @@ class WaitKind(StrEnum):
 
     POOL = "pool"
     MAX_ACTIVE_TASKS = "max_active_tasks"
+    # A task's own caps: on all its runs (max_active_tis_per_dag) or on one run's instances of a
+    # mapped task (max_active_tis_per_dagrun). Either is shown under this one kind, named by the
+    # task's id: the kinds are a closed list clients read.
     MAX_ACTIVE_TIS_PER_DAG = "max_active_tis_per_dag"
-    MAX_ACTIVE_TIS_PER_DAGRUN = "max_active_tis_per_dagrun"  # a mapped task's instances in one run
     CIRCUIT = "circuit"
     QUEUE = "queue"  # its queue is paused by an infrastructure storm
     WAIT = "wait"  # up_for_reschedule: its name is the wait's kind (WaitFor)

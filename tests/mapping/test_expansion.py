@@ -135,7 +135,8 @@ def test_max_active_tis_per_dagrun_caps_the_instances_queued_at_once():
     assert states.count(TaskState.QUEUED) == 2
     assert states.count(TaskState.SCHEDULED) == 3
     held = [ti for ti in _instances(run, "load") if ti.state == TaskState.SCHEDULED]
-    assert all(ti.waiting_for["kind"] == "max_active_tis_per_dagrun" for ti in held)
+    assert all(ti.waiting_for["kind"] == "max_active_tis_per_dag" for ti in held)  # the contract's kinds
+    assert all(ti.waiting_for["name"] == ti.task_id for ti in held)
     _succeed(next(ti for ti in _instances(run, "load") if ti.state == TaskState.QUEUED))
     states = [ti.state for ti in _instances(run, "load")]
     assert states.count(TaskState.QUEUED) == 2
