@@ -7,6 +7,7 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
+from orchestrator.data import queue_listeners
 from orchestrator.engine import circuits, storms, waits
 from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import Circuit, Pool, TaskInstance
@@ -53,7 +54,7 @@ def limit_gauges() -> list[GaugeMetricFamily]:
 def system_gauges() -> list[GaugeMetricFamily]:
     """What is running and waiting now: tasks running (the database), jobs waiting in each RQ
     queue and live workers (Redis). Read at scrape time."""
-    from rq import Queue, Worker
+    from rq import Queue
 
     running = GaugeMetricFamily("orchestrator_tasks_running", "Task instances running now.")
     running.add_metric([], TaskInstance.objects.filter(state=TaskState.RUNNING).count())
@@ -66,6 +67,6 @@ def system_gauges() -> list[GaugeMetricFamily]:
     depth = GaugeMetricFamily("orchestrator_queue_depth", "Jobs waiting in each RQ queue.", labels=["queue"])
     for queue in sorted(Queue.all(connection=redis), key=lambda q: q.name):
         depth.add_metric([queue.name], queue.count)
-    alive = GaugeMetricFamily("orchestrator_workers_alive", "Workers registered and heartbeating in Redis.")
-    alive.add_metric([], Worker.count(connection=redis))
+    alive = GaugeMetricFamily("orchestrator_workers_alive", "Workers whose heartbeat in Redis is recent enough to be alive.")
+    alive.add_metric([], queue_listeners.live_count(redis))
     return [running, waiting, depth, alive]

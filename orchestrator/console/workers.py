@@ -15,6 +15,7 @@ from redis import Redis
 from rq import Queue, Worker
 from rq.job import Job
 
+from orchestrator.data import queue_listeners
 from orchestrator.foundation.redis_conn import get_redis
 from orchestrator.models import TaskInstance
 from orchestrator.worker.host.spool import set_aside_entries
@@ -113,6 +114,9 @@ def workers() -> list[WorkerRow]:
             last_heartbeat=_aware(w.last_heartbeat),
         )
         for w in Worker.all(connection=redis)
+        # RQ's record of a worker outlives it by minutes: a worker killed is gone from the list
+        # once its heartbeat is older than a live worker's can be.
+        if queue_listeners.is_live_now(_aware(w.last_heartbeat))
     ]
     by_name = {row.name: row for row in rows}
     held = (

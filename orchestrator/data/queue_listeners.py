@@ -32,6 +32,16 @@ def is_live(last_heartbeat: datetime | None, now: datetime, interval: float) -> 
     return now - last_heartbeat <= timedelta(seconds=LIVE_BEATS * interval)
 
 
+def is_live_now(last_heartbeat: datetime | None) -> bool:
+    """`is_live` now, by this deployment's heartbeat interval."""
+    return is_live(last_heartbeat, datetime.now(dt_timezone.utc), float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL))
+
+
+def live_count(redis: Any) -> int:
+    """How many of the workers RQ has a record of are live."""
+    return sum(1 for last_heartbeat, _queues in _workers(redis) if is_live_now(last_heartbeat))
+
+
 def listened(workers: Iterable[tuple[datetime | None, Iterable[str]]], now: datetime, interval: float) -> set[str]:
     """The queues read by the live ones of (last heartbeat, queue names) workers."""
     return {queue for last_heartbeat, queues in workers if is_live(last_heartbeat, now, interval) for queue in queues}

@@ -48,6 +48,24 @@ def test_concurrency_defaults_to_one(bob_client, redis):
     assert (row["name"], row["concurrency"], row["queues"], row["running"]) == ("plain-worker", 1, ["default"], [])
 
 
+def test_a_worker_whose_heartbeat_stopped_is_not_listed_nor_counted(bob_client, redis, live_worker, settings):
+    """RQ keeps a killed worker's record for minutes: it is gone from the list and the gauge
+    once its heartbeat is older than a live worker's can be (1.5 heartbeat intervals)."""
+    from datetime import UTC, datetime, timedelta
+
+    from rq.utils import utcformat
+
+    from tests.api.test_metrics import samples
+
+    settings.ORCHESTRATOR_HEARTBEAT_INTERVAL = 2
+    dead = Worker(["default"], name="killed-worker", connection=redis)
+    dead.register_birth()
+    redis.hset("rq:worker:killed-worker", "last_heartbeat", utcformat(datetime.now(UTC) - timedelta(seconds=4)))
+    assert [row["name"] for row in bob_client.get("/api/v1/workers").json()["workers"]] == ["test-worker"]
+    assert 'data-worker="killed-worker"' not in bob_client.get("/workers/").content.decode()
+    assert samples(bob_client.get("/metrics").content.decode())[("orchestrator_workers_alive", ())] == 1
+
+
 def test_a_queue_with_work_and_no_worker_is_flagged(bob_client, redis):
     Queue("orphans", connection=redis).enqueue("tests.api.factories.noop")
     html = bob_client.get("/workers/").content.decode()
