@@ -1,4 +1,5 @@
-"""JSON messages, one per line, over a pair of pipes between the supervisor and its task process.
+"""JSON messages, one per line, both ways over one Unix socket between the supervisor and its
+task process (the only descriptor a task process holds besides 0, 1 and 2).
 
 The task process writes "running", then its outcome; the supervisor writes the payload and the
 results of the task's upstreams (JSON text it sends as it read it), "go"
@@ -30,7 +31,7 @@ from orchestrator.foundation.results import MAX_DEPTH, deeper_than
 MESSAGE_MARGIN_BYTES = 128 * 1024
 # A message is an object around the values it carries, which may nest MAX_DEPTH levels.
 MESSAGE_MAX_DEPTH = MAX_DEPTH + 1
-# What one read takes from a pipe.
+# What one read takes from the channel.
 READ_BYTES = 65536
 # Characters JSON text may hold escaped but UTF-8 cannot encode (a lone surrogate).
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -182,7 +183,13 @@ def send_json_text(fd: int, text: str) -> bool:
     data = (text.replace("\n", " ") + "\n").encode()
     try:
         while data:
-            written = os.write(fd, data)
+            try:
+                written = os.write(fd, data)
+            except BlockingIOError:
+                # The supervisor's end of a channel reads without blocking (one descriptor
+                # both ways): its writes wait for room as a blocking write would.
+                select.select([], [fd], [])
+                continue
             data = data[written:]
     except (BrokenPipeError, OSError):
         return False

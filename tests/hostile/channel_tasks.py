@@ -2,7 +2,6 @@
 able to pass off as the platform's."""
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -25,20 +24,29 @@ LINES = {
 
 
 def message_fd() -> int:
-    """The channel to the worker, found as any task could: the one pipe besides stdout and
-    stderr that this process holds open for writing."""
+    """The channel to the worker, found as any task could: the one socket this process holds."""
     for name in sorted(os.listdir("/proc/self/fd"), key=int):
         fd = int(name)
         if fd <= 2:
             continue
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
-            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
         except OSError:
             continue
-        if target.startswith("pipe:") and flags & os.O_ACCMODE == os.O_WRONLY:
+        if target.startswith("socket:"):
             return fd
     raise RuntimeError("no channel to the worker found")
+
+
+def descriptors() -> dict[str, str]:
+    """The descriptors this task process holds (but the one its listing opens), with what each is."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found[name] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the listing's own, closed by now
+    return found
 
 
 def write_on_channel(kind: str) -> str:

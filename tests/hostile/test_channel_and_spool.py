@@ -393,3 +393,14 @@ def test_no_process_a_python_task_can_read_shows_the_platforms_settings_as_its_e
         assert not platform_names(block), block
         assert not any("deny-me" in entry for entry in block)
     assert "PATH" in {entry.partition("=")[0] for entry in seen["proc_environment"]}
+
+
+def test_a_python_task_holds_its_channel_and_no_other_descriptor_but_0_1_and_2(worker, make_dag):  # noqa: F811
+    """The channel is one socket, both ways: nothing else of the worker's or the fork server's
+    (their sockets, pipes, files) reaches the task process."""
+    dag = make_dag([{"task_id": "fds", "python_callable": "tests.hostile.channel_tasks.descriptors"}])
+    worker()
+    held = settle(trigger(dag), "fds", ("success",), timeout=60).result
+    others = {fd: what for fd, what in held.items() if fd not in ("0", "1", "2")}
+    assert len(others) == 1, held
+    assert next(iter(others.values())).startswith("socket:"), held

@@ -216,3 +216,13 @@ def loaded_modules(names: list[str]) -> dict[str, bool]:
     """Which of these modules the task process has loaded as its code starts (what the fork
     server preloaded, as the task imported nothing yet)."""
     return {name: name in sys.modules for name in names}
+
+
+def give(size: int, context: dict[str, Any]) -> str:
+    """A string of `size` characters, named after the task (its result)."""
+    return (context["task_id"] * size)[:size]
+
+
+def result_sizes(context: dict[str, Any]) -> dict[str, int]:
+    """How many characters each upstream's result reached this task with."""
+    return {task_id: len(result) for task_id, result in context["results"].items()}

@@ -1,8 +1,9 @@
-"""Messages between the supervisor and its task process, through a real pipe."""
+"""Messages between the supervisor and its task process, through a real pipe or socket."""
 from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 
 from orchestrator.worker.channel import LineReader, send, send_json_text
@@ -36,3 +37,22 @@ def test_json_text_is_sent_as_it_is_one_message_whatever_its_white_space():
         lambda fd: send_json_text(fd, "{}"),
     )
     assert received == [{"type": "payload"}, results, {}]
+
+
+def test_a_message_larger_than_the_sockets_buffer_goes_whole_from_an_end_that_reads_without_blocking():
+    """The supervisor's end of a channel is non-blocking (it reads through a selector, and writes
+    on the same descriptor): a write past the socket's buffer waits for the reader, never fails."""
+    ours, theirs = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+    os.set_blocking(ours, False)
+    big = {"rows": ["x" * 1000] * 2000}  # some 2 MB: many times the buffer
+    reader = LineReader(theirs)
+    received: list = []
+    thread = threading.Thread(target=lambda: received.append(reader.receive(timeout=10)))
+    thread.start()
+    try:
+        assert send(ours, big)
+        thread.join(timeout=10)
+        assert received == [big]
+    finally:
+        os.close(ours)
+        os.close(theirs)

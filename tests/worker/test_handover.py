@@ -44,6 +44,17 @@ def test_a_chain_runs_each_next_task_in_the_slot_that_ended_the_last(worker, mak
     assert b.attempts.get().start_date is not None
 
 
+def test_upstream_results_many_times_the_channels_buffer_reach_the_task(worker, make_dag):
+    """The payload and the results go down the task's channel before it starts: 600,000
+    characters (a socket's buffer is some 200 KB) arrive whole, in a handed slot or a popped job."""
+    size = 60_000
+    tasks = [{"task_id": f"u{n}", "python_callable": T + "give", "op_kwargs": {"size": size}} for n in range(10)]
+    dag = make_dag([*tasks, {"task_id": "sink", "python_callable": T + "result_sizes", "upstream": [t["task_id"] for t in tasks]}])
+    worker(ORCHESTRATOR_RESULT_MAX_BYTES=str(size + 100))
+    sink = settle(trigger(dag), "sink", ("success",), timeout=60)
+    assert sink.result == {f"u{n}": size for n in range(10)}
+
+
 def test_a_backlog_keeps_its_order(worker, make_dag):
     """The worker's queue holds a job when its task ends: the next task is enqueued behind it,
     not run ahead of it."""

@@ -46,7 +46,7 @@ from typing import Any
 from orchestrator.worker.forkserver import codecache
 
 MAX_MESSAGE = 1 << 20  # a spawn request: the task's environment, well under a megabyte
-FDS_PER_SPAWN = 4  # stdout, stderr, control (read end), messages (write end)
+FDS_PER_SPAWN = 3  # stdout, stderr, the channel (a socket: the supervisor's messages and the task's)
 # How long after a spawn the next spare is forked, if no other spawn came meanwhile.
 SPARE_DELAY = 0.005
 # How long a spare waits for an attempt before it is let go: an idle worker keeps no task
@@ -487,12 +487,12 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
     try:
         from orchestrator.worker.task.runner import run_forked
 
-        stdout_fd, stderr_fd, control_fd, message_fd = fds
+        stdout_fd, stderr_fd, channel_fd = fds
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(stdout_fd, 1)
         os.dup2(stderr_fd, 2)
-        keep = {0, 1, 2, control_fd, message_fd}
+        keep = {0, 1, 2, channel_fd}
         # Nothing of the server's (its socket, its wakeup pipe) reaches the task.
         for fd in _open_fds():
             if fd not in keep:
@@ -513,7 +513,7 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
         redis_conn = sys.modules.get("orchestrator.foundation.redis_conn")
         if redis_conn is not None:
             redis_conn._clients.clear()  # never share a Redis socket with the fork server (it has none)
-        code = run_forked(control_fd, message_fd)
+        code = run_forked(channel_fd)
     except BaseException:
         import traceback
 

@@ -175,7 +175,7 @@ class Launcher:
     def spawn(
         self, fds: list[int], env: dict[str, str], argv: list[str] | None = None, *, cgroup: str | None = None, callable_path: str | None = None
     ) -> TaskHandle:
-        """A new task process holding `fds` (stdout, stderr, control read end, message write end);
+        """A new task process holding `fds` (stdout, stderr, its end of the channel);
         with `argv` (and `direct`), that command itself, holding only `fds` (stdout, stderr).
         With `cgroup` (a `cgroup.procs` file), the process is in that cgroup before it runs
         anything of the task's. `callable_path`: the task's callable, whose modules the fork server

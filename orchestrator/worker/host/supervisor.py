@@ -11,6 +11,7 @@ import logging
 import os
 import selectors
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -318,10 +319,10 @@ class Supervisor:
     def _spawn(self, direct: bool = False) -> None:
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
-        control_read, control_write = os.pipe()
-        message_read, message_write = os.pipe()
-        theirs = [stdout_write, stderr_write, control_read, message_write]
-        ours = [stdout_read, stderr_read, control_write, message_read]
+        # The task's channel: one socket, both ways (the only descriptor it holds besides 0-2).
+        channel, task_channel = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+        theirs = [stdout_write, stderr_write, task_channel]
+        ours = [stdout_read, stderr_read, channel]
         env = {**task_environment(os.environ, self.passthrough, self.deny), "PYTHONUNBUFFERED": "1"}
         if direct:
             env.update(self.plan.command_env)
@@ -344,16 +345,16 @@ class Supervisor:
         self.pgid = self.proc.pgid
         if self.memory is not None:
             self.memory.started(self.proc.pid)
-        self.control_fd = control_write
+        self.control_fd = channel
         self.stdout_fd, self.stderr_fd = stdout_read, stderr_read
         self.streams = _Streams(
             stdout=BoundedCapture(self.settings.head_bytes, self.settings.tail_bytes),
             stderr=BoundedCapture(self.settings.head_bytes, self.settings.tail_bytes),
             # The task's channel: bounded, and every line must be a message (`_on_malformed`).
-            messages=LineReader(message_read, max_bytes=message_max_bytes(self.plan.result_max_bytes, self.task_state_max_bytes)),
+            messages=LineReader(channel, max_bytes=message_max_bytes(self.plan.result_max_bytes, self.task_state_max_bytes)),
             stored=StoredOutput(self.output_store, (self.plan.task_instance_id, self.plan.token), self._label()),
         )
-        for fd in (stdout_read, stderr_read, message_read):
+        for fd in (stdout_read, stderr_read, channel):
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ)
             self.streams.open_fds.add(fd)
@@ -546,9 +547,7 @@ class Supervisor:
         assert self.streams is not None
         if fd in self.streams.open_fds:
             self.streams.open_fds.discard(fd)
-            self.selector.unregister(fd)
-            if fd == self.streams.messages.fd:
-                os.close(fd)  # stdout's and stderr's are closed in _finish
+            self.selector.unregister(fd)  # each closed in _finish, the channel after its last write
 
     def _on_malformed(self, problem: dict[str, Any]) -> None:
         """The task wrote something on its channel that is no well-formed message: the attempt

@@ -139,15 +139,14 @@ def context_environment(context: dict[str, Any]) -> dict[str, str]:
     return {f"ORCHESTRATOR_{name.upper()}": str(context[name]) for name in TEMPLATE_NAMES if name in context}
 
 
-def run_forked(control_fd: int, message_fd: int) -> int:
+def run_forked(channel_fd: int) -> int:
     """The life of a task process once the fork server forked it; returns its exit code.
 
     A bash task's process becomes bash itself after the handshake (exec), so nothing of
     Python stays between the supervisor and the command.
     """
-    for fd in (control_fd, message_fd):
-        os.set_inheritable(fd, False)  # bash and user subprocesses must not hold them
-    control = LineReader(control_fd)
+    os.set_inheritable(channel_fd, False)  # bash and user subprocesses must not hold it
+    control = LineReader(channel_fd)
     payload = control.receive()
     results = control.receive() if payload is not None else None
     if payload is None or results is None:
@@ -162,10 +161,10 @@ def run_forked(control_fd: int, message_fd: int) -> int:
         failpoints.fire(failpoints.TASK_BEFORE_RUNNING, **ids)
     except BaseException as exc:
         traceback.print_exc()
-        send(message_fd, {"type": "startup_error", "exception": exception_facts(exc)})
+        send(channel_fd, {"type": "startup_error", "exception": exception_facts(exc)})
         return 1
 
-    send(message_fd, {"type": "running", "pid": os.getpid()})
+    send(channel_fd, {"type": "running", "pid": os.getpid()})
     reply = control.receive()
     if reply is None or reply.get("type") != "go":
         return 0  # the supervisor refused the handshake (stale attempt) or is gone
@@ -174,8 +173,8 @@ def run_forked(control_fd: int, message_fd: int) -> int:
         failpoints.fire(failpoints.TASK_AFTER_RUNNING, **ids)
         task.exec()  # never returns: bash's exit status is the outcome
     inbox = ControlInbox(control)
-    attach_task_state(task.context, inbox, message_fd, payload)
-    signal.signal(signal.SIGTERM, _terminate_handler(task, inbox, message_fd))
+    attach_task_state(task.context, inbox, channel_fd, payload)
+    signal.signal(signal.SIGTERM, _terminate_handler(task, inbox, channel_fd))
     try:
         failpoints.fire(failpoints.TASK_AFTER_RUNNING, **ids)
         outcome = task.run()
@@ -184,16 +183,16 @@ def run_forked(control_fd: int, message_fd: int) -> int:
             outcome = {"type": "success", "result": None}
         else:
             traceback.print_exc()
-            send(message_fd, {"type": "failure", "exception": exception_facts(exc)})
+            send(channel_fd, {"type": "failure", "exception": exception_facts(exc)})
             return 1
     except BaseException as exc:
         traceback.print_exc()
-        send(message_fd, {"type": "failure", "exception": exception_facts(exc)})
+        send(channel_fd, {"type": "failure", "exception": exception_facts(exc)})
         return 1
     # Everything it printed is in the pipes before its outcome: a success is reported as soon
     # as the supervisor reads it, without waiting for this process to end.
     flush_output()
-    send(message_fd, outcome)
+    send(channel_fd, outcome)
     return 0 if outcome["type"] == "success" else 1
 
 
@@ -225,13 +224,13 @@ class ControlInbox:
         return self.stop
 
 
-def attach_task_state(context: dict[str, Any], inbox: ControlInbox, message_fd: int, payload: dict[str, Any]) -> None:
+def attach_task_state(context: dict[str, Any], inbox: ControlInbox, channel_fd: int, payload: dict[str, Any]) -> None:
     """Give a Python task its `context["task_state"]`, talking to the supervisor over the pipes."""
     if "task_state" not in context:
         return
 
     def request(message: dict[str, Any]) -> dict[str, Any] | None:
-        if not send(message_fd, message):
+        if not send(channel_fd, message):
             return None
         return inbox.reply(timeout=None)  # the supervisor answers once it is durable, or kills us
 
@@ -243,7 +242,7 @@ def attach_task_state(context: dict[str, Any], inbox: ControlInbox, message_fd: 
     )
 
 
-def _terminate_handler(task: PythonTask | BashTask, inbox: ControlInbox, message_fd: int) -> Callable:
+def _terminate_handler(task: PythonTask | BashTask, inbox: ControlInbox, channel_fd: int) -> Callable:
     from retries.context import ExecutionContext
     from retries.states import Reason, Source
 
@@ -261,7 +260,7 @@ def _terminate_handler(task: PythonTask | BashTask, inbox: ControlInbox, message
                 on_kill(context)
             except BaseException:
                 traceback.print_exc()
-        send(message_fd, {"type": "terminated", "context": context.to_dict()})
+        send(channel_fd, {"type": "terminated", "context": context.to_dict()})
         exit_now(TERMINATED_EXIT)
 
     return handle
