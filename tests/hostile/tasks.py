@@ -6,6 +6,7 @@ import ctypes
 import errno
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,4 +88,37 @@ def attack_the_platform(directories: list[str], files: list[str], context: dict[
     for path in files:
         found[f"read {path}"] = _outcome(lambda path=path: Path(path).read_bytes())
         found[f"delete {path}"] = _outcome(lambda path=path: os.unlink(path))
+    return found
+
+
+def attack_another_attempt(cmdline: str, seconds: float = 30.0) -> dict[str, Any]:
+    """Find another attempt's process by its command line (/proc is readable), then try to
+    signal it, trace it and read its environment and memory; and, for contrast, signal a child
+    of its own."""
+    wanted = cmdline.replace(" ", "\0").encode() + b"\0"
+    deadline = time.monotonic() + seconds
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if Path(f"/proc/{name}/cmdline").read_bytes() == wanted:
+                        victim = int(name)
+                except OSError:
+                    continue
+        time.sleep(0.1)
+    if victim is None:
+        return {"victim": None}
+    found: dict[str, Any] = {"victim": victim}
+    found["may signal"] = _outcome(lambda: os.kill(victim, 0))
+    found["signal"] = _outcome(lambda: os.kill(victim, signal.SIGCONT))
+    found["ptrace"] = _outcome(lambda: ptrace_attach(victim))
+    found["environ"] = _outcome(lambda: Path(f"/proc/{victim}/environ").read_bytes())
+    found["mem"] = _outcome(lambda: open(f"/proc/{victim}/mem", "rb").close())
+    child = os.fork()
+    if child == 0:
+        time.sleep(30)
+        os._exit(0)
+    found["signal own child"] = _outcome(lambda: os.kill(child, signal.SIGKILL))
+    os.waitpid(child, 0)
     return found

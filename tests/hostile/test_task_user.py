@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.worker.forkserver import confinement
 from tests.conftest import ROOT, wait_until
 from tests.hostile.conftest import platform_names
-from tests.worker.conftest import settle, trigger
+from tests.worker.conftest import instance, settle, trigger
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
@@ -43,6 +44,28 @@ def test_a_python_task_runs_as_the_task_user_in_a_private_directory_that_goes_wi
     # Nor in what the kernel shows as its environment, the block it was forked with.
     assert not platform_names(seen["proc_environment"]), seen["proc_environment"]
     assert not any("deny-me" in entry for entry in seen["proc_environment"])
+
+
+def test_an_attempt_cannot_signal_trace_or_read_another_attempts_processes(guarded_worker, make_dag):
+    """Both attempts run as the task user; each is confined to its own processes (Landlock):
+    the other's command is found in /proc, and is out of its reach."""
+    if not confinement.available():
+        pytest.skip("this kernel has no Landlock with signal scoping (Linux 6.12)")
+    victim_cmdline = f"sleep 31.{os.getpid()}"
+    victim_dag = make_dag([{"task_id": "victim", "bash_command": f"exec {victim_cmdline}"}])
+    attacker_dag = make_dag([{"task_id": "attacker", "python_callable": "tests.hostile.tasks.attack_another_attempt", "op_kwargs": {"cmdline": victim_cmdline}}])
+    guarded_worker()
+    victim_run = trigger(victim_dag)
+    settle(victim_run, "victim", ("running",), timeout=60)
+    found = settle(trigger(attacker_dag), "attacker", ("success",), timeout=60).result
+    assert found["victim"], found
+    assert found["may signal"] == "EPERM", found
+    assert found["signal"] == "EPERM", found
+    assert found["ptrace"] == "EPERM", found
+    assert found["environ"] in ("EACCES", "EPERM"), found
+    assert found["mem"] in ("EACCES", "EPERM"), found
+    assert found["signal own child"] == "ok", found
+    assert instance(victim_run, "victim").state == "running"  # untouched
 
 
 def test_a_bash_task_runs_as_the_task_user_in_its_private_directory(guarded_worker, make_dag, task_user):

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.worker.forkserver import codecache
+from orchestrator.worker.forkserver import codecache, confinement
 
 MAX_MESSAGE = 1 << 20  # a spawn request: the task's environment, well under a megabyte
 FDS_PER_SPAWN = 3  # stdout, stderr, the channel (a socket: the supervisor's messages and the task's)
@@ -509,6 +509,8 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
             _enter_cgroup(request["cgroup"])
         _become_environment(request["env"])
         if request.get("user"):
+            if _CONFINED:
+                confinement.confine()  # while still privileged: no no_new_privs needed
             _become_task_user(request["user"], server_pid)
         redis_conn = sys.modules.get("orchestrator.foundation.redis_conn")
         if redis_conn is not None:
@@ -567,6 +569,8 @@ def direct_spawner() -> str | None:
 
 
 _SETPRIV: str | None = None
+# Whether each task user's attempt is put in a Landlock domain of its own (confinement.py).
+_CONFINED = False
 
 
 def _spawn_command(request: dict[str, Any], fds: list[int]) -> int:
@@ -576,6 +580,8 @@ def _spawn_command(request: dict[str, Any], fds: list[int]) -> int:
     setpriv = _SETPRIV
     if setpriv is None:  # the launcher asks only a server that said it can: reported as a spawn failure
         raise OSError("this fork server cannot start commands directly (no setpriv with --pdeathsig)")
+    if request.get("user") and _CONFINED:  # a confined attempt's command is exec'ed by its task process
+        raise OSError("this fork server confines every task user's attempt: it starts no command directly for one")
     stdout_fd, stderr_fd = fds
     actions: list[tuple] = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -672,9 +678,10 @@ def main(argv: list[str]) -> None:
     # Everything imported so far is never collected: a task process's garbage collector then
     # never walks (and so never copies) the fork server's objects.
     gc.freeze()
-    global _SETPRIV
+    global _SETPRIV, _CONFINED
     _SETPRIV = direct_spawner()
-    sock.send(json.dumps({"op": "ready", "pid": os.getpid(), "direct": _SETPRIV is not None}).encode())
+    _CONFINED = confinement.available()
+    sock.send(json.dumps({"op": "ready", "pid": os.getpid(), "direct": _SETPRIV is not None, "confined": _CONFINED}).encode())
     server = ForkServer(sock)
     server.fork_spare()
     server.serve()

@@ -85,6 +85,7 @@ class Launcher:
         self._sock: socket.socket | None = None
         self._server: subprocess.Popen | None = None
         self.direct = False  # the server can start a command with no Python in between
+        self.confined = False  # each attempt of a task user gets a Landlock domain of its own
         self._lease_seconds: float | None = None  # the worker's lease, once it has one
         self.reply_timeout = REPLY_TIMEOUT
 
@@ -123,7 +124,10 @@ class Launcher:
                 self._server.wait()
                 raise LaunchError(ready.get("error") or "the fork server did not start (see the worker's log for its error)")
             ours.settimeout(None)
-            self.direct = bool(ready.get("direct"))
+            # A task user's attempts are confined by their own task process before it becomes
+            # the user (or execs bash): none of them is started directly.
+            self.confined = bool(ready.get("confined"))
+            self.direct = bool(ready.get("direct")) and not (self.confined and self.task_user is not None)
             self._sock = ours
             threading.Thread(target=self._read_replies, args=(ours,), name="fork-server-reader", daemon=True).start()
 

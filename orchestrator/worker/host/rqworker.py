@@ -142,6 +142,14 @@ class OrchestratorWorker(SimpleWorker):
             task_user=self.task_user,
         )
         launcher.start()  # warm before the first job: imports happen once, here
+        if self.task_user is not None and launcher.confined:
+            log.info("worker %s: each attempt confined to its own processes (Landlock): it signals and traces no other", self.name)
+        elif self.task_user is not None:
+            log.warning(
+                "worker %s: attempts cannot be confined here (Landlock with signal scoping needs Linux 6.12): "
+                "the task user's attempts can signal one another's processes",
+                self.name,
+            )
         heartbeats = Heartbeats(
             interval=float(settings.ORCHESTRATOR_HEARTBEAT_INTERVAL),
             timeout=float(settings.ORCHESTRATOR_HEARTBEAT_TIMEOUT),
