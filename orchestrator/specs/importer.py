@@ -79,15 +79,17 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def load_specs(paths: Iterable[str | Path], warnings: list[str] | None = None) -> list[DagSpec]:
+def load_specs(paths: Iterable[str | Path], warnings: list[str] | None = None, notices: list[str] | None = None) -> list[DagSpec]:
     """Read and validate every DAG in `paths`; raise SpecError listing every problem found.
 
-    Retry budgets that can outlast a deadline are added to `warnings`, not problems."""
+    Retry budgets that can outlast a deadline are added to `warnings`, not problems; `dag_run`
+    waits naming a DAG not (yet) defined to `notices` (to `warnings` without it), which no
+    `--strict` makes an error."""
     with _no_cyclic_gc():
-        return _load_specs(paths, warnings)
+        return _load_specs(paths, warnings, warnings if notices is None else notices)
 
 
-def _load_specs(paths: Iterable[str | Path], warnings: list[str] | None) -> list[DagSpec]:
+def _load_specs(paths: Iterable[str | Path], warnings: list[str] | None, notices: list[str] | None) -> list[DagSpec]:
     messages: list[str] = []
     specs: list[DagSpec] = []
     seen: dict[str, str] = {}
@@ -120,24 +122,27 @@ def _load_specs(paths: Iterable[str | Path], warnings: list[str] | None) -> list
                     specs.append(spec)
                     if warnings is not None:
                         warnings += ["warning: " + located(raw.source, label, warning_text(v)) for v in spec_verdicts(spec) if not v.fits]
+                    if notices is not None:
                         waiting_on.append((raw.source, label, spec))
     if messages:
         raise SpecError(messages)
-    if waiting_on and warnings is not None:
+    if waiting_on and notices is not None:
         known = set(seen) | set(Dag.objects.values_list("dag_id", flat=True))
         for source, label, spec in waiting_on:
-            warnings += ["warning: " + located(source, label, text) for text in dag_run_warnings(spec, known)]
+            notices += ["warning: " + located(source, label, text) for text in dag_run_warnings(spec, known)]
     return specs
 
 
 def import_paths(paths: Iterable[str | Path], *, strict: bool = False) -> ImportResult:
     """Import every DAG in `paths`, all or nothing. `strict`: a retry budget that can outlast a
-    deadline is an error like any other."""
+    deadline is an error like any other (a `dag_run` wait naming a DAG not defined yet stays a
+    warning: that DAG may come with a later import)."""
     warnings: list[str] = []
-    specs = load_specs(paths, warnings)
+    notices: list[str] = []
+    specs = load_specs(paths, warnings, notices)
     if strict and warnings:
         raise SpecError([w.removeprefix("warning: ") for w in warnings])
-    result = ImportResult(warnings=warnings)
+    result = ImportResult(warnings=warnings + notices)
     plans = [plan_dag(spec) for spec in specs]  # reads only: no write lock held yet
     with transaction.atomic():
         for plan in plans:

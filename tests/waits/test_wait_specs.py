@@ -74,6 +74,10 @@ def test_a_dag_run_on_an_unknown_dag_is_a_warning_and_export_import_is_a_no_op(t
     assert "upstream" in warnings[0]
     assert str(path) in warnings[0]
     assert Task.objects.get(task_id="landed").wait_for == {"event": {"name": "orders_landed"}}
+    call_command("import_dags", "--strict", str(path))  # still a warning, never an error
+    out = capsys.readouterr()
+    assert "unchanged" in out.out
+    assert [line for line in (out.out + out.err).splitlines() if line.startswith("warning:")] == warnings
     call_command("export_dags", "waiting")
     exported = capsys.readouterr().out
     again = tmp_path / "again.yaml"
