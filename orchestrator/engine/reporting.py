@@ -547,6 +547,10 @@ def report_failure(
         return None
     decision = decide_for(ti, context, fingerprint=fingerprint, retry_after=retry_after, now=now)
     previous_state = ti.state
+    if memory_limit_mib is None and previous_state == TaskState.RUNNING:
+        # A report its worker did not make (the worker was lost): the attempt ran all the same,
+        # with the limit its claim gave it.
+        memory_limit_mib = current_memory_limit(ti)
     later = _later_attempts(ti, context)
 
     def record(advance: bool) -> TaskInstance | None:
@@ -612,7 +616,7 @@ def report_failure(
 
 def _memory_of_attempt(limit: int | None, peak: int | None) -> dict[str, int]:
     """The attempt row's memory columns, as far as the report knows them (a report made by the
-    scheduler, of a lost worker, knows neither)."""
+    scheduler, of a lost worker, knows only the limit)."""
     known = {"memory_limit_mib": limit, "peak_memory_mib": peak}
     return {name: value for name, value in known.items() if value is not None}
 
@@ -622,10 +626,14 @@ def _later_attempts(ti: TaskInstance, context: ExecutionContext) -> dict[str, An
     memory_limit_exceeded, their limit, and their queue when it has a queue_on_oom."""
     if context.reason is not Reason.MEMORY_LIMIT_EXCEEDED:
         return {}
-    memory = MemoryArgs.of(args_for(ti))
-    current = ti.memory_limit_mib if ti.memory_limit_mib is not None else memory.memory_limit
-    after = after_failure(context.reason, current, ti.queue, memory)
+    after = after_failure(context.reason, current_memory_limit(ti), ti.queue, MemoryArgs.of(args_for(ti)))
     return {"memory_limit_mib": after.memory_limit_mib, "queue": after.queue}
+
+
+def current_memory_limit(ti: TaskInstance) -> int | None:
+    """The memory limit (MiB) of the task's current attempt: stepped up after a
+    memory_limit_exceeded, else its `memory_limit`."""
+    return ti.memory_limit_mib if ti.memory_limit_mib is not None else MemoryArgs.of(args_for(ti)).memory_limit
 
 
 def budget_of(ti: TaskInstance) -> Budget:
