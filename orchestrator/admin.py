@@ -192,6 +192,8 @@ class DagAdmin(admin.ModelAdmin):
                 self.message_user(request, str(exc), messages.ERROR)
                 continue
             self.message_user(request, f"Triggered {dag.dag_id}: {run.run_id}", messages.SUCCESS)
+            if (note := actions.waits_for_unpause(dag)) is not None:
+                self.message_user(request, note, messages.WARNING)
 
     def has_trigger_permission(self, request: HttpRequest) -> bool:
         return actions.may_trigger(request.user)

@@ -125,9 +125,9 @@ def _advance(
         run = created or locked_run(dag_run_id, skip_locked=skip_locked)
         if run is None or run.state not in (RunState.QUEUED, RunState.RUNNING):
             return 0, False
-        if run.state == RunState.QUEUED and not _start_run(run, now):
+        if held_by_pause(run):  # a queued run of a paused DAG starts once it is unpaused
             return 0, False
-        if held_by_pause(run):
+        if run.state == RunState.QUEUED and not _start_run(run, now):
             return 0, False
         due, outcome = settling(run, now, unwritten)
         for ti in due:

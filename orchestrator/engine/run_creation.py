@@ -24,7 +24,7 @@ from orchestrator.engine.admission import moved_in_place
 from orchestrator.engine.limit_args import limit_args
 from orchestrator.engine.run_advance import StartFailed, start_big_run, start_created_run
 from orchestrator.engine.run_reads import instances_inserted
-from orchestrator.exceptions import BadRequest, Conflict
+from orchestrator.exceptions import BadRequest
 from orchestrator.foundation.clock import shared_now
 from orchestrator.foundation.run_params import resolve_conf
 from orchestrator.models import Backfill, Dag, DagRun, Task, TaskInstance
@@ -262,8 +262,8 @@ def trigger_manual_run(
     run_id is unique however many manual runs share its logical date (`_free_run_id`).
 
     Bad conf (not a JSON object): BadRequest; a conf the DAG's params refuse: ParamError (a
-    BadRequest naming the key); a logical date that is not ISO 8601: LogicalDateError; a paused
-    DAG: Conflict. Nothing is created for any of them.
+    BadRequest naming the key); a logical date that is not ISO 8601: LogicalDateError. Nothing is
+    created for any of them. A paused DAG's run is created queued, and starts once it is unpaused.
 
     `record(run)` is called in the run's transaction (the trigger's audit entry), after its
     start: both are committed, or neither. The run is started in that transaction too, its first tasks
@@ -276,8 +276,6 @@ def trigger_manual_run(
     given_date = parse_logical_date(logical_date, dag.timezone) if logical_date is not None else None
     if conf is not None and not isinstance(conf, dict):
         raise BadRequest(f"conf must be a JSON object, got {type(conf).__name__}: {conf!r}")
-    if dag.paused:
-        raise Conflict(f"DAG '{dag.dag_id}' is paused; unpause it to trigger a run")
     conf = resolve_conf(dag.params, dag.strict_params, conf)
     now = now or shared_now()
     when = given_date or now
@@ -292,7 +290,9 @@ def trigger_manual_run(
     for tries_left in reversed(range(5)):
         try:
             try:
-                return create(run_id=run_id, start=True)
+                # A paused DAG's run is created queued, as Airflow does: it starts once the DAG
+                # is unpaused (the scheduler starts queued runs of unpaused DAGs).
+                return create(run_id=run_id, start=not dag.paused)
             except StartFailed:  # rolled back whole: created again, for the scheduler to start
                 log.exception("could not start run %s of DAG %s; the next scheduler pass will", run_id, dag.dag_id)
                 return create(run_id=run_id, start=False)

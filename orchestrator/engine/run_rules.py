@@ -50,7 +50,8 @@ def may_create_scheduled_run(max_active_runs: int, active: ActiveRuns) -> bool:
 
 
 def held_by_pause(run: DagRun) -> bool:
-    """A paused DAG's runs stand still; a backfill's runs go on while their DAG is paused."""
+    """A paused DAG's runs stand still (a queued one is not started); a backfill's runs go on
+    while their DAG is paused."""
     return run.dag.paused and run.backfill_id is None
 
 

@@ -193,7 +193,7 @@ def runs_needing_work(now: datetime) -> list[int]:
     upstreams of the ones waiting for them (`_settleable`). advance_run() re-checks everything
     under its lock, so a stale read here only delays work by one pass.
     """
-    needing = set(DagRun.objects.filter(state=RunState.QUEUED).values_list("pk", flat=True))
+    needing = set(DagRun.objects.filter(not_held_by_pause(), state=RunState.QUEUED).values_list("pk", flat=True))
     running = DagRun.objects.filter(not_held_by_pause(), state=RunState.RUNNING)
     waiting = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=[str(s) for s in WAITING_STATES])
     unfinished = TaskInstance.objects.filter(dag_run=OuterRef("pk"), state__in=UNFINISHED)

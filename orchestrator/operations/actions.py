@@ -239,6 +239,11 @@ def set_paused(dag: Dag, user: User, *, paused: bool) -> AuditLog | None:
     return audit(user, "pause" if paused else "unpause", dag.dag_id, "", "", before, after, {})
 
 
+def waits_for_unpause(dag: Dag) -> str | None:
+    """What to tell whoever triggered a run of `dag` when the DAG is paused (None when not)."""
+    return f"DAG '{dag.dag_id}' is paused: the run is queued and starts once the DAG is unpaused" if dag.paused else None
+
+
 def trigger(
     dag: Dag, user: User, *, conf: Any = None, triggered_by: str | None = None, actor: str = "", logical_date: Any = None
 ) -> DagRun:
@@ -251,8 +256,9 @@ def trigger_known(
 ) -> ManualRun:
     """Create a manual run with `conf` (a JSON object), at `logical_date` when given (ISO 8601
     text, naive in the DAG's timezone; else the trigger time), with its task instances when the
-    trigger knows them all (`run_creation.ManualRun`). Paused DAG: Conflict; other conf, or a
-    logical date that is not ISO 8601: BadRequest naming it.
+    trigger knows them all (`run_creation.ManualRun`). A paused DAG's run waits queued
+    (`waits_for_unpause`). A conf that is not an object, or a logical date that is not ISO 8601:
+    BadRequest naming it.
 
     `triggered_by` defaults to the user's name; the CLI passes no user, "cli", and as `actor`
     the operating-system user who ran it, the audit log's "who".

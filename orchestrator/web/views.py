@@ -130,6 +130,8 @@ def dag_trigger(request: HttpRequest, dag_id: str) -> HttpResponse:
             logical_date_text=logical_date, logical_date_error=str(exc) if bad_date else "",
         )  # fmt: skip
         return TemplateResponse(request, "web/dag_detail.html", context, status=exc.status)
+    if (note := actions.waits_for_unpause(dag)) is not None:
+        messages.warning(request, note)
     return HttpResponseRedirect(run_url(run), status=303)
 
 

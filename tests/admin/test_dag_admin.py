@@ -196,12 +196,12 @@ def test_it_triggers_a_run(admin_client, pipeline) -> None:
     assert (entry.new_state, entry.details) == (run.state, {"conf": {}})
 
 
-def test_it_refuses_to_trigger_a_paused_dag(admin_client, pipeline) -> None:
-    """Triggering a paused DAG shows why and creates nothing."""
+def test_a_paused_dags_run_is_queued_and_the_admin_says_why(admin_client, pipeline) -> None:
+    """Triggering a paused DAG creates its run, which waits queued until the DAG is unpaused."""
     Dag.objects.filter(pk=pipeline.pk).update(paused=True)
     response = admin_client.post(LIST_URL, {"action": "trigger_run", "_selected_action": [pipeline.pk]}, follow=True)
-    assert "paused" in response.content.decode()
-    assert not DagRun.objects.exists()
+    assert "is paused: the run is queued and starts once the DAG is unpaused" in response.content.decode()
+    assert DagRun.objects.get().state == "queued"
 
 
 def test_it_offers_trigger_only_with_the_trigger_permission(operator, pipeline) -> None:

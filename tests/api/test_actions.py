@@ -286,16 +286,17 @@ def test_it_triggers_a_run_and_audits_it(alice):
     assert (entry.dag_id, entry.run_id, entry.details) == ("triggered", run.run_id, {"conf": {"day": "2026-01-01"}})
 
 
-def test_it_refuses_to_trigger_a_paused_dag_or_a_bad_conf(alice):
-    """A paused DAG is a Conflict; a conf that is not an object is a BadRequest."""
+def test_it_refuses_a_bad_conf_and_queues_a_paused_dags_run(alice):
+    """A conf that is not an object is a BadRequest; a paused DAG's run waits queued."""
     dag = chain_dag("paused_dag")
     with pytest.raises(BadRequest, match="conf must be a JSON object"):
         actions.trigger(dag, alice, conf=[1, 2])
+    assert not DagRun.objects.filter(dag=dag).exists()
     pause(dag)
     dag.refresh_from_db()
-    with pytest.raises(Conflict, match="paused"):
-        actions.trigger(dag, alice, conf={})
-    assert not DagRun.objects.filter(dag=dag).exists()
+    run = actions.trigger(dag, alice, conf={})
+    assert run.state == "queued"
+    assert actions.waits_for_unpause(dag) == "DAG 'paused_dag' is paused: the run is queued and starts once the DAG is unpaused"
 
 
 def test_a_cleared_task_with_no_retries_reads_true(alice):

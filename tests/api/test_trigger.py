@@ -28,14 +28,23 @@ def test_it_triggers_without_a_body(alice_client):
     assert alice_client.post("/api/v1/dags/etl/runs").status_code == 201
 
 
-def test_it_refuses_a_paused_dag(alice_client):
-    """A paused DAG: 409 saying so, and no run."""
+def test_a_paused_dags_run_is_created_queued_and_starts_once_it_is_unpaused(alice_client):
+    """As Airflow does: the trigger creates the run, which stands still while its DAG is paused."""
+    from orchestrator.engine.scheduler import schedule_once
+
     chain_dag("etl")
     Dag.objects.filter(dag_id="etl").update(paused=True)
     response = alice_client.post("/api/v1/dags/etl/runs", {}, content_type="application/json")
-    assert response.status_code == 409
-    assert "paused" in response.json()["error"]
-    assert not DagRun.objects.exists()
+    assert response.status_code == 201
+    assert response.json()["state"] == "queued"
+    schedule_once()
+    run = DagRun.objects.get()
+    assert run.state == "queued"
+    assert set(run.task_instances.values_list("state", flat=True)) == {"none"}
+    Dag.objects.filter(dag_id="etl").update(paused=False)
+    schedule_once()
+    run.refresh_from_db()
+    assert run.state == "running"
 
 
 @pytest.mark.parametrize(
@@ -67,3 +76,16 @@ def test_it_needs_the_trigger_permission(bob_client):
 def test_it_answers_404_for_an_unknown_dag(alice_client):
     """Triggering an unknown DAG is a JSON 404."""
     assert alice_client.post("/api/v1/dags/nope/runs").status_code == 404
+
+
+def test_trigger_dag_of_a_paused_dag_prints_the_run_and_says_it_waits():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    chain_dag("etl")
+    Dag.objects.filter(dag_id="etl").update(paused=True)
+    out, err = StringIO(), StringIO()
+    call_command("trigger_dag", "etl", stdout=out, stderr=err)
+    assert DagRun.objects.get().run_id == out.getvalue().splitlines()[0]
+    assert "DAG 'etl' is paused: the run is queued and starts once the DAG is unpaused" in err.getvalue()

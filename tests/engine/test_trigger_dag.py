@@ -21,12 +21,11 @@ def test_it_rejects_an_unknown_dag(spawn):
     assert "unknown DAG 'nope'" in out
 
 
-def test_it_rejects_a_paused_dag():
-    """A paused DAG cannot be triggered; no run is created."""
+def test_a_paused_dags_run_waits_queued():
+    """As in Airflow: the run is created, and starts once the DAG is unpaused."""
     DagFactory(dag_id="sleepy", paused=True)
-    with pytest.raises(CommandError, match="paused"):
-        call_command("trigger_dag", "sleepy")
-    assert not DagRun.objects.exists()
+    call_command("trigger_dag", "sleepy")
+    assert DagRun.objects.get().state == "queued"
 
 
 @pytest.mark.parametrize("conf", ["[1, 2]", "{not json", '"text"'])

@@ -58,6 +58,8 @@ class Command(BaseCommand):
             raise CommandError(message) from exc
         self.stdout.write(run.run_id)
         self.stdout.flush()
+        if (note := actions.waits_for_unpause(dag)) is not None:
+            self.stderr.write(note)
         if not wait:
             return
         display = ProgressDisplay(self.stdout)
