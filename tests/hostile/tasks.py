@@ -122,3 +122,13 @@ def attack_another_attempt(cmdline: str, seconds: float = 30.0) -> dict[str, Any
     found["signal own child"] = _outcome(lambda: os.kill(child, signal.SIGKILL))
     os.waitpid(child, 0)
     return found
+
+
+def own_memory(seconds: float) -> dict[str, float]:
+    """This process's proportional and resident set sizes (MiB), after `seconds` of being
+    measured by its worker."""
+    time.sleep(seconds)
+    rollup = Path("/proc/self/smaps_rollup").read_text()
+    pss_kib = next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:"))
+    rss_pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return {"pss_mib": pss_kib / 1024, "rss_mib": rss_pages * os.sysconf("SC_PAGE_SIZE") / 2**20}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -151,12 +153,10 @@ def test_without_a_task_user_the_api_says_null(worker, client, admin_user):
     assert wait_until(listed, timeout=60, message="the worker to register")["task_user"] is None
 
 
-def test_without_a_task_user_a_worker_that_is_not_root_keeps_its_environment_and_memory_from_its_tasks(
-    process_env, queue_name, make_dag, task_user, worker_files, scheduler_settings
-):
-    """No task user, the worker runs as an ordinary user (so do its tasks): the worker and its
-    fork server are non-dumpable, so a task of the same user reads neither's environment or
-    memory, nor traces them (signals, the docs say, it can send)."""
+@contextmanager
+def _worker_not_root(process_env, queue_name, task_user, worker_files, **settings: str) -> Iterator[subprocess.Popen]:
+    """A worker running as an ordinary user (the task user's account, but no task user set): so
+    do its tasks. Its log is printed at the end."""
     if not process_env["DATABASE_URL"].startswith("postgres"):
         pytest.skip("the worker's user must reach the test database: over TCP on PostgreSQL only")
     base = worker_files["spool"].parent
@@ -169,6 +169,7 @@ def test_without_a_task_user_a_worker_that_is_not_root_keeps_its_environment_and
         "ORCHESTRATOR_SPOOL_DIR": str(worker_files["spool"]),
         "ORCHESTRATOR_TASK_OUTPUT_DIR": str(worker_files["output"]),
         "HOME": str(base),
+        **settings,
     }
     env.pop("ORCHESTRATOR_TASK_USER", None)
     command = [*task_user.prefix, "setpriv", "--reuid", str(task_user.uid), "--regid", str(task_user.gid), "--clear-groups"]
@@ -177,6 +178,20 @@ def test_without_a_task_user_a_worker_that_is_not_root_keeps_its_environment_and
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:
+        yield proc
+    finally:
+        os.killpg(proc.pid, 9)
+        out = proc.communicate(timeout=10)[0]
+        print(out)
+
+
+def test_without_a_task_user_a_worker_that_is_not_root_keeps_its_environment_and_memory_from_its_tasks(
+    process_env, queue_name, make_dag, task_user, worker_files, scheduler_settings
+):
+    """No task user, the worker runs as an ordinary user (so do its tasks): the worker and its
+    fork server are non-dumpable, so a task of the same user reads neither's environment or
+    memory, nor traces them (signals, the docs say, it can send)."""
+    with _worker_not_root(process_env, queue_name, task_user, worker_files):
         dag = make_dag([{"task_id": "attack", "python_callable": "tests.hostile.tasks.attack_the_platform", "op_kwargs": {"directories": [], "files": []}}])
         ti = settle(trigger(dag), "attack", ("success",), timeout=60)
         found = ti.result
@@ -185,7 +200,18 @@ def test_without_a_task_user_a_worker_that_is_not_root_keeps_its_environment_and
             assert found[f"mem {name}"] in ("EACCES", "EPERM"), found
             assert found[f"ptrace {name}"] == "EPERM", found
             assert found[f"may signal {name}"] == "ok", found  # same user: said so in the docs
-    finally:
-        os.killpg(proc.pid, 9)
-        out = proc.communicate(timeout=10)[0]
-        print(out)
+
+
+def test_a_worker_that_is_not_root_watches_a_python_tasks_proportional_set_size(
+    process_env, queue_name, make_dag, task_user, worker_files, scheduler_settings
+):
+    """Watched limits measure PSS: a forked Python task's share of the fork server's pages is
+    small, its resident size is not. The worker, not root, may read the task's smaps_rollup."""
+    with _worker_not_root(process_env, queue_name, task_user, worker_files, ORCHESTRATOR_MEMORY_LIMITS="watched"):
+        dag = make_dag([{"task_id": "measured", "python_callable": "tests.hostile.tasks.own_memory", "op_kwargs": {"seconds": 1.0}}], memory_limit=512)
+        ti = settle(trigger(dag), "measured", ("success",), timeout=60)
+    own = ti.result
+    peak = ti.attempts.get().peak_memory_mib
+    assert peak is not None
+    assert own["pss_mib"] < own["rss_mib"] - 4, own  # what separates the two here
+    assert peak <= own["pss_mib"] + 4, (peak, own)

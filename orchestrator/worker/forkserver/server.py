@@ -430,6 +430,14 @@ def _prepare_task_process(server_pid: int) -> None:
         from orchestrator.worker.task.runner import set_parent_death_signal
 
         set_parent_death_signal(server_pid)
+        if os.geteuid() != 0:
+            # A worker that is not root (so has no task user) measures its tasks' proportional
+            # set size in /proc/PID/smaps_rollup, which it may read only of a dumpable process
+            # (a bash task's is, once exec'ed), from its first sample on. The fork server's
+            # memory, copied here, holds nothing a task may not see; the server stays undumpable.
+            from orchestrator.worker.host.procs import become_dumpable
+
+            become_dumpable()
     except BaseException:
         import traceback
 
@@ -512,6 +520,7 @@ def _become_task_process(request: dict[str, Any], fds: list[int], server_pid: in
             if _CONFINED:
                 confinement.confine()  # while still privileged: no no_new_privs needed
             _become_task_user(request["user"], server_pid)
+
         redis_conn = sys.modules.get("orchestrator.foundation.redis_conn")
         if redis_conn is not None:
             redis_conn._clients.clear()  # never share a Redis socket with the fork server (it has none)

@@ -24,10 +24,20 @@ def become_subreaper() -> bool:
 def become_undumpable() -> bool:
     """Make /proc/<pid>/environ and the process's memory readable only by root, so a task running
     under the same user cannot read the worker's secrets there (root still can)."""
+    return _set_dumpable(0)
+
+
+def become_dumpable() -> bool:
+    """Undo `become_undumpable` for this process: its user's processes may read its /proc files
+    (smaps_rollup among them) again."""
+    return _set_dumpable(1)
+
+
+def _set_dumpable(flag: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    return libc.prctl(PR_SET_DUMPABLE, flag, 0, 0, 0) == 0
 
 
 def _process_stats() -> Iterator[tuple[int, list[str]]]:
