@@ -61,3 +61,8 @@ def test_a_confined_process_signals_its_own_children_and_nothing_outside():
 
 def test_the_kernel_reports_a_landlock_abi():
     assert confinement.abi() >= confinement.SIGNAL_SCOPE_ABI
+
+
+def test_it_works_here_tried_in_a_throwaway_child():
+    assert confinement.works()
+    os.kill(os.getppid(), 0)  # this process was not confined by the try: it still reaches outside itself

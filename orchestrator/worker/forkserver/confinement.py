@@ -50,6 +50,23 @@ def available() -> bool:
     return abi() >= SIGNAL_SCOPE_ABI
 
 
+def works() -> bool:
+    """Whether an attempt can be confined here, tried for real in a throwaway child: a kernel
+    may report an ABI and still refuse the restriction (a container's seccomp profile), and a
+    fork server that believed it would fail every task user's attempt at its start."""
+    if not available():
+        return False
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's exit status is the answer
+        try:
+            confine()
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def confine() -> None:
     """Put this process (and everything it starts from now on) in a new Landlock domain that
     scopes signals. Raises OSError when the kernel refuses: the caller must not run the task."""

@@ -689,7 +689,7 @@ def main(argv: list[str]) -> None:
     gc.freeze()
     global _SETPRIV, _CONFINED
     _SETPRIV = direct_spawner()
-    _CONFINED = confinement.available()
+    _CONFINED = confinement.works()
     sock.send(json.dumps({"op": "ready", "pid": os.getpid(), "direct": _SETPRIV is not None, "confined": _CONFINED}).encode())
     server = ForkServer(sock)
     server.fork_spare()
