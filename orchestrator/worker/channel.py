@@ -165,19 +165,20 @@ class LineReader:
         return messages
 
 
-def send(fd: int, message: dict[str, Any]) -> bool:
-    """Write one message; False if the other end is gone.
+def send(fd: int, message: dict[str, Any], stall: float | None = None) -> bool:
+    """Write one message; False if the other end is gone (or, on a descriptor that does not
+    block, took nothing for `stall` seconds).
 
     As UTF-8, not as ASCII escapes, so that a message is about the size its values were measured
     at (ORCHESTRATOR_RESULT_MAX_BYTES counts a result's UTF-8); only a lone surrogate, which
     UTF-8 cannot carry, is escaped."""
     text = json.dumps(message, default=repr, ensure_ascii=False)
-    return send_json_text(fd, _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    return send_json_text(fd, _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text), stall)
 
 
-def send_json_text(fd: int, text: str) -> bool:
+def send_json_text(fd: int, text: str, stall: float | None = None) -> bool:
     """Write one message that is JSON text already (an object): sent as it is, not decoded and
-    encoded again; False if the other end is gone."""
+    encoded again; False if the other end is gone, or took nothing for `stall` seconds."""
     # Outside a string a newline is only white space (inside one it is escaped), and one would
     # end the message early.
     data = (text.replace("\n", " ") + "\n").encode()
@@ -187,8 +188,10 @@ def send_json_text(fd: int, text: str) -> bool:
                 written = os.write(fd, data)
             except BlockingIOError:
                 # The supervisor's end of a channel reads without blocking (one descriptor
-                # both ways): its writes wait for room as a blocking write would.
-                select.select([], [fd], [])
+                # both ways): its writes wait for room, but not for ever on a task that
+                # stopped reading (its supervisor must go on to stop it).
+                if not select.select([], [fd], [], stall)[1]:
+                    return False
                 continue
             data = data[written:]
     except (BrokenPipeError, OSError):

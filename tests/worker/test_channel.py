@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import threading
+import time
 
 from orchestrator.worker.channel import LineReader, send, send_json_text
 
@@ -53,6 +54,22 @@ def test_a_message_larger_than_the_sockets_buffer_goes_whole_from_an_end_that_re
         assert send(ours, big)
         thread.join(timeout=10)
         assert received == [big]
+    finally:
+        os.close(ours)
+        os.close(theirs)
+
+
+def test_a_write_to_a_task_that_stopped_reading_gives_up_after_its_stall():
+    """The supervisor must stay free to stop a task that reads nothing it is sent: a write that
+    finds no room for `stall` seconds returns False instead of waiting for ever."""
+    ours, theirs = (end.detach() for end in socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM))
+    os.set_blocking(ours, False)
+    try:
+        began = time.monotonic()
+        assert not send(ours, {"rows": ["x" * 1000] * 2000}, stall=0.3)  # nobody reads `theirs`
+        assert 0.3 <= time.monotonic() - began < 5
+        os.set_blocking(theirs, False)
+        assert os.read(theirs, 65536)  # what did fit went through
     finally:
         os.close(ours)
         os.close(theirs)

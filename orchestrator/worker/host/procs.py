@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+# Loaded once: `become_dumpable` runs in every task process a non-root fork server forks.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
 
 def become_subreaper() -> bool:
     """Orphaned descendants (a task's bash children) become our children, so we can reap them."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return _LIBC is not None and _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def become_undumpable() -> bool:
@@ -34,10 +34,7 @@ def become_dumpable() -> bool:
 
 
 def _set_dumpable(flag: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(PR_SET_DUMPABLE, flag, 0, 0, 0) == 0
+    return _LIBC is not None and _LIBC.prctl(PR_SET_DUMPABLE, flag, 0, 0, 0) == 0
 
 
 def _process_stats() -> Iterator[tuple[int, list[str]]]:

@@ -50,6 +50,9 @@ DRAIN_SECONDS = 1.0
 EXIT_STATUS_WAIT = 1.0
 # A task that sent its outcome but does not exit within this long is killed.
 EXIT_AFTER_OUTCOME_SECONDS = 5.0
+# How long a write on a task's channel may find no room (a task that stopped reading what it is
+# sent) before the supervisor gives it up and goes on: it must stay free to stop that task.
+CHANNEL_STALL_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -362,8 +365,8 @@ class Supervisor:
         if self.pid_fd is not None:
             self.selector.register(self.pid_fd, selectors.EVENT_READ)
         if not direct:
-            send(self.control_fd, self.plan.payload)
-            send_json_text(self.control_fd, self.plan.results_json)
+            send(self.control_fd, self.plan.payload, CHANNEL_STALL_SECONDS)
+            send_json_text(self.control_fd, self.plan.results_json, CHANNEL_STALL_SECONDS)
             return
         self.handshake.at = time.monotonic()  # recorded before the start
         self.on_started()
@@ -574,7 +577,7 @@ class Supervisor:
                 self.final_at = time.monotonic()
                 self.final_before_stop = self.stopping is None
         elif kind == task_state.STATE_MESSAGE:
-            send(self.control_fd, {"type": task_state.STATE_REPLY, **self._store_task_state(message)})
+            send(self.control_fd, {"type": task_state.STATE_REPLY, **self._store_task_state(message)}, CHANNEL_STALL_SECONDS)
 
     def _store_task_state(self, message: dict[str, Any]) -> dict[str, Any]:
         """Make one task state change durable, fenced by the attempt token, and say how: in the
@@ -642,7 +645,7 @@ class Supervisor:
             self.superseded = True
             return
         self.handshake.at = time.monotonic()
-        send(self.control_fd, {"type": "go"})
+        send(self.control_fd, {"type": "go"}, CHANNEL_STALL_SECONDS)
         self.on_started()
 
     def _mark_running(self, *, pid: int | None) -> bool:
@@ -719,7 +722,7 @@ class Supervisor:
             context = stop_context(stop, signal_sent="SIGTERM", kill_grace=self.plan.kill_grace)
         log.warning("stopping %s: %s", self._label(), reason.value)
         self.stopping = _Stopping(reason=reason, context=context, started_at=time.monotonic(), timeout=timeout)
-        send(self.control_fd, {"type": "stop", "context": context.to_dict()})
+        send(self.control_fd, {"type": "stop", "context": context.to_dict()}, CHANNEL_STALL_SECONDS)
         procs.signal_group(self.pgid, signal.SIGTERM)
 
     def _label(self) -> str:
